@@ -1,0 +1,46 @@
+"""shardsink: exactly-once batch persistence into shards on S3 or a local folder.
+
+Public handles::
+
+    from shardsink import Shard
+    shard = Shard.create("file:///data/events", schema)
+    shard.append(table, lower=0, upper=1000)
+    shard.snapshot(as_of=999)
+"""
+
+from __future__ import annotations
+
+from shardsink.core.shard import AppendResult, Shard, ShardInfo, StagedBatch
+from shardsink.errors import (
+    ConditionFailedError,
+    CorruptionError,
+    InvalidUsageError,
+    ReadFrontierError,
+    ShardClosedError,
+    ShardExistsError,
+    ShardNotFoundError,
+    ShardsinkError,
+    StorageError,
+    UnknownOutcomeError,
+    UpperMismatchError,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AppendResult",
+    "ConditionFailedError",
+    "CorruptionError",
+    "InvalidUsageError",
+    "ReadFrontierError",
+    "Shard",
+    "ShardClosedError",
+    "ShardExistsError",
+    "ShardInfo",
+    "ShardNotFoundError",
+    "ShardsinkError",
+    "StagedBatch",
+    "StorageError",
+    "UnknownOutcomeError",
+    "UpperMismatchError",
+]

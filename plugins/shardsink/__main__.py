@@ -1,0 +1,5 @@
+import sys
+
+from shardsink.cli import main
+
+sys.exit(main())

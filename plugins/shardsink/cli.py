@@ -1,0 +1,174 @@
+"""The ``shardsink`` command line: a contract for operators and scripts.
+
+Exit codes: 0 success (including *already committed*), 1 any other failure,
+2 invalid usage or bad input (nothing written), 3 upper mismatch (nothing appended;
+stderr names the current upper).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import pyarrow as pa
+
+from shardsink import io as sio
+from shardsink.core import parts as pt
+from shardsink.core.shard import Shard
+from shardsink.core.state import schema_to_json
+from shardsink.errors import InvalidUsageError, ShardsinkError
+
+
+def parse_time(text: str) -> int:
+    """Milliseconds since the epoch, from an integer or an ISO-8601 timestamp (UTC if naive)."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a time; expected integer milliseconds or an ISO-8601 timestamp"
+        ) from e
+    if dt.tzinfo is None:
+        from datetime import UTC
+
+        dt = dt.replace(tzinfo=UTC)
+    return int(dt.timestamp() * 1000)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="shardsink", description="Exactly-once batch persistence into shards.")
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    c = sub.add_parser("create", help="create an empty shard")
+    c.add_argument("url")
+    c.add_argument("--schema-from", required=True, metavar="FILE", help="Parquet, CSV or JSONL file")
+    c.add_argument("--upper", type=parse_time, default=0)
+
+    a = sub.add_parser("append", help="append a file as the batch [lower, upper)")
+    a.add_argument("url")
+    a.add_argument("--lower", type=parse_time, required=True)
+    a.add_argument("--upper", type=parse_time, required=True)
+    a.add_argument("--input", required=True, metavar="FILE")
+    a.add_argument("--desc-id", default=None)
+    a.add_argument("--writer", default=None)
+
+    i = sub.add_parser("inspect", help="show upper, since, seqno, batches, sizes and schema")
+    i.add_argument("url")
+    i.add_argument("--json", action="store_true")
+
+    lg = sub.add_parser("log", help="show commits, newest first")
+    lg.add_argument("url")
+    lg.add_argument("--limit", type=int, default=20)
+    lg.add_argument("--json", action="store_true")
+
+    for name, helptext in (("snapshot", "contents as of a time"), ("changes", "updates in [from, to)")):
+        r = sub.add_parser(name, help=helptext)
+        r.add_argument("url")
+        if name == "snapshot":
+            r.add_argument("--as-of", type=parse_time, default=None)
+        else:
+            r.add_argument("--from", dest="lower", type=parse_time, required=True)
+            r.add_argument("--to", dest="upper", type=parse_time, required=True)
+        r.add_argument("--format", choices=["jsonl", "csv", "parquet"], default=None)
+        r.add_argument("--output", default=None, metavar="FILE")
+    return p
+
+
+def _table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> str:
+    cells = [[("-" if v is None else str(v)) for v in r] for r in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+    line = lambda r: "  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip()  # noqa: E731
+    return "\n".join([line(list(headers)), line(["-" * w for w in widths]), *(line(r) for r in cells)])
+
+
+def inspect_json(shard: Shard) -> dict[str, Any]:
+    info = shard.info()
+    return {
+        "url": info.url,
+        "seqno": info.seqno,
+        "upper": info.upper,
+        "closed": info.upper is None,
+        "since": info.since,
+        "batches": info.stats.batches,
+        "parts": info.stats.parts,
+        "rows": info.stats.rows,
+        "bytes": info.stats.bytes,
+        "schema": schema_to_json(info.schema)["fields"],
+        "last_commit": {"seqno": info.seqno, **_commit_json(info.last_commit)},
+    }
+
+
+def _commit_json(c: Any) -> dict[str, Any]:
+    return {"at": c.at, "kind": c.kind, "desc_id": c.desc_id, "lower": c.lower, "upper": c.upper,
+            "rows": c.rows, "writer": c.writer}
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.cmd == "create":
+        src = sio.read_file(args.schema_from)
+        schema = pt.user_schema(src.schema)
+        Shard.create(args.url, schema, upper=args.upper)
+        print(f"created {Shard(args.url).url} with upper {args.upper}, columns {schema.names}")
+        return 0
+    shard = Shard.open(args.url)
+    if args.cmd == "append":
+        schema = shard.schema
+        types = pa.schema([*schema, pa.field(pt.TIME, pa.int64()), pa.field(pt.DIFF, pa.int64())])
+        table = sio.read_file(args.input, types=types)
+        r = shard.append(table, lower=args.lower, upper=args.upper, desc_id=args.desc_id, writer=args.writer)
+        verb = "committed" if r.status == "committed" else "already committed"
+        print(f"{verb}: desc {r.desc_id} [{r.lower}, {r.upper}) at seqno {r.seqno}, {r.rows} rows")
+        return 0
+    if args.cmd == "inspect":
+        d = inspect_json(shard)
+        if args.json:
+            print(json.dumps(d, indent=2))
+        else:
+            keys = ["url", "seqno", "upper", "since", "batches", "parts", "rows", "bytes"]
+            print(_table([[k, d[k]] for k in keys], ["field", "value"]))
+            print()
+            print(_table([[f["name"], f["type"], f["nullable"]] for f in d["schema"]], ["column", "type", "nullable"]))
+        return 0
+    if args.cmd == "log":
+        entries = [{"seqno": s, **_commit_json(c)} for s, c in shard.log(limit=args.limit)]
+        if args.json:
+            print(json.dumps(entries, indent=2))
+        else:
+            cols = ["seqno", "at", "kind", "desc_id", "lower", "upper", "rows", "writer"]
+            print(_table([[e[c] for c in cols] for e in entries], cols))
+        return 0
+    if args.cmd in ("snapshot", "changes"):
+        if args.cmd == "snapshot":
+            t = shard.snapshot(args.as_of)
+            keys = shard.schema.names
+        else:
+            t = shard.changes(args.lower, args.upper)
+            keys = [*shard.schema.names, pt.TIME]
+        if t.num_rows:
+            t = t.sort_by([(k, "ascending") for k in keys])
+        fmt = args.format or (sio.format_of(args.output) if args.output else "jsonl")
+        sio.write_table(t, fmt=fmt, output=args.output)
+        return 0
+    raise InvalidUsageError(f"unknown command {args.cmd!r}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return _run(args)
+    except ShardsinkError as e:
+        print(f"shardsink: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Core shard machinery: pure state transitions, the commit machine, parts and reads."""

@@ -1,0 +1,235 @@
+"""The commit machine: finds the newest state version, performs the one conditional put.
+
+Object layout under a shard root::
+
+    state/v/<seqno:020d>.json       immutable state versions (header + diff)
+    state/rollup/<seqno:020d>.json  immutable batch lists (written every ROLLUP_EVERY)
+    state/LATEST.json               hint: a copy of a recent version, replaced by CAS
+    parts/<desc_id>/<uuid>.parquet  immutable parts
+
+**Finding the newest version** costs a constant number of requests: read the hint
+(version ``n``), then probe ``n+1``, ``n+2`` … until one is missing. The hint is only
+ever replaced with ``If-Match`` on the etag its writer read, and every writer that
+replaces it has probed past the value it read, so the hint never moves backwards;
+a writer that crashes before updating it leaves it stale by one version, which the
+next reader's probe absorbs.
+
+**Committing** (uncontended: 4 requests) = GET hint, GET ``n+1`` (missing),
+create ``n+1`` (``If-None-Match: *``), replace hint (``If-Match``).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from shardsink.core import state as st
+from shardsink.core.retry import COMMIT, STORAGE, RetryingBlob, RetryPolicy
+from shardsink.errors import (
+    ConditionFailedError,
+    CorruptionError,
+    ShardExistsError,
+    ShardNotFoundError,
+    ShardsinkError,
+    StorageError,
+    UnknownOutcomeError,
+)
+from shardsink.storage.base import Blob
+
+log = logging.getLogger(__name__)
+
+LATEST = "state/LATEST.json"
+ROLLUP_EVERY = 32
+_VKEY = re.compile(r"^state/v/(\d{20})\.json$")
+
+
+def version_key(seqno: int) -> str:
+    return f"state/v/{seqno:020d}.json"
+
+
+def rollup_key(seqno: int) -> str:
+    return f"state/rollup/{seqno:020d}.json"
+
+
+@dataclass(frozen=True)
+class Head:
+    """The newest version found, and the etag of the hint as read (None: no hint)."""
+
+    version: st.Version
+    hint_etag: str | None
+
+
+Step = Callable[[st.Header], "st.Version | st.Refusal"]
+
+
+class Machine:
+    """I/O and retries around the pure transitions of :mod:`shardsink.core.state`."""
+
+    def __init__(
+        self,
+        blob: Blob,
+        *,
+        storage_policy: RetryPolicy = STORAGE,
+        commit_policy: RetryPolicy = COMMIT,
+    ) -> None:
+        self.raw = blob
+        self.blob = RetryingBlob(blob, policy=storage_policy)
+        self.commit_policy = commit_policy
+        self._versions: dict[int, st.Version] = {}
+
+    @property
+    def url(self) -> str:
+        return self.blob.url
+
+    # --- reading ------------------------------------------------------------------
+
+    def fetch(self, seqno: int) -> st.Version | None:
+        """State version ``seqno``, or None if it does not exist (yet, or any more)."""
+        cached = self._versions.get(seqno)
+        if cached is not None:
+            return cached
+        got = self.blob.get(version_key(seqno))
+        if got is None:
+            return None
+        v = st.decode_version(got.data, where=f"{self.url}/{version_key(seqno)}")
+        if v.seqno != seqno:
+            raise CorruptionError(f"{self.url}/{version_key(seqno)} claims seqno {v.seqno}")
+        self._versions[seqno] = v
+        return v
+
+    def head(self) -> Head:
+        """The newest state version (constant cost unless the hint is missing or unreadable)."""
+        hint = self.blob.get(LATEST)
+        if hint is not None:
+            try:
+                v = st.decode_version(hint.data, where=f"{self.url}/{LATEST}")
+                return Head(self._advance(v), hint.etag)
+            except CorruptionError as e:
+                # The hint is a cache: the versions themselves are the truth.
+                log.warning("ignoring unreadable hint: %s", e)
+        start = self._newest_by_listing()
+        return Head(self._advance(start), hint.etag if hint is not None else None)
+
+    def _newest_by_listing(self) -> st.Version:
+        seqnos = [int(m.group(1)) for o in self.blob.list("state/v/") if (m := _VKEY.match(o.key))]
+        if not seqnos:
+            raise ShardNotFoundError(f"no shard at {self.url} (no state versions found)")
+        v = self.fetch(max(seqnos))
+        if v is None:
+            raise StorageError(f"{self.url}: state version {max(seqnos)} vanished while reading")
+        return v
+
+    def _advance(self, v: st.Version) -> st.Version:
+        """Probe forward from ``v`` until the next version is missing."""
+        while True:
+            nxt = self.fetch(v.seqno + 1)
+            if nxt is None:
+                return v
+            v = st.with_rollup(nxt, v.header.rollup)
+
+    def full_batches(self, v: st.Version) -> tuple[st.BatchMeta, ...]:
+        """The live batches at version ``v``: its rollup plus the diffs after it."""
+        r = v.header.rollup
+        base: tuple[st.BatchMeta, ...] = ()
+        if r > 0:
+            got = self.blob.get(rollup_key(r))
+            if got is None:
+                raise CorruptionError(f"{self.url}: rollup {r} referenced by version {v.seqno} is missing")
+            _, base = st.decode_rollup(got.data, where=f"{self.url}/{rollup_key(r)}")
+        diffs = self.fetch_many(range(r + 1, v.seqno + 1))
+        return st.apply_diffs(base, diffs)
+
+    def fetch_many(self, seqnos: Iterable[int]) -> list[st.Version]:
+        wanted = list(seqnos)
+        missing = [s for s in wanted if s not in self._versions]
+        if missing:
+            with ThreadPoolExecutor(max_workers=16) as pool:
+                got = list(pool.map(self.fetch, missing))
+            gone = [s for s, v in zip(missing, got, strict=True) if v is None]
+            if gone:
+                raise CorruptionError(f"{self.url}: state versions {gone[:5]} are missing from the history")
+        return [self._versions[s] for s in wanted]
+
+    # --- writing ------------------------------------------------------------------
+
+    def create(self, v0: st.Version) -> st.Version:
+        """Write version 0 of a new shard; ShardExistsError if anything is there."""
+        if self.blob.get(LATEST) is not None or any(True for _ in self.blob.list("state/v/")):
+            raise ShardExistsError(f"a shard already exists at {self.url}; it was left unchanged")
+        try:
+            self.blob.create(version_key(0), st.encode_version(v0))
+        except ConditionFailedError as e:
+            raise ShardExistsError(f"a shard already exists at {self.url}; it was left unchanged") from e
+        self._publish_hint(v0, None)
+        return v0
+
+    def commit(self, step: Step) -> st.Version | st.Refusal:
+        """Apply ``step`` to the newest header and create the next version, exactly once.
+
+        This is the only place that performs the conditional put of a state version.
+        ``step`` must be pure and deterministic for a given header: after an unknown
+        outcome it is re-applied and must produce the same bytes.
+
+        SUBTLE: after an unknown outcome (timeout, 409, 5xx) the version may exist,
+        written by us. We re-read it and compare the commit nonce before deciding; a
+        later refusal ``AlreadyCommitted`` is likewise checked against our nonce.
+        """
+        head = self.head()
+        cur = head.version
+        nonce: str | None = None
+        policy = self.commit_policy
+        for attempt in range(policy.attempts):
+            out = step(cur.header)
+            if isinstance(out, st.AlreadyCommitted):
+                mine = self.fetch(out.seqno) if nonce is not None else None
+                return mine if mine is not None and mine.commit.nonce == nonce else out
+            if isinstance(out, st.UpperMismatch):
+                return out
+            nonce = out.commit.nonce
+            try:
+                self.blob.create(version_key(out.seqno), st.encode_version(out))
+            except ConditionFailedError:
+                cur = self._advance(cur)
+                continue
+            except UnknownOutcomeError as e:
+                log.warning("commit of seqno %d: %s; re-reading", out.seqno, e)
+                policy.sleep(min(policy.max_wait, policy.first_wait * 2**attempt))
+                landed = self.fetch(out.seqno)
+                if landed is None:
+                    continue  # not there (yet): retrying the same create is safe
+                if landed.commit.nonce == nonce:
+                    return self._committed(landed, head.hint_etag)
+                cur = self._advance(landed)
+                continue
+            self._versions[out.seqno] = out
+            return self._committed(out, head.hint_etag)
+        raise UnknownOutcomeError(
+            f"{self.url}: commit did not settle after {policy.attempts} attempts "
+            f"(last seen seqno {cur.seqno}); re-read state before retrying"
+        )
+
+    def _committed(self, v: st.Version, hint_etag: str | None) -> st.Version:
+        etag = self._publish_hint(v, hint_etag)
+        if etag is not None and v.seqno - v.header.rollup >= ROLLUP_EVERY:
+            self._write_rollup(v, etag)
+        return v
+
+    def _publish_hint(self, v: st.Version, etag: str | None) -> str | None:
+        """Best effort: a lost CAS means someone published a newer hint."""
+        try:
+            return self.blob.replace(LATEST, st.encode_version(v), etag=etag)
+        except (ConditionFailedError, UnknownOutcomeError, StorageError) as e:
+            log.debug("hint not updated to seqno %d: %s", v.seqno, e)
+            return None
+
+    def _write_rollup(self, v: st.Version, hint_etag: str) -> None:
+        """Maintenance after a commit: snapshot the batch list so reads stay cheap."""
+        try:
+            batches = self.full_batches(v)
+            self.blob.put(rollup_key(v.seqno), st.encode_rollup(v.seqno, batches))
+            self._publish_hint(st.with_rollup(v, v.seqno), hint_etag)
+        except ShardsinkError as e:
+            log.warning("rollup at seqno %d skipped: %s", v.seqno, e)

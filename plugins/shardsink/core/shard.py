@@ -1,0 +1,314 @@
+"""The public shard handle: create, append, read, inspect.
+
+Public methods validate their arguments, then delegate to the commit machine
+(:mod:`shardsink.core.machine`) and the pure rules (:mod:`shardsink.core.state`).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Literal
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from shardsink.core import parts as pt
+from shardsink.core import state as st
+from shardsink.core.machine import Machine
+from shardsink.errors import (
+    CorruptionError,
+    InvalidUsageError,
+    ReadFrontierError,
+    ShardClosedError,
+    UpperMismatchError,
+)
+from shardsink.storage.base import Blob
+from shardsink.storage.url import open_blob, parse_url
+
+
+def default_writer() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+def _check_desc_id(desc_id: str) -> str:
+    if not desc_id or len(desc_id) > 128 or not all(c.isalnum() or c in "-_.=+" for c in desc_id):
+        raise InvalidUsageError(
+            f"description id {desc_id!r} is invalid; expected 1-128 letters, digits or -_.=+"
+        )
+    if desc_id in (".", ".."):
+        raise InvalidUsageError(f"description id {desc_id!r} is invalid")
+    return desc_id
+
+
+def _check_bounds(lower: int, upper: int | None) -> None:
+    if not isinstance(lower, int) or (upper is not None and not isinstance(upper, int)):
+        raise InvalidUsageError(f"bounds must be integers, got lower={lower!r} upper={upper!r}")
+    if upper is not None and upper <= lower:
+        raise InvalidUsageError(f"batch bounds [{lower}, {upper}) are empty or reversed; expected lower < upper")
+
+
+@dataclass(frozen=True)
+class StagedBatch:
+    """Parts written for one description but not yet committed."""
+
+    desc_id: str
+    lower: int
+    upper: int | None
+    parts: tuple[st.PartMeta, ...]
+
+    @property
+    def rows(self) -> int:
+        return sum(p.rows for p in self.parts)
+
+
+@dataclass(frozen=True)
+class AppendResult:
+    status: Literal["committed", "already_committed"]
+    desc_id: str
+    seqno: int
+    lower: int
+    upper: int | None
+    rows: int
+
+
+@dataclass(frozen=True)
+class ShardInfo:
+    url: str
+    seqno: int
+    upper: int | None
+    since: int
+    schema: pa.Schema
+    stats: st.Stats
+    rollup: int
+    last_commit: st.CommitInfo
+
+
+class Shard:
+    """A handle on one shard. Cheap to create; holds no locks and no leases."""
+
+    def __init__(self, url: str, *, blob: Blob | None = None, machine: Machine | None = None) -> None:
+        self.url = str(parse_url(url)) if blob is None else blob.url
+        self.machine = machine or Machine(blob if blob is not None else open_blob(url))
+
+    @property
+    def blob(self) -> Blob:
+        return self.machine.blob
+
+    # --- lifecycle ----------------------------------------------------------------
+
+    @classmethod
+    def create(cls, url: str, schema: pa.Schema, *, upper: int = 0, writer: str | None = None,
+               blob: Blob | None = None) -> Shard:
+        """Create an empty shard with ``schema`` and the given upper (since is 0)."""
+        pt.check_schema(schema, what="schema")
+        _check_bounds(0 if upper >= 0 else upper, None)
+        if upper < 0:
+            raise InvalidUsageError(f"initial upper {upper} is negative; expected >= 0")
+        shard = cls(url, blob=blob)
+        v0 = st.initial_version(
+            schema=schema, upper=upper, writer=writer or default_writer(), at=_now(), nonce=uuid.uuid4().hex
+        )
+        shard.machine.create(v0)
+        return shard
+
+    @classmethod
+    def open(cls, url: str, *, blob: Blob | None = None) -> Shard:
+        """A handle on an existing shard; ShardNotFoundError if there is none."""
+        shard = cls(url, blob=blob)
+        shard.machine.head()
+        return shard
+
+    def info(self) -> ShardInfo:
+        h = self.machine.head().version
+        return ShardInfo(self.url, h.seqno, h.header.upper, h.header.since, h.header.schema,
+                         h.header.stats, h.header.rollup, h.commit)
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self.machine.head().version.header.schema
+
+    # --- writing ------------------------------------------------------------------
+
+    def stage(self, table: pa.Table, *, lower: int, upper: int | None, desc_id: str,
+              schema: pa.Schema | None = None) -> StagedBatch:
+        """Validate, consolidate and write ``table`` as parts of description ``desc_id``.
+
+        Nothing is written if the input is refused. Parts land under
+        ``parts/<desc_id>/`` with fresh keys; they are invisible until committed.
+        """
+        _check_desc_id(desc_id)
+        _check_bounds(lower, upper)
+        schema = schema if schema is not None else self.schema
+        updates = pt.validate_updates(table, schema, lower=lower, upper=upper)
+        keys = [*schema.names, pt.TIME]
+        updates = pt.consolidate(updates, keys)
+        written = pt.write_parts(self.blob, updates, prefix=f"parts/{desc_id}")
+        return StagedBatch(desc_id, lower, upper, written)
+
+    def compare_and_append(self, staged: Sequence[StagedBatch], *, expected_upper: int,
+                           new_upper: int | None, desc_id: str, writer: str | None = None) -> AppendResult:
+        """Commit ``staged`` as the batch ``[expected_upper, new_upper)`` (DESIGN.md's commit).
+
+        Returns ``committed`` or ``already_committed`` (an earlier attempt with this
+        ``desc_id`` landed). Raises UpperMismatchError (nothing committed; staged parts
+        are left for the caller to :meth:`discard`), ShardClosedError, or
+        UnknownOutcomeError (re-read before deciding).
+        """
+        _check_desc_id(desc_id)
+        _check_bounds(expected_upper, new_upper)
+        for s in staged:
+            if (s.lower, s.upper) != (expected_upper, new_upper) or s.desc_id != desc_id:
+                raise InvalidUsageError(
+                    f"staged batch {s.desc_id} [{s.lower}, {s.upper}) does not belong to description "
+                    f"{desc_id} [{expected_upper}, {new_upper})"
+                )
+        all_parts = tuple(p for s in staged for p in s.parts)
+        cmd = st.AppendCommand(desc_id, expected_upper, new_upper, all_parts, writer or default_writer(),
+                               _now(), uuid.uuid4().hex)
+        out = self.machine.commit(lambda header: st.compare_and_append(header, cmd))
+        rows = sum(p.rows for p in all_parts)
+        if isinstance(out, st.Version):
+            return AppendResult("committed", desc_id, out.seqno, expected_upper, new_upper, rows)
+        if isinstance(out, st.AlreadyCommitted):
+            return AppendResult("already_committed", desc_id, out.seqno, expected_upper, new_upper, rows)
+        found = self._committed_long_ago(desc_id, expected_upper)
+        if found is not None:
+            return AppendResult("already_committed", desc_id, found.seqno, expected_upper, new_upper, found.rows)
+        if out.current is None:
+            raise ShardClosedError(f"shard {self.url} is closed; it accepts no appends")
+        raise UpperMismatchError(
+            f"upper mismatch on {self.url}: expected upper {expected_upper}, current upper {out.current}; "
+            f"description {desc_id} was not committed",
+            expected=expected_upper,
+            current=out.current,
+        )
+
+    def _committed_long_ago(self, desc_id: str, lower: int) -> st.BatchMeta | None:
+        """A batch of ``desc_id`` that fell out of the headers' idempotency window."""
+        head = self.machine.head().version
+        if head.header.upper is not None and head.header.upper <= lower:
+            return None  # the shard never got past our lower: we cannot have committed
+        for b in self.machine.full_batches(head):
+            if b.desc_id == desc_id:
+                return b
+        return None
+
+    def discard(self, staged: Sequence[StagedBatch]) -> int:
+        """Delete staged parts that no committed batch references; return how many.
+
+        SUBTLE: after a lost acknowledgement, a description may be committed even though
+        the caller saw a failure. Parts referenced by the shard are never deleted.
+        """
+        keep: set[str] = set()
+        for desc_id in {s.desc_id for s in staged}:
+            head = self.machine.head().version.header
+            if head.committed_seqno(desc_id) is not None or head.upper is None or any(
+                s.lower < head.upper for s in staged if s.desc_id == desc_id
+            ):
+                for b in self.machine.full_batches(self.machine.head().version):
+                    if b.desc_id == desc_id:
+                        keep.update(p.key for p in b.parts)
+        doomed = [p.key for s in staged for p in s.parts if p.key not in keep]
+        for key in doomed:
+            self.blob.delete(key)
+        return len(doomed)
+
+    def append(self, table: pa.Table, *, lower: int, upper: int | None, desc_id: str | None = None,
+               writer: str | None = None) -> AppendResult:
+        """Stage and commit ``table`` as ``[lower, upper)``; on a lost race, clean up and raise.
+
+        Idempotent under ``desc_id``: a retry after a lost acknowledgement reports
+        ``already_committed`` and leaves no extra parts behind.
+        """
+        desc_id = _check_desc_id(desc_id or uuid.uuid4().hex)
+        _check_bounds(lower, upper)
+        head = self.machine.head().version.header
+        done = head.committed_seqno(desc_id)
+        if done is not None:
+            return AppendResult("already_committed", desc_id, done, lower, upper, 0)
+        staged = self.stage(table, lower=lower, upper=upper, desc_id=desc_id, schema=head.schema)
+        try:
+            result = self.compare_and_append([staged], expected_upper=lower, new_upper=upper,
+                                             desc_id=desc_id, writer=writer)
+        except (UpperMismatchError, ShardClosedError):
+            self.discard([staged])
+            raise
+        if result.status == "already_committed":
+            self.discard([staged])
+        return result
+
+    def close(self, *, expected_upper: int, desc_id: str | None = None, writer: str | None = None) -> AppendResult:
+        """Seal the shard for good: its upper becomes the empty frontier."""
+        return self.compare_and_append([], expected_upper=expected_upper, new_upper=None,
+                                       desc_id=desc_id or uuid.uuid4().hex, writer=writer)
+
+    # --- reading ------------------------------------------------------------------
+
+    def batches(self) -> tuple[st.BatchMeta, ...]:
+        return self.machine.full_batches(self.machine.head().version)
+
+    def snapshot(self, as_of: int | None = None) -> pa.Table:
+        """Consolidated contents as of ``as_of`` (default upper - 1): user columns + ``_count``.
+
+        Requires ``since <= as_of < upper``. Raises CorruptionError on a negative count.
+        """
+        v = self.machine.head().version
+        h = v.header
+        if as_of is None:
+            if h.upper is None:
+                raise ReadFrontierError(f"shard {self.url} is closed; pass an explicit as_of")
+            as_of = h.upper - 1
+        if as_of < h.since or (h.upper is not None and as_of >= h.upper):
+            raise ReadFrontierError(
+                f"as_of {as_of} is not readable on {self.url}: expected since ({h.since}) <= as_of < upper ({h.upper})"
+            )
+        wanted = [p for b in self.machine.full_batches(v) if b.lower <= as_of for p in b.parts if p.min_time <= as_of]
+        data = pt.read_parts(self.blob, wanted, h.schema)
+        if any(p.max_time > as_of for p in wanted):
+            data = data.filter(pc.less_equal(data[pt.TIME], as_of))
+        keys = h.schema.names
+        summed = data.group_by(keys, use_threads=True).aggregate([(pt.DIFF, "sum")])
+        summed = summed.rename_columns([*keys, pt.COUNT])
+        negative = summed.filter(pc.less(summed[pt.COUNT], 0))
+        if negative.num_rows:
+            row = negative.slice(0, 1).to_pylist()[0]
+            raise CorruptionError(
+                f"shard {self.url} has {negative.num_rows} rows with negative multiplicity as of {as_of}, e.g. {row}"
+            )
+        return summed.filter(pc.greater(summed[pt.COUNT], 0))
+
+    def changes(self, lower: int, upper: int) -> pa.Table:
+        """The consolidated updates with ``lower <= _time < upper`` (requires since <= lower)."""
+        v = self.machine.head().version
+        h = v.header
+        if upper < lower:
+            raise InvalidUsageError(f"changes bounds [{lower}, {upper}) are reversed; expected from <= to")
+        if lower < h.since:
+            raise ReadFrontierError(f"changes from {lower} is before since {h.since} on {self.url}")
+        if h.upper is not None and upper > h.upper:
+            raise ReadFrontierError(
+                f"changes to {upper} is beyond upper {h.upper} on {self.url}; times >= upper are not sealed yet"
+            )
+        wanted = [
+            p for b in self.machine.full_batches(v) for p in b.parts if p.max_time >= lower and p.min_time < upper
+        ]
+        data = pt.read_parts(self.blob, wanted, h.schema)
+        data = data.filter(pc.and_(pc.greater_equal(data[pt.TIME], lower), pc.less(data[pt.TIME], upper)))
+        return pt.consolidate(data, [*h.schema.names, pt.TIME])
+
+    def log(self, *, limit: int = 20) -> list[tuple[int, st.CommitInfo]]:
+        """Commits newest first: ``(seqno, commit info)``."""
+        if limit < 1:
+            raise InvalidUsageError(f"--limit {limit} must be at least 1")
+        head = self.machine.head().version
+        seqnos = range(head.seqno, max(-1, head.seqno - limit), -1)
+        return [(v.seqno, v.commit) for v in self.machine.fetch_many(seqnos)]

@@ -1,0 +1,91 @@
+"""Error classes, one per thing the caller should do about a failure.
+
+Every error the library raises derives from :class:`ShardsinkError`. The class says
+what to do; the message says what happened and names the offending value.
+
+================================  ==============================================
+class                             what the caller does
+================================  ==============================================
+:class:`InvalidUsageError`        fix the call or the input; nothing was written
+:class:`UpperMismatchError`       mint a fresh description from ``current`` upper
+:class:`UnknownOutcomeError`      re-read state before deciding anything
+:class:`StorageError`             retry later (the request definitely failed)
+:class:`CorruptionError`          stop and page a human; never guess
+================================  ==============================================
+"""
+
+from __future__ import annotations
+
+
+class ShardsinkError(Exception):
+    """Base class of every shardsink error. ``exit_code`` is what the CLI returns."""
+
+    exit_code: int = 1
+
+
+class InvalidUsageError(ShardsinkError):
+    """Bad bounds, bad input, schema mismatch, bad URL: nothing was written."""
+
+    exit_code = 2
+
+
+class ShardNotFoundError(InvalidUsageError):
+    """The URL names no shard (no state version exists under it)."""
+
+
+class ShardExistsError(InvalidUsageError):
+    """``create`` found a shard already there; it was left untouched."""
+
+
+class ShardClosedError(InvalidUsageError):
+    """The shard's upper is the empty frontier: it accepts no more writes."""
+
+
+class ReadFrontierError(InvalidUsageError):
+    """A read asked for times the shard cannot serve (``as_of < since`` or ``>= upper``)."""
+
+
+class UpperMismatchError(ShardsinkError):
+    """The shard's upper is not the description's lower: someone else was faster.
+
+    Expected under concurrency. Nothing from this attempt was committed; mint a fresh
+    description starting at :attr:`current`.
+    """
+
+    exit_code = 3
+
+    def __init__(self, message: str, *, expected: int, current: int | None) -> None:
+        super().__init__(message)
+        self.expected = expected
+        self.current = current
+
+
+class UnknownOutcomeError(ShardsinkError):
+    """A write may or may not have been applied (timeout, 409, 5xx after sending).
+
+    SUBTLE: never clean up after this error; re-read state and decide from what is there.
+    """
+
+
+class StorageError(ShardsinkError):
+    """The store refused or failed a request that was definitely not applied.
+
+    ``retryable`` says whether backing off and trying again can help (5xx, throttling,
+    connection refused) or not (access denied, no such bucket).
+    """
+
+    def __init__(self, message: str, *, retryable: bool = True) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+
+
+class ConditionFailedError(ShardsinkError):
+    """A conditional write lost: the object exists (create) or changed (replace).
+
+    Internal signal of the storage layer (HTTP 412); the commit loop turns it into a
+    re-read. It definitely did not apply.
+    """
+
+
+class CorruptionError(ShardsinkError):
+    """State or data is unreadable or inconsistent (bad JSON, missing part, negative count)."""

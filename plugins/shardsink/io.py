@@ -1,0 +1,70 @@
+"""Reading and writing update files (Parquet, CSV, JSON Lines) for the CLI and sources."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Literal
+
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.json as pajson
+import pyarrow.parquet as pq
+
+from shardsink.errors import InvalidUsageError
+
+Format = Literal["jsonl", "csv", "parquet"]
+_SUFFIXES: dict[str, Format] = {
+    ".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl",
+}
+
+
+def format_of(path: str | Path) -> Format:
+    fmt = _SUFFIXES.get(Path(path).suffix.lower())
+    if fmt is None:
+        raise InvalidUsageError(f"cannot tell the format of {str(path)!r}; expected a .parquet, .csv or .jsonl file")
+    return fmt
+
+
+def read_file(path: str | Path, *, types: pa.Schema | None = None) -> pa.Table:
+    """Read a Parquet, CSV or JSONL file; ``types`` pins the types of the columns it names."""
+    p = Path(path)
+    fmt = format_of(p)
+    if not p.is_file():
+        raise InvalidUsageError(f"input file {str(p)!r} does not exist")
+    try:
+        if fmt == "parquet":
+            return pq.read_table(p)
+        if fmt == "csv":
+            opts = pacsv.ConvertOptions(column_types={f.name: f.type for f in types} if types else None)
+            return pacsv.read_csv(p, convert_options=opts)
+        parse = pajson.ParseOptions(explicit_schema=types, unexpected_field_behavior="infer") if types else None
+        return pajson.read_json(p, parse_options=parse)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OSError) as e:
+        raise InvalidUsageError(f"cannot read {str(p)!r} as {fmt}: {e}") from e
+
+
+def write_table(table: pa.Table, *, fmt: Format, output: str | None) -> None:
+    """Write to ``output`` or stdout. JSONL writes one JSON object per row."""
+    if fmt == "parquet":
+        if output is None:
+            sink = pa.BufferOutputStream()
+            pq.write_table(table, sink)
+            sys.stdout.buffer.write(sink.getvalue().to_pybytes())
+        else:
+            pq.write_table(table, output)
+        return
+    if fmt == "csv":
+        if output is None:
+            sink = pa.BufferOutputStream()
+            pacsv.write_csv(table, sink)
+            sys.stdout.buffer.write(sink.getvalue().to_pybytes())
+        else:
+            pacsv.write_csv(table, output)
+        return
+    lines = "".join(json.dumps(r, default=str) + "\n" for r in table.to_pylist())
+    if output is None:
+        sys.stdout.write(lines)
+    else:
+        Path(output).write_text(lines)

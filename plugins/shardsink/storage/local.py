@@ -1,0 +1,121 @@
+"""Local-folder backend: the embedded default (``file:///abs/path/shard``).
+
+Writes go to a temporary file in the target's folder, are fsynced, then published:
+``put`` with ``os.replace`` (atomic overwrite), ``create`` with ``os.link`` (atomic and
+exclusive: it fails if the name exists, which is the conditional put). ``replace``
+serialises check-and-swap under an ``flock`` so it is atomic across processes on one
+host. Works on any POSIX filesystem with hard links; not on NFS without lock support.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+from shardsink.errors import ConditionFailedError, StorageError
+from shardsink.storage.base import Fetched, ObjectInfo, check_key
+
+_TMP_PREFIX = ".tmp-"
+_LOCKS = ".locks"
+
+
+def _etag(st: os.stat_result) -> str:
+    # A new inode per publish (os.replace/link of a fresh temp file) makes this unique.
+    return f"{st.st_ino:x}-{st.st_mtime_ns:x}-{st.st_size:x}"
+
+
+class LocalBlob:
+    """Blob store over one folder; see the module docstring for the guarantees."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+        self.url = self.root.as_uri()
+
+    def _path(self, key: str) -> Path:
+        return self.root / check_key(key)
+
+    def get(self, key: str) -> Fetched | None:
+        path = self._path(key)
+        try:
+            with open(path, "rb") as f:
+                st = os.fstat(f.fileno())
+                return Fetched(f.read(), _etag(st))
+        except FileNotFoundError:
+            return None
+        except IsADirectoryError:
+            return None
+        except OSError as e:
+            raise StorageError(f"cannot read {path}: {e}") from e
+
+    def _write_temp(self, path: Path, data: bytes) -> Path:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.parent / f"{_TMP_PREFIX}{uuid.uuid4().hex}"
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            return tmp
+        except OSError as e:
+            raise StorageError(f"cannot write {path}: {e}", retryable=False) from e
+
+    def put(self, key: str, data: bytes) -> str:
+        path = self._path(key)
+        tmp = self._write_temp(path, data)
+        os.replace(tmp, path)
+        return _etag(os.stat(path))
+
+    def create(self, key: str, data: bytes) -> str:
+        path = self._path(key)
+        tmp = self._write_temp(path, data)
+        try:
+            os.link(tmp, path)
+        except FileExistsError as e:
+            raise ConditionFailedError(f"{path} already exists") from e
+        finally:
+            tmp.unlink(missing_ok=True)
+        return _etag(os.stat(path))
+
+    def replace(self, key: str, data: bytes, *, etag: str | None) -> str:
+        path = self._path(key)
+        lock = self.root / _LOCKS / hashlib.sha1(key.encode()).hexdigest()
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self._write_temp(path, data)
+        try:
+            with open(lock, "a+b") as lf:
+                fcntl.flock(lf.fileno(), fcntl.LOCK_EX)
+                try:
+                    current: str | None = _etag(os.stat(path))
+                except FileNotFoundError:
+                    current = None
+                if current != etag:
+                    raise ConditionFailedError(f"{path} changed (etag {current}, expected {etag})")
+                os.replace(tmp, path)
+                return _etag(os.stat(path))
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    def delete(self, key: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self._path(key).unlink()
+
+    def list(self, prefix: str) -> Iterator[ObjectInfo]:
+        base = self.root / check_key(prefix.rstrip("/")) if prefix.strip("/") else self.root
+        if not base.is_dir():
+            return
+        for dirpath, dirnames, filenames in os.walk(base):
+            dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+            for name in sorted(filenames):
+                if name.startswith("."):
+                    continue
+                p = Path(dirpath) / name
+                try:
+                    st = p.stat()
+                except FileNotFoundError:
+                    continue
+                yield ObjectInfo(p.relative_to(self.root).as_posix(), st.st_size, st.st_mtime)

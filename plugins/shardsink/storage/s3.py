@@ -1,0 +1,146 @@
+"""S3 backend (``s3://bucket/prefix/shard``), for AWS S3, MinIO and any S3-compatible store.
+
+Endpoint and credentials come from the standard AWS environment (``AWS_ENDPOINT_URL``,
+``AWS_ACCESS_KEY_ID``, profiles, instance roles); nothing is stored by shardsink.
+
+The conditional create is ``PutObject`` with ``If-None-Match: *``; the conditional
+replace is ``PutObject`` with ``If-Match: <etag>``. Answers are classified per
+DESIGN.md: 412 = lost race (definite), 409 / timeout / 5xx after sending = unknown
+outcome, connection refused = definitely not applied.
+
+SUBTLE: botocore's own retries are switched off. A retried conditional put whose first
+attempt landed but whose answer was lost comes back 412, which would make a writer
+believe it lost a race it actually won. Retries happen above this layer, by policies
+that know which requests are idempotent.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import botocore.exceptions as bexc
+from botocore.config import Config
+
+from shardsink.errors import ConditionFailedError, StorageError, UnknownOutcomeError
+from shardsink.storage.base import Fetched, ObjectInfo, check_key
+
+# Errors raised before a request could reach the server: definitely not applied.
+_NOT_SENT = (bexc.EndpointConnectionError, bexc.ConnectTimeoutError, bexc.NoCredentialsError)
+# Errors after the request may have been sent: outcome unknown.
+_IN_FLIGHT = (
+    bexc.ReadTimeoutError,
+    bexc.ConnectionClosedError,
+    bexc.ResponseStreamingError,
+    bexc.IncompleteReadError,
+)
+_NOT_RETRYABLE_CODES = {"AccessDenied", "NoSuchBucket", "InvalidAccessKeyId", "SignatureDoesNotMatch"}
+
+
+def make_client(endpoint_url: str | None = None) -> Any:
+    """A boto3 S3 client with botocore retries off and bounded timeouts."""
+    endpoint = endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    config = Config(
+        retries={"total_max_attempts": 1},
+        connect_timeout=float(os.environ.get("SHARDSINK_S3_CONNECT_TIMEOUT", "5")),
+        read_timeout=float(os.environ.get("SHARDSINK_S3_READ_TIMEOUT", "30")),
+        s3={"addressing_style": "path" if endpoint else "auto"},
+        max_pool_connections=32,
+    )
+    return boto3.session.Session().client("s3", endpoint_url=endpoint, config=config)
+
+
+def _status(e: bexc.ClientError) -> tuple[int, str]:
+    meta = e.response.get("ResponseMetadata", {})
+    return int(meta.get("HTTPStatusCode", 0)), str(e.response.get("Error", {}).get("Code", ""))
+
+
+class S3Blob:
+    """Blob store under ``s3://bucket/prefix/``; see the module docstring."""
+
+    def __init__(self, bucket: str, prefix: str, *, client: Any | None = None) -> None:
+        self.bucket = bucket
+        self.prefix = prefix.strip("/")
+        self.url = f"s3://{bucket}/{self.prefix}"
+        self.client = client if client is not None else make_client()
+        self.requests = 0
+        self.client.meta.events.register("before-send.s3", self._count)
+
+    def _count(self, **_: Any) -> None:
+        self.requests += 1
+
+    def _key(self, key: str) -> str:
+        return f"{self.prefix}/{check_key(key)}" if self.prefix else check_key(key)
+
+    def _fail(self, e: Exception, what: str, *, write: bool) -> Exception:
+        """Map a botocore failure to the error class that says what the caller must do."""
+        where = f"{what} on {self.url}"
+        if isinstance(e, bexc.ClientError):
+            status, code = _status(e)
+            if status == 412 or code == "PreconditionFailed":
+                return ConditionFailedError(f"{where}: precondition failed (412)")
+            if status == 409 or status >= 500 or status == 0:
+                if write:
+                    return UnknownOutcomeError(f"{where}: {status} {code}; the write may have been applied")
+                return StorageError(f"{where}: {status} {code}")
+            if code in ("SlowDown", "RequestTimeout", "Throttling") or status == 429:
+                return StorageError(f"{where}: {status} {code}")
+            return StorageError(f"{where}: {status} {code}: {e}", retryable=code not in _NOT_RETRYABLE_CODES)
+        if isinstance(e, _NOT_SENT):
+            return StorageError(f"{where}: {type(e).__name__}: {e}")
+        if isinstance(e, _IN_FLIGHT) or isinstance(e, bexc.BotoCoreError):
+            if write:
+                return UnknownOutcomeError(f"{where}: {type(e).__name__}; the write may have been applied")
+            return StorageError(f"{where}: {type(e).__name__}: {e}")
+        return e
+
+    def get(self, key: str) -> Fetched | None:
+        try:
+            r = self.client.get_object(Bucket=self.bucket, Key=self._key(key))
+            return Fetched(r["Body"].read(), r["ETag"])
+        except bexc.ClientError as e:
+            status, code = _status(e)
+            if status == 404 or code in ("NoSuchKey", "404"):
+                if code == "NoSuchBucket":
+                    raise StorageError(f"no such bucket {self.bucket!r} for {self.url}", retryable=False) from e
+                return None
+            raise self._fail(e, f"GET {key}", write=False) from e
+        except Exception as e:
+            raise self._fail(e, f"GET {key}", write=False) from e
+
+    def _put(self, key: str, data: bytes, what: str, **cond: str) -> str:
+        try:
+            r = self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data, **cond)
+            return str(r["ETag"])
+        except Exception as e:
+            raise self._fail(e, f"{what} {key}", write=True) from e
+
+    def put(self, key: str, data: bytes) -> str:
+        return self._put(key, data, "PUT")
+
+    def create(self, key: str, data: bytes) -> str:
+        return self._put(key, data, "PUT If-None-Match", IfNoneMatch="*")
+
+    def replace(self, key: str, data: bytes, *, etag: str | None) -> str:
+        if etag is None:
+            return self.create(key, data)
+        return self._put(key, data, "PUT If-Match", IfMatch=etag)
+
+    def delete(self, key: str) -> None:
+        try:
+            self.client.delete_object(Bucket=self.bucket, Key=self._key(key))
+        except Exception as e:
+            raise self._fail(e, f"DELETE {key}", write=True) from e
+
+    def list(self, prefix: str) -> Iterator[ObjectInfo]:
+        full = f"{self.prefix}/{prefix}" if self.prefix else prefix
+        strip = len(self.prefix) + 1 if self.prefix else 0
+        try:
+            pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=full)
+            for page in pages:
+                for obj in page.get("Contents", []):
+                    yield ObjectInfo(obj["Key"][strip:], int(obj["Size"]), obj["LastModified"].timestamp())
+        except Exception as e:
+            raise self._fail(e, f"LIST {prefix}", write=False) from e

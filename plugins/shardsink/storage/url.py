@@ -1,0 +1,78 @@
+"""Shard URLs: ``file:///abs/path/name`` or ``s3://bucket/prefix/name``.
+
+A bare or relative path is accepted where a human types it (the CLI) and becomes a
+``file://`` URL. ``..`` segments are refused outright so that no URL can address a
+folder outside the one it names.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+from urllib.parse import unquote, urlparse
+
+from shardsink.errors import InvalidUsageError
+from shardsink.storage.base import Blob
+
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+
+
+@dataclass(frozen=True)
+class ShardUrl:
+    scheme: Literal["file", "s3"]
+    bucket: str  # empty for file
+    path: str  # absolute folder for file; key prefix for s3
+
+    def __str__(self) -> str:
+        if self.scheme == "file":
+            return Path(self.path).as_uri()
+        return f"s3://{self.bucket}/{self.path}"
+
+
+def _refuse_dotdot(url: str, path: str) -> None:
+    if any(seg in ("..", ".") for seg in path.split("/")):
+        raise InvalidUsageError(f"shard URL {url!r} contains a '.' or '..' segment; expected a plain path")
+
+
+def parse_url(url: str) -> ShardUrl:
+    """Parse and validate a shard URL, raising InvalidUsageError naming what is wrong."""
+    if not url:
+        raise InvalidUsageError("empty shard URL; expected file:///abs/path/name or s3://bucket/prefix/name")
+    if "://" not in url:
+        _refuse_dotdot(url, url)
+        return ShardUrl("file", "", os.path.abspath(url))
+    parsed = urlparse(url)
+    if parsed.scheme == "file":
+        if parsed.netloc not in ("", "localhost"):
+            raise InvalidUsageError(f"shard URL {url!r} has host {parsed.netloc!r}; expected file:///abs/path")
+        path = unquote(parsed.path)
+        _refuse_dotdot(url, path)
+        if not path.startswith("/") or path.rstrip("/") == "":
+            raise InvalidUsageError(f"shard URL {url!r} needs an absolute folder path")
+        return ShardUrl("file", "", path.rstrip("/"))
+    if parsed.scheme in ("s3", "s3a"):
+        if not _BUCKET.match(parsed.netloc):
+            raise InvalidUsageError(f"shard URL {url!r}: {parsed.netloc!r} is not a valid S3 bucket name")
+        prefix = parsed.path.strip("/")
+        _refuse_dotdot(url, prefix)
+        if not prefix:
+            raise InvalidUsageError(f"shard URL {url!r} needs a prefix naming the shard (s3://bucket/name)")
+        if "//" in prefix:
+            raise InvalidUsageError(f"shard URL {url!r} has an empty path segment")
+        return ShardUrl("s3", parsed.netloc, prefix)
+    raise InvalidUsageError(f"shard URL {url!r} has scheme {parsed.scheme!r}; expected file:// or s3://")
+
+
+def open_blob(url: str | ShardUrl) -> Blob:
+    """The backend for a shard URL (imports boto3 only for s3 URLs)."""
+    u = url if isinstance(url, ShardUrl) else parse_url(url)
+    if u.scheme == "file":
+        from shardsink.storage.local import LocalBlob
+
+        return LocalBlob(u.path)
+    from shardsink.storage.s3 import S3Blob
+
+    return S3Blob(u.bucket, u.path)
