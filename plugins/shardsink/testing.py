@@ -1,0 +1,86 @@
+"""Helpers for tests and benchmarks: a real S3 endpoint (moto) on 127.0.0.1.
+
+Not used by the library itself. The server runs as a separate OS process so that
+clients measured against it do not share its interpreter lock.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+#: Credentials moto accepts; fake by construction.
+FAKE_ENV = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass(frozen=True)
+class MotoServer:
+    endpoint: str
+    process: subprocess.Popen[bytes]
+
+    def env(self) -> dict[str, str]:
+        """Environment that points boto3 (and shardsink) at this server."""
+        return {**FAKE_ENV, "AWS_ENDPOINT_URL": self.endpoint}
+
+    def make_bucket(self, name: str) -> None:
+        import boto3
+
+        boto3.client("s3", endpoint_url=self.endpoint, **_kw()).create_bucket(Bucket=name)
+
+
+def _kw() -> dict[str, str]:
+    return {
+        "aws_access_key_id": FAKE_ENV["AWS_ACCESS_KEY_ID"],
+        "aws_secret_access_key": FAKE_ENV["AWS_SECRET_ACCESS_KEY"],
+        "region_name": FAKE_ENV["AWS_DEFAULT_REGION"],
+    }
+
+
+@contextmanager
+def moto_server(port: int | None = None) -> Iterator[MotoServer]:
+    """Start ``moto_server`` on 127.0.0.1 in a child process; stop it on exit."""
+    port = port or free_port()
+    exe = os.path.join(os.path.dirname(sys.executable), "moto_server")
+    cmd = [exe] if os.path.exists(exe) else [sys.executable, "-m", "moto.server"]
+    proc = subprocess.Popen(
+        [*cmd, "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, **FAKE_ENV},
+    )
+    endpoint = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=1).read()
+            break
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                raise RuntimeError(f"moto server did not start on {endpoint}") from None
+            time.sleep(0.1)
+    try:
+        yield MotoServer(endpoint, proc)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()

@@ -1,0 +1,45 @@
+"""Shared fixtures: a moto S3 server over real HTTP, and a backend fixture that runs
+the same contract tests against the local folder and S3."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from shardsink.testing import MotoServer, moto_server
+
+BUCKET = "shardsink-test"
+
+
+@pytest.fixture(scope="session")
+def moto() -> Iterator[MotoServer]:
+    with moto_server() as server:
+        server.make_bucket(BUCKET)
+        saved = {k: os.environ.get(k) for k in server.env()}
+        os.environ.update(server.env())
+        try:
+            yield server
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+
+
+@pytest.fixture(params=["local", "s3"])
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def shard_url(backend: str, tmp_path: object, request: pytest.FixtureRequest) -> str:
+    """A fresh, not-yet-created shard URL on the parametrised backend."""
+    name = f"shard-{uuid.uuid4().hex[:12]}"
+    if backend == "local":
+        return f"file://{tmp_path}/{name}"
+    request.getfixturevalue("moto")
+    return f"s3://{BUCKET}/{name}"
