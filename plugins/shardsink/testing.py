@@ -42,15 +42,14 @@ class MotoServer:
     def make_bucket(self, name: str) -> None:
         import boto3
 
-        boto3.client("s3", endpoint_url=self.endpoint, **_kw()).create_bucket(Bucket=name)
-
-
-def _kw() -> dict[str, str]:
-    return {
-        "aws_access_key_id": FAKE_ENV["AWS_ACCESS_KEY_ID"],
-        "aws_secret_access_key": FAKE_ENV["AWS_SECRET_ACCESS_KEY"],
-        "region_name": FAKE_ENV["AWS_DEFAULT_REGION"],
-    }
+        client = boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            aws_access_key_id=FAKE_ENV["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=FAKE_ENV["AWS_SECRET_ACCESS_KEY"],
+            region_name=FAKE_ENV["AWS_DEFAULT_REGION"],
+        )
+        client.create_bucket(Bucket=name)
 
 
 @contextmanager

@@ -176,7 +176,7 @@ def compare_and_append(header: Header, cmd: AppendCommand) -> Version | Refusal:
     rows = sum(p.rows for p in cmd.parts)
     added = (BatchMeta(cmd.desc_id, cmd.lower, cmd.upper, seqno, cmd.parts),) if cmd.parts else ()
     writers = tuple(w for w in header.writers if w.writer != cmd.writer)
-    writers = (writers + (WriterRecord(cmd.writer, cmd.desc_id, seqno, cmd.at),))[-WRITERS:]
+    writers = (*writers, WriterRecord(cmd.writer, cmd.desc_id, seqno, cmd.at))[-WRITERS:]
     s = header.stats
     stats = Stats(
         s.batches + len(added),
@@ -188,7 +188,7 @@ def compare_and_append(header: Header, cmd: AppendCommand) -> Version | Refusal:
         header,
         seqno=seqno,
         upper=cmd.upper,
-        recent=(header.recent + ((cmd.desc_id, seqno),))[-RECENT_DESCS:],
+        recent=(*header.recent, (cmd.desc_id, seqno))[-RECENT_DESCS:],
         writers=writers,
         stats=stats,
     )

@@ -90,7 +90,7 @@ class S3Blob:
             return StorageError(f"{where}: {status} {code}: {e}", retryable=code not in _NOT_RETRYABLE_CODES)
         if isinstance(e, _NOT_SENT):
             return StorageError(f"{where}: {type(e).__name__}: {e}")
-        if isinstance(e, _IN_FLIGHT) or isinstance(e, bexc.BotoCoreError):
+        if isinstance(e, (*_IN_FLIGHT, bexc.BotoCoreError)):
             if write:
                 return UnknownOutcomeError(f"{where}: {type(e).__name__}; the write may have been applied")
             return StorageError(f"{where}: {type(e).__name__}: {e}")
