@@ -11,6 +11,7 @@ class                             what the caller does
 :class:`UnknownOutcomeError`      re-read state before deciding anything
 :class:`StorageError`             retry later (the request definitely failed)
 :class:`CorruptionError`          stop and page a human; never guess
+:class:`LeaseLostError`           re-run the read: its frontier may have moved under it
 ================================  ==============================================
 """
 
@@ -84,6 +85,14 @@ class ConditionFailedError(ShardsinkError):
 
     Internal signal of the storage layer (HTTP 412); the commit loop turns it into a
     re-read. It definitely did not apply.
+    """
+
+
+class LeaseLostError(ShardsinkError):
+    """A reader's lease expired or vanished while it was held (see ``core/leases.py``).
+
+    Compaction may have advanced ``since`` past the read and GC may have removed what
+    it read: the job's result may be incomplete. Re-run it.
     """
 
 

@@ -28,7 +28,11 @@ def format_of(path: str | Path) -> Format:
 
 
 def read_file(path: str | Path, *, types: pa.Schema | None = None) -> pa.Table:
-    """Read a Parquet, CSV or JSONL file; ``types`` pins the types of the columns it names."""
+    """Read a Parquet, CSV or JSONL file; ``types`` pins the types of the columns it names.
+
+    Columns of ``types`` that the file does not have stay absent (never null-filled).
+    Unreadable or missing files raise InvalidUsageError naming the file.
+    """
     p = Path(path)
     fmt = format_of(p)
     if not p.is_file():
@@ -40,13 +44,34 @@ def read_file(path: str | Path, *, types: pa.Schema | None = None) -> pa.Table:
             opts = pacsv.ConvertOptions(column_types={f.name: f.type for f in types} if types else None)
             return pacsv.read_csv(p, convert_options=opts)
         parse = pajson.ParseOptions(explicit_schema=types, unexpected_field_behavior="infer") if types else None
-        return pajson.read_json(p, parse_options=parse)
+        table = pajson.read_json(p, parse_options=parse)
+        # SUBTLE: an explicit schema adds its fields as all-null columns when no line has
+        # them; a column the file lacks must stay absent (``_diff`` then defaults to 1).
+        n = table.num_rows
+        suspects = [c for c in (types.names if types else []) if n and table.column(c).null_count == n]
+        if suspects:
+            present = set(pajson.read_json(p).column_names)
+            table = table.drop_columns([c for c in suspects if c not in present])
+        return table
     except (pa.ArrowInvalid, pa.ArrowTypeError, OSError) as e:
         raise InvalidUsageError(f"cannot read {str(p)!r} as {fmt}: {e}") from e
 
 
 def write_table(table: pa.Table, *, fmt: Format, output: str | None) -> None:
-    """Write to ``output`` or stdout. JSONL writes one JSON object per row."""
+    """Write to ``output`` or stdout. JSONL writes one JSON object per row.
+
+    An ``output`` that cannot be written (missing folder, no permission) raises
+    InvalidUsageError naming it.
+    """
+    try:
+        _write_table(table, fmt=fmt, output=output)
+    except OSError as e:
+        if output is None:
+            raise  # stdout: the CLI handles a closed pipe
+        raise InvalidUsageError(f"cannot write {output!r}: {e}") from e
+
+
+def _write_table(table: pa.Table, *, fmt: Format, output: str | None) -> None:
     if fmt == "parquet":
         if output is None:
             sink = pa.BufferOutputStream()

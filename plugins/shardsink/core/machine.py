@@ -176,36 +176,49 @@ class Machine:
         SUBTLE: after an unknown outcome (timeout, 409, 5xx) the version may exist,
         written by us. We re-read it and compare the commit nonce before deciding; a
         later refusal ``AlreadyCommitted`` is likewise checked against our nonce.
+        Once any attempt had an unknown outcome, a storage failure while re-reading
+        leaves the commit unknown, not failed: it is raised as UnknownOutcomeError, never
+        as StorageError (which tells callers the write definitely did not apply).
         """
         head = self.head()
         cur = head.version
         nonce: str | None = None
+        unsure = False  # an earlier create of ours may have landed unseen
         policy = self.commit_policy
-        for attempt in range(policy.attempts):
-            out = step(cur.header)
-            if isinstance(out, st.AlreadyCommitted):
-                mine = self.fetch(out.seqno) if nonce is not None else None
-                return mine if mine is not None and mine.commit.nonce == nonce else out
-            if isinstance(out, st.UpperMismatch):
-                return out
-            nonce = out.commit.nonce
-            try:
-                self.blob.create(version_key(out.seqno), st.encode_version(out))
-            except ConditionFailedError:
-                cur = self._advance(cur)
-                continue
-            except UnknownOutcomeError as e:
-                log.warning("commit of seqno %d: %s; re-reading", out.seqno, e)
-                policy.sleep(min(policy.max_wait, policy.first_wait * 2**attempt))
-                landed = self.fetch(out.seqno)
-                if landed is None:
-                    continue  # not there (yet): retrying the same create is safe
-                if landed.commit.nonce == nonce:
-                    return self._committed(landed, head.hint_etag)
-                cur = self._advance(landed)
-                continue
-            self._versions[out.seqno] = out
-            return self._committed(out, head.hint_etag)
+        try:
+            for attempt in range(policy.attempts):
+                out = step(cur.header)
+                if isinstance(out, st.AlreadyCommitted):
+                    mine = self.fetch(out.seqno) if nonce is not None else None
+                    return mine if mine is not None and mine.commit.nonce == nonce else out
+                if isinstance(out, st.UpperMismatch):
+                    return out
+                nonce = out.commit.nonce
+                try:
+                    self.blob.create(version_key(out.seqno), st.encode_version(out))
+                except ConditionFailedError:
+                    cur = self._advance(cur)
+                    continue
+                except UnknownOutcomeError as e:
+                    unsure = True
+                    log.warning("commit of seqno %d: %s; re-reading", out.seqno, e)
+                    policy.sleep(min(policy.max_wait, policy.first_wait * 2**attempt))
+                    landed = self.fetch(out.seqno)
+                    if landed is None:
+                        continue  # not there (yet): retrying the same create is safe
+                    if landed.commit.nonce == nonce:
+                        return self._committed(landed, head.hint_etag)
+                    cur = self._advance(landed)
+                    continue
+                self._versions[out.seqno] = out
+                return self._committed(out, head.hint_etag)
+        except StorageError as e:
+            if not unsure:
+                raise
+            raise UnknownOutcomeError(
+                f"{self.url}: commit outcome unknown: an attempt may have landed and re-reading failed ({e}); "
+                "re-read state before retrying"
+            ) from e
         raise UnknownOutcomeError(
             f"{self.url}: commit did not settle after {policy.attempts} attempts "
             f"(last seen seqno {cur.seqno}); re-read state before retrying"

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -27,8 +28,11 @@ from shardsink.errors import (
     ShardClosedError,
     UpperMismatchError,
 )
-from shardsink.storage.base import Blob
+from shardsink.storage.base import Blob, ObjectInfo
 from shardsink.storage.url import open_blob, parse_url
+
+if TYPE_CHECKING:
+    from shardsink.core.leases import Lease
 
 
 def default_writer() -> str:
@@ -40,7 +44,8 @@ def _now() -> str:
 
 
 def _check_desc_id(desc_id: str) -> str:
-    if not desc_id or len(desc_id) > 128 or not all(c.isalnum() or c in "-_.=+" for c in desc_id):
+    # ASCII only: the id becomes an object key segment (storage.base.check_key).
+    if not desc_id or len(desc_id) > 128 or not all((c.isascii() and c.isalnum()) or c in "-_.=+" for c in desc_id):
         raise InvalidUsageError(
             f"description id {desc_id!r} is invalid; expected 1-128 letters, digits or -_.=+"
         )
@@ -49,8 +54,12 @@ def _check_desc_id(desc_id: str) -> str:
     return desc_id
 
 
+def _is_time(t: object) -> bool:
+    return isinstance(t, int) and not isinstance(t, bool)
+
+
 def _check_bounds(lower: int, upper: int | None) -> None:
-    if not isinstance(lower, int) or (upper is not None and not isinstance(upper, int)):
+    if not _is_time(lower) or (upper is not None and not _is_time(upper)):
         raise InvalidUsageError(f"bounds must be integers, got lower={lower!r} upper={upper!r}")
     if upper is not None and upper <= lower:
         raise InvalidUsageError(f"batch bounds [{lower}, {upper}) are empty or reversed; expected lower < upper")
@@ -110,9 +119,8 @@ class Shard:
                blob: Blob | None = None) -> Shard:
         """Create an empty shard with ``schema`` and the given upper (since is 0)."""
         pt.check_schema(schema, what="schema")
-        _check_bounds(0 if upper >= 0 else upper, None)
-        if upper < 0:
-            raise InvalidUsageError(f"initial upper {upper} is negative; expected >= 0")
+        if not _is_time(upper) or upper < 0:
+            raise InvalidUsageError(f"initial upper {upper!r} is invalid; expected an integer >= 0")
         shard = cls(url, blob=blob)
         v0 = st.initial_version(
             schema=schema, upper=upper, writer=writer or default_writer(), at=_now(), nonce=uuid.uuid4().hex
@@ -227,14 +235,21 @@ class Shard:
         """Stage and commit ``table`` as ``[lower, upper)``; on a lost race, clean up and raise.
 
         Idempotent under ``desc_id``: a retry after a lost acknowledgement reports
-        ``already_committed`` and leaves no extra parts behind.
+        ``already_committed`` and leaves no extra parts behind. ``desc_id=None`` mints a
+        fresh id (no idempotency across calls); an empty or malformed id is refused.
         """
-        desc_id = _check_desc_id(desc_id or uuid.uuid4().hex)
+        # SUBTLE: only None means "mint one"; an empty id (e.g. a template that rendered to
+        # nothing) is refused rather than silently losing idempotency.
+        desc_id = _check_desc_id(uuid.uuid4().hex if desc_id is None else desc_id)
         _check_bounds(lower, upper)
         head = self.machine.head().version.header
         done = head.committed_seqno(desc_id)
         if done is not None:
-            return AppendResult("already_committed", desc_id, done, lower, upper, 0)
+            landed = self.machine.fetch(done)
+            rows = landed.commit.rows if landed is not None else 0
+            return AppendResult("already_committed", desc_id, done, lower, upper, rows)
+        if head.upper is None:
+            raise ShardClosedError(f"shard {self.url} is closed; it accepts no appends")
         staged = self.stage(table, lower=lower, upper=upper, desc_id=desc_id, schema=head.schema)
         try:
             result = self.compare_and_append([staged], expected_upper=lower, new_upper=upper,
@@ -249,12 +264,23 @@ class Shard:
     def close(self, *, expected_upper: int, desc_id: str | None = None, writer: str | None = None) -> AppendResult:
         """Seal the shard for good: its upper becomes the empty frontier."""
         return self.compare_and_append([], expected_upper=expected_upper, new_upper=None,
-                                       desc_id=desc_id or uuid.uuid4().hex, writer=writer)
+                                       desc_id=uuid.uuid4().hex if desc_id is None else desc_id, writer=writer)
 
     # --- reading ------------------------------------------------------------------
 
     def batches(self) -> tuple[st.BatchMeta, ...]:
         return self.machine.full_batches(self.machine.head().version)
+
+    def leaked_parts(self, *, grace_seconds: float = 0.0) -> list[ObjectInfo]:
+        """Objects under ``parts/`` that no live batch references, older than the grace period.
+
+        SUBTLE: a part younger than the grace period may belong to an in-flight writer
+        that is about to commit it; it is not reported (and must never be collected).
+        Cost: one listing of ``parts/``; meant for operators and GC, not hot paths.
+        """
+        live = {p.key for b in self.batches() for p in b.parts}
+        cutoff = time.time() - grace_seconds
+        return [o for o in self.blob.list("parts/") if o.key not in live and o.modified <= cutoff]
 
     def snapshot(self, as_of: int | None = None) -> pa.Table:
         """Consolidated contents as of ``as_of`` (default upper - 1): user columns + ``_count``.
@@ -278,12 +304,15 @@ class Shard:
         keys = h.schema.names
         summed = data.group_by(keys, use_threads=True).aggregate([(pt.DIFF, "sum")])
         summed = summed.rename_columns([*keys, pt.COUNT])
-        negative = summed.filter(pc.less(summed[pt.COUNT], 0))
-        if negative.num_rows:
+        lowest = pc.min(summed[pt.COUNT]).as_py()
+        if lowest is not None and lowest < 0:
+            negative = summed.filter(pc.less(summed[pt.COUNT], 0))
             row = negative.slice(0, 1).to_pylist()[0]
             raise CorruptionError(
                 f"shard {self.url} has {negative.num_rows} rows with negative multiplicity as of {as_of}, e.g. {row}"
             )
+        if lowest is None or lowest > 0:
+            return summed  # nothing retracted to zero: skip copying every row through a filter
         return summed.filter(pc.greater(summed[pt.COUNT], 0))
 
     def changes(self, lower: int, upper: int) -> pa.Table:
@@ -304,6 +333,18 @@ class Shard:
         data = pt.read_parts(self.blob, wanted, h.schema)
         data = data.filter(pc.and_(pc.greater_equal(data[pt.TIME], lower), pc.less(data[pt.TIME], upper)))
         return pt.consolidate(data, [*h.schema.names, pt.TIME])
+
+    def leases(self, *, now: float | None = None) -> list[Lease]:
+        """Live read leases (oldest first); see :mod:`shardsink.core.leases`."""
+        from shardsink.core import leases
+
+        return leases.live_leases(self, now=now)
+
+    def min_leased_as_of(self, *, now: float | None = None) -> int | None:
+        """The lowest ``as_of`` a live lease holds: compaction must keep ``since`` at or below it."""
+        from shardsink.core import leases
+
+        return leases.min_leased_as_of(self, now=now)
 
     def log(self, *, limit: int = 20) -> list[tuple[int, st.CommitInfo]]:
         """Commits newest first: ``(seqno, commit info)``."""

@@ -32,9 +32,10 @@ class ShardUrl:
         return f"s3://{self.bucket}/{self.path}"
 
 
-def _refuse_dotdot(url: str, path: str) -> None:
-    if any(seg in ("..", ".") for seg in path.split("/")):
-        raise InvalidUsageError(f"shard URL {url!r} contains a '.' or '..' segment; expected a plain path")
+def _refuse_dotdot(url: str, path: str, *, allow_dot: bool = False) -> None:
+    refused = ("..",) if allow_dot else ("..", ".")
+    if any(seg in refused for seg in path.split("/")):
+        raise InvalidUsageError(f"shard URL {url!r} contains a '..' or '.' segment; expected a plain path")
 
 
 def parse_url(url: str) -> ShardUrl:
@@ -42,7 +43,8 @@ def parse_url(url: str) -> ShardUrl:
     if not url:
         raise InvalidUsageError("empty shard URL; expected file:///abs/path/name or s3://bucket/prefix/name")
     if "://" not in url:
-        _refuse_dotdot(url, url)
+        # A typed relative path may say ./x; '..' is still refused (it could leave the root).
+        _refuse_dotdot(url, url, allow_dot=True)
         return ShardUrl("file", "", os.path.abspath(url))
     parsed = urlparse(url)
     if parsed.scheme == "file":
