@@ -15,6 +15,7 @@ import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 #: Credentials moto accepts; fake by construction.
 FAKE_ENV = {
@@ -83,3 +84,37 @@ def moto_server(port: int | None = None) -> Iterator[MotoServer]:
             proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+@contextmanager
+def local_spark(app: str = "shardsink-test", *, partitions: int = 4) -> Iterator[Any]:
+    """A ``local[2]`` SparkSession for tests and benchmarks (UI off, UTC, few shuffle partitions).
+
+    Workers run this interpreter (``PYSPARK_PYTHON``), so ``shardsink`` and pyarrow are
+    importable there. The JVM inherits the environment *now*: set ``AWS_ENDPOINT_URL``
+    (e.g. :meth:`MotoServer.env`) before calling. Reuses an active session if there is
+    one and then leaves it running.
+    """
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        yield active
+        return
+    spark = (
+        SparkSession.builder.master("local[2]").appName(app)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", str(partitions))
+        .config("spark.default.parallelism", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.memory", "2g")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    try:
+        yield spark
+    finally:
+        spark.stop()

@@ -1,0 +1,244 @@
+"""Read leases: a reader's promise-keeping token that holds back a shard's ``since``.
+
+A reader that will read a shard *as of* ``t`` for a while (a Spark job) takes a lease
+at ``t``: the object ``leases/<lease_id>.json`` under the shard root, holding
+``as_of``, ``seqno`` (the newest state version when the lease was written), ``holder``
+and ``expires_at``. The holder renews it (rewrites it with a later ``expires_at``)
+while it works and deletes it when done; a holder that crashes simply stops renewing
+and its lease expires. Only the holder ever writes its lease's key (fresh uuid), so
+plain puts suffice: there is no race on a lease object.
+
+Contract maintenance MUST honour (compaction and GC are not implemented yet):
+
+* **Compaction** lists the live leases (:func:`live_leases`, which already adds the
+  clock-skew margin) *immediately before* its conditional put and never advances
+  ``since`` past ``min(as_of)`` of those leases (:func:`min_leased_as_of`).
+* **GC** never deletes a state version ``>= seqno`` of any live lease, nor a part such
+  a version references. (A reader pins the version it read *after* writing its lease,
+  which is ``>=`` the lease's ``seqno``.)
+
+Why the reader re-checks after writing: a compactor may have listed leases just before
+this lease existed and then advanced ``since``. :func:`acquire` therefore writes the
+lease first, then reads the state again and refuses (ReadFrontierError, lease released)
+if ``since`` already passed ``as_of``. A compactor that commits after that re-read
+started its listing before the lease existed; the reader's pinned version is still
+protected from GC by the lease's ``seqno``, and its snapshot (of an older version) is
+unchanged by compaction by definition.
+
+HAZARD (clocks): liveness compares ``expires_at`` with the reader's wall clock. Holders
+renew at a third of the TTL; maintenance treats a lease as live for
+:data:`CLOCK_SKEW_S` after its expiry. Hosts whose clocks differ by more than that
+break the guarantee.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from shardsink.errors import CorruptionError, InvalidUsageError, LeaseLostError, ReadFrontierError, ShardsinkError
+
+if TYPE_CHECKING:
+    from shardsink.core.shard import Shard
+
+log = logging.getLogger(__name__)
+
+PREFIX = "leases/"
+FORMAT = 1
+DEFAULT_TTL_S = 300.0
+#: Maintenance keeps a lease for this long after its ``expires_at`` (clock skew margin).
+CLOCK_SKEW_S = 30.0
+
+Clock = Callable[[], float]
+
+
+@dataclass(frozen=True)
+class Lease:
+    """One reader's hold on ``since <= as_of``; times are epoch seconds (floats)."""
+
+    lease_id: str
+    as_of: int
+    seqno: int
+    holder: str
+    acquired_at: float
+    expires_at: float
+
+    @property
+    def key(self) -> str:
+        return f"{PREFIX}{self.lease_id}.json"
+
+
+def _encode(lease: Lease) -> bytes:
+    return json.dumps({"format": FORMAT, **asdict(lease)}, sort_keys=True).encode()
+
+
+def _decode(data: bytes, *, where: str) -> Lease:
+    try:
+        d: dict[str, Any] = json.loads(data)
+        return Lease(str(d["lease_id"]), int(d["as_of"]), int(d["seqno"]), str(d["holder"]),
+                     float(d["acquired_at"]), float(d["expires_at"]))
+    except (ValueError, KeyError, TypeError) as e:
+        raise CorruptionError(f"lease {where} is unreadable: {type(e).__name__}: {e}") from e
+
+
+def acquire(shard: Shard, as_of: int, *, holder: str, ttl_s: float = DEFAULT_TTL_S,
+            clock: Clock = time.time) -> Lease:
+    """Take a lease at ``as_of`` on ``shard``; ReadFrontierError if ``as_of < since``.
+
+    Checks ``since`` before writing (no lease objects on a bad call or a missing shard)
+    and again after (see the module docstring). The upper bound of a read is the
+    caller's business: a lease only holds ``since`` back.
+    """
+    if ttl_s <= 0:
+        raise InvalidUsageError(f"lease ttl {ttl_s} must be positive")
+    head = shard.machine.head().version
+    _check_since(shard, head.header.since, as_of)
+    now = clock()
+    lease = Lease(uuid.uuid4().hex, as_of, head.seqno, holder, now, now + ttl_s)
+    shard.blob.put(lease.key, _encode(lease))
+    try:
+        _check_since(shard, shard.machine.head().version.header.since, as_of)
+    except ShardsinkError:
+        release(shard, lease)
+        raise
+    return lease
+
+
+def _check_since(shard: Shard, since: int, as_of: int) -> None:
+    if as_of < since:
+        raise ReadFrontierError(
+            f"as_of {as_of} is not readable on {shard.url}: it is before since ({since}); "
+            "times before since have been compacted"
+        )
+
+
+def renew(shard: Shard, lease: Lease, *, ttl_s: float = DEFAULT_TTL_S, clock: Clock = time.time) -> Lease:
+    """Extend ``lease``; LeaseLostError if it is gone or already expired (then release it)."""
+    now = clock()
+    got = shard.blob.get(lease.key)
+    if got is None or now > lease.expires_at:
+        if got is not None:
+            release(shard, lease)
+        raise LeaseLostError(
+            f"lease {lease.lease_id} on {shard.url} (as_of {lease.as_of}) was lost: "
+            f"{'deleted' if got is None else 'expired before renewal'}; the read it protected may be unprotected"
+        )
+    renewed = replace(lease, expires_at=now + ttl_s)
+    shard.blob.put(lease.key, _encode(renewed))
+    return renewed
+
+
+def release(shard: Shard, lease: Lease) -> None:
+    """Delete ``lease`` (idempotent)."""
+    shard.blob.delete(lease.key)
+
+
+def all_leases(shard: Shard) -> list[Lease]:
+    """Every lease object under the shard, live or expired (one LIST + one GET each)."""
+    out = []
+    for obj in shard.blob.list(PREFIX):
+        if not obj.key.endswith(".json"):
+            continue
+        got = shard.blob.get(obj.key)
+        if got is not None:  # released between LIST and GET
+            out.append(_decode(got.data, where=f"{shard.url}/{obj.key}"))
+    return out
+
+
+def live_leases(shard: Shard, *, now: float | None = None, skew_s: float = CLOCK_SKEW_S) -> list[Lease]:
+    """Leases not expired at ``now`` minus the skew margin, oldest first."""
+    t = time.time() if now is None else now
+    live = (x for x in all_leases(shard) if x.expires_at + skew_s >= t)
+    return sorted(live, key=lambda x: (x.acquired_at, x.lease_id))
+
+
+def min_leased_as_of(shard: Shard, *, now: float | None = None, skew_s: float = CLOCK_SKEW_S) -> int | None:
+    """The lowest ``as_of`` any live lease holds (None: no live lease): ``since``'s ceiling."""
+    live = live_leases(shard, now=now, skew_s=skew_s)
+    return min((x.as_of for x in live), default=None)
+
+
+def expire(shard: Shard, *, now: float | None = None, skew_s: float = CLOCK_SKEW_S) -> int:
+    """Maintenance: delete lease objects expired for longer than the skew margin."""
+    t = time.time() if now is None else now
+    dead = [x for x in all_leases(shard) if x.expires_at + skew_s < t]
+    for x in dead:
+        shard.blob.delete(x.key)
+    return len(dead)
+
+
+class LeaseKeeper:
+    """Holds leases and renews them from a daemon thread until :meth:`close`.
+
+    ``close`` releases every lease and raises LeaseLostError if one was lost on the way
+    (a renewal found it deleted or expired, or renewals kept failing until it expired):
+    the job's reads may not have been protected and should be re-run.
+    """
+
+    def __init__(self, *, ttl_s: float = DEFAULT_TTL_S, clock: Clock = time.time) -> None:
+        self.ttl_s = ttl_s
+        self.clock = clock
+        self.held: list[tuple[Shard, Lease]] = []
+        self.lost: list[str] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def acquire(self, shard: Shard, as_of: int, *, holder: str) -> Lease:
+        lease = acquire(shard, as_of, holder=holder, ttl_s=self.ttl_s, clock=self.clock)
+        with self._lock:
+            self.held.append((shard, lease))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="shardsink-leases", daemon=True)
+                self._thread.start()
+        return lease
+
+    def leases(self) -> Sequence[Lease]:
+        with self._lock:
+            return [lease for _, lease in self.held]
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.ttl_s / 3):
+            self.renew_all()
+
+    def renew_all(self) -> None:
+        """Renew every held lease once (the thread calls this every ttl/3)."""
+        with self._lock:
+            held = list(self.held)
+        for i, (shard, lease) in enumerate(held):
+            try:
+                fresh = renew(shard, lease, ttl_s=self.ttl_s, clock=self.clock)
+            except LeaseLostError as e:
+                self._drop(lease, str(e))
+                continue
+            except ShardsinkError as e:  # transient: try again next round, while it lasts
+                log.warning("renewing lease %s failed: %s", lease.lease_id, e)
+                continue
+            with self._lock:
+                if i < len(self.held) and self.held[i][1].lease_id == lease.lease_id:
+                    self.held[i] = (shard, fresh)
+
+    def _drop(self, lease: Lease, why: str) -> None:
+        with self._lock:
+            self.held = [(s, x) for s, x in self.held if x.lease_id != lease.lease_id]
+            self.lost.append(why)
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        with self._lock:
+            held, self.held = self.held, []
+        for shard, lease in held:
+            try:
+                release(shard, lease)
+            except ShardsinkError as e:  # it will expire
+                log.warning("releasing lease %s failed (it will expire): %s", lease.lease_id, e)
+        if self.lost:
+            raise LeaseLostError("; ".join(self.lost))

@@ -1,0 +1,268 @@
+"""``spark.read.format("shardsink")``: a Spark 4 Python data source over a shard's parts.
+
+Register once per session with :func:`register` (the read helpers do it), then::
+
+    spark.read.format("shardsink").option("as_of", T).load(URL)                  # mode=snapshot
+    spark.read.format("shardsink").option("mode", "changes")
+        .option("from", A).option("to", B).load(URL)
+
+**What a partition returns, and why it is not consolidated.** One Spark partition reads
+one part, or a group of small parts packed up to ``partitionBytes`` (default 64 MiB of
+Parquet; lowered so that there are at least ``minPartitions`` groups when there are as
+many parts, default 1; the read helpers pass Spark's default parallelism). The same
+row can appear in parts of different batches (an insert in one, its retraction in
+another), so no partition can consolidate on its own. Instead of partitioning by a hash
+of the row (every task would read every part), the source emits *updates* and leaves
+the global sum to a Spark aggregation:
+
+* ``mode=snapshot``: user columns + ``_diff``: every update with ``_time <= as_of``, time
+  dropped. The contents as of ``as_of`` are ``sum(_diff)`` per distinct row; a row with
+  several entries is *not* duplicated content. :func:`shardsink.spark.read.read_snapshot`
+  does the ``groupBy`` (whose map-side partial aggregation is the per-partition
+  consolidation), names the sum ``_count`` like :meth:`Shard.snapshot`, and fails the
+  job on a negative sum (corruption).
+* ``mode=changes``: user columns + ``_time`` + ``_diff`` for ``from <= _time < to``. Each
+  part is consolidated per ``(row, _time)``, but parts staged by several Spark tasks for
+  one batch may repeat a ``(row, _time)``; :func:`~shardsink.spark.read.read_changes`
+  consolidates globally.
+
+**Planning happens at ``load()``** (in a Python worker the JVM starts on the driver):
+the state is read once, the frontier checked (ReadFrontierError, before any job), and
+the state version ``seqno`` and the part list are pinned in the source, so every action
+on the DataFrame reads the same parts. ``.option("seqno", N)`` pins an explicit version
+(the read helpers pin the one their lease protects).
+
+HAZARDS: executors open the store themselves (boto3 with the standard AWS environment:
+``AWS_ENDPOINT_URL``, credentials) and need ``shardsink`` importable; a missing or
+unreadable part fails the task with CorruptionError. Without a lease
+(:mod:`shardsink.core.leases`) nothing stops compaction/GC from removing pinned parts
+during a long job: prefer the read helpers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+from shardsink.core import parts as pt
+from shardsink.core.machine import Machine
+from shardsink.core.state import Header, PartMeta
+from shardsink.errors import CorruptionError, InvalidUsageError, ReadFrontierError
+from shardsink.spark import types as sty
+from shardsink.storage.url import open_blob, parse_url
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.types import StructType
+
+NAME = "shardsink"
+DEFAULT_PARTITION_BYTES = 64 * 1024 * 1024
+BATCH_ROWS = 128 * 1024
+MIN_TIME = -(2**63)
+MIN_GROUP_BYTES = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class ReadPlan:
+    """What one ``load()`` reads: pinned version, bounds, parts (picklable)."""
+
+    url: str
+    mode: str  # "snapshot" | "changes"
+    seqno: int
+    lower: int  # snapshot: MIN_TIME; changes: from
+    upper: int  # snapshot: as_of + 1; changes: to
+    schema: bytes  # the shard's Arrow user schema, serialized
+    parts: tuple[PartMeta, ...]
+    partition_bytes: int
+    min_partitions: int
+    batch_rows: int = BATCH_ROWS
+
+    @property
+    def user_schema(self) -> pa.Schema:
+        return pa.ipc.read_schema(pa.py_buffer(self.schema))
+
+    def spark_schema(self) -> StructType:
+        return sty.spark_schema(self.user_schema, time=self.mode == "changes", diff=pt.DIFF)
+
+
+def _int_option(options: Mapping[str, str], name: str) -> int | None:
+    raw = options.get(name)
+    if raw is None:
+        return None
+    try:
+        return int(str(raw))
+    except ValueError:
+        raise InvalidUsageError(f"option {name}={raw!r} is not an integer") from None
+
+
+def check_as_of(url: str, h: Header, as_of: int) -> None:
+    """ReadFrontierError unless ``since <= as_of < upper``."""
+    if as_of < h.since or (h.upper is not None and as_of >= h.upper):
+        raise ReadFrontierError(
+            f"as_of {as_of} is not readable on {url}: expected since ({h.since}) <= as_of < upper ({h.upper})"
+        )
+
+
+def check_changes(url: str, h: Header, lower: int, upper: int) -> None:
+    """InvalidUsageError / ReadFrontierError unless ``since <= lower <= upper <= shard upper``."""
+    if upper < lower:
+        raise InvalidUsageError(f"changes bounds [{lower}, {upper}) are reversed; expected from <= to")
+    if lower < h.since:
+        raise ReadFrontierError(f"changes from {lower} is before since {h.since} on {url}")
+    if h.upper is not None and upper > h.upper:
+        raise ReadFrontierError(
+            f"changes to {upper} is beyond upper {h.upper} on {url}; times >= upper are not sealed yet"
+        )
+
+
+def plan_read(options: Mapping[str, str]) -> ReadPlan:
+    """Read the shard's state once and decide what to read (raises before any job)."""
+    raw = options.get("path")
+    if not raw:
+        raise InvalidUsageError("no shard URL: use spark.read.format('shardsink').load(URL)")
+    url = str(parse_url(str(raw)))
+    mode = str(options.get("mode", "snapshot")).lower()
+    if mode not in ("snapshot", "changes"):
+        raise InvalidUsageError(f"option mode={mode!r} is invalid; expected 'snapshot' or 'changes'")
+    machine = Machine(open_blob(url))
+    pinned = _int_option(options, "seqno")
+    if pinned is None:
+        v = machine.head().version
+    else:
+        got = machine.fetch(pinned)
+        if got is None:
+            raise ReadFrontierError(f"state version {pinned} of {url} does not exist (or was collected)")
+        v = got
+    h = v.header
+    batches = machine.full_batches(v)
+    if mode == "snapshot":
+        as_of = _int_option(options, "as_of")
+        if as_of is None:
+            if h.upper is None:
+                raise ReadFrontierError(f"shard {url} is closed; pass an explicit as_of")
+            as_of = h.upper - 1
+        check_as_of(url, h, as_of)
+        lower, upper = MIN_TIME, as_of + 1
+        parts = [p for b in batches if b.lower <= as_of for p in b.parts if p.min_time <= as_of]
+    else:
+        lo, hi = _int_option(options, "from"), _int_option(options, "to")
+        if lo is None or hi is None:
+            raise InvalidUsageError("mode=changes needs both options 'from' and 'to' (times, [from, to))")
+        check_changes(url, h, lo, hi)
+        lower, upper = lo, hi
+        parts = [p for b in batches for p in b.parts if p.max_time >= lo and p.min_time < hi]
+    size = _int_option(options, "partitionBytes") or DEFAULT_PARTITION_BYTES
+    spread = _int_option(options, "minPartitions") or 1
+    rows = _int_option(options, "batchRows") or BATCH_ROWS
+    return ReadPlan(url, mode, v.seqno, lower, upper, h.schema.serialize().to_pybytes(), tuple(parts), size, spread,
+                    rows)
+
+
+class PartGroup(InputPartition):
+    """The parts one Spark task reads."""
+
+    def __init__(self, index: int, parts: tuple[PartMeta, ...]) -> None:
+        super().__init__(index)
+        self.parts = parts
+
+
+def group_parts(parts: tuple[PartMeta, ...], target_bytes: int, min_groups: int = 1) -> list[tuple[PartMeta, ...]]:
+    """Pack parts (in key order) into groups of at most ``target_bytes``; a big part is alone.
+
+    The target shrinks to ``total / min_groups`` (not below 4 MiB, like Spark's file
+    splits) so that a small read still spreads over ``min_groups`` tasks.
+    """
+    if min_groups > 1 and parts:
+        target_bytes = min(target_bytes, max(MIN_GROUP_BYTES, sum(p.bytes for p in parts) // min_groups))
+    groups: list[list[PartMeta]] = []
+    size = 0
+    for p in sorted(parts, key=lambda p: p.key):
+        if not groups or size + p.bytes > target_bytes:
+            groups.append([])
+            size = 0
+        groups[-1].append(p)
+        size += p.bytes
+    return [tuple(g) for g in groups]
+
+
+class ShardReader(DataSourceReader):
+    def __init__(self, plan: ReadPlan) -> None:
+        self.plan = plan
+
+    def partitions(self) -> list[InputPartition]:
+        groups = group_parts(self.plan.parts, self.plan.partition_bytes, self.plan.min_partitions)
+        return [PartGroup(i, g) for i, g in enumerate(groups)] or [PartGroup(0, ())]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
+        from shardsink.core.retry import RetryingBlob
+
+        plan = self.plan
+        parts: tuple[PartMeta, ...] = getattr(partition, "parts", ())
+        if not parts:
+            return
+        blob = RetryingBlob(open_blob(plan.url))
+        wire = sty.arrow_wire_schema(plan.spark_schema())
+        for part in parts:
+            got = blob.get(part.key)
+            if got is None:
+                raise CorruptionError(f"part {plan.url}/{part.key} is missing (referenced by state {plan.seqno})")
+            try:
+                f = pq.ParquetFile(pa.BufferReader(got.data))
+            except Exception as e:
+                raise CorruptionError(f"part {plan.url}/{part.key} is unreadable: {type(e).__name__}: {e}") from e
+            if f.metadata.num_rows != part.rows:
+                raise CorruptionError(
+                    f"part {plan.url}/{part.key} has {f.metadata.num_rows} rows; the state says {part.rows}"
+                )
+            yield from _batches(f, part, plan, wire)
+
+
+def _batches(f: pq.ParquetFile, part: PartMeta, plan: ReadPlan, wire: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """The part's updates within the plan's time bounds, cast to the wire schema."""
+    filtered = part.min_time < plan.lower or part.max_time >= plan.upper
+    out_names = wire.names
+    cols = list(dict.fromkeys([*out_names, pt.TIME])) if filtered else out_names
+    for batch in f.iter_batches(batch_size=plan.batch_rows, columns=cols):
+        if filtered:
+            t = batch.column(pt.TIME)
+            batch = batch.filter(pc.and_(pc.greater_equal(t, plan.lower), pc.less(t, plan.upper)))
+            if batch.num_rows == 0:
+                continue
+        try:
+            yield pa.RecordBatch.from_arrays([batch.column(fl.name).cast(fl.type) for fl in wire],
+                                             schema=wire)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+            raise CorruptionError(f"part {plan.url}/{part.key} does not match the shard schema: {e}") from e
+
+
+class ShardDataSource(DataSource):
+    """The ``shardsink`` format; see the module docstring for options and semantics."""
+
+    @classmethod
+    def name(cls) -> str:
+        return NAME
+
+    def schema(self) -> StructType:
+        self.plan = plan_read(self.options)
+        return self.plan.spark_schema()
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        plan: ReadPlan | None = getattr(self, "plan", None)
+        if plan is None:  # the user passed .schema(...): plan now, and insist it matches
+            plan = plan_read(self.options)
+            if plan.spark_schema().simpleString() != schema.simpleString():
+                raise InvalidUsageError(
+                    f"schema {sty.describe(schema)} does not match the shard's {sty.describe(plan.spark_schema())}"
+                )
+        return ShardReader(plan)
+
+
+def register(spark: SparkSession) -> None:
+    """Make ``format("shardsink")`` available in ``spark`` (idempotent)."""
+    spark.dataSource.register(ShardDataSource)

@@ -1,0 +1,80 @@
+"""Stage a Spark DataFrame as parts of one description, uploaded from the executors.
+
+Each Spark partition validates its rows against the description's bounds, consolidates
+them, writes Parquet parts with pyarrow straight to the shard's store (local folder or
+S3 through boto3; no hadoop-aws), and yields one small row per part. The driver only
+collects those rows.
+
+SUBTLE: Spark may run a partition more than once (task retry, speculation, a lost
+executor). Every run uploads parts under fresh keys in ``parts/<desc_id>/``, but only
+the attempt whose result the driver collects is listed in the manifest; the others are
+leftovers under a prefix the description owns, which the append step deletes after the
+description commits (or loses its race). Nothing here ever overwrites an object.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+
+from shardsink.core import parts as pt
+from shardsink.core.state import PartMeta
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+_META = pa.schema([
+    ("key", pa.string()),
+    ("rows", pa.int64()),
+    ("bytes", pa.int64()),
+    ("min_time", pa.int64()),
+    ("max_time", pa.int64()),
+])
+
+
+def part_prefix(desc_id: str) -> str:
+    """Where the parts of ``desc_id`` live; the description owns this prefix exclusively."""
+    return f"parts/{desc_id}"
+
+
+def stage_dataframe(
+    df: DataFrame,
+    *,
+    shard_url: str,
+    schema: pa.Schema,
+    lower: int,
+    upper: int,
+    desc_id: str,
+    target_part_bytes: int = pt.TARGET_PART_BYTES,
+) -> list[PartMeta]:
+    """Write ``df`` (user columns + ``_time`` [+ ``_diff``]) as parts of ``desc_id``; return their metadata.
+
+    Raises (on the driver, as a Spark job failure naming the cause) if any row is outside
+    ``[lower, upper)`` or does not fit ``schema``. Parts are consolidated per Spark
+    partition, not globally: the shard sums diffs across parts, so that is enough.
+    """
+    schema_bytes = schema.serialize().to_pybytes()
+    prefix = part_prefix(desc_id)
+
+    def stage(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from shardsink.storage.url import open_blob
+
+        user = pa.ipc.read_schema(pa.py_buffer(schema_bytes))
+        got = list(batches)
+        if not got or not any(b.num_rows for b in got):
+            return
+        table = pa.Table.from_batches(got)
+        updates = pt.validate_updates(table, user, lower=lower, upper=upper)
+        updates = pt.consolidate(updates, [*user.names, pt.TIME])
+        written = pt.write_parts(open_blob(shard_url), updates, prefix=prefix, target_bytes=target_part_bytes)
+        rows = [{"key": p.key, "rows": p.rows, "bytes": p.bytes, "min_time": p.min_time, "max_time": p.max_time}
+                for p in written]
+        if rows:
+            yield pa.RecordBatch.from_pylist(rows, schema=_META)
+
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    out = df.mapInArrow(stage, from_arrow_schema(_META)).collect()
+    return [PartMeta(r["key"], r["rows"], r["bytes"], r["min_time"], r["max_time"]) for r in out]
