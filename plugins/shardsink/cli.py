@@ -62,6 +62,9 @@ def _parser() -> argparse.ArgumentParser:
     i = sub.add_parser("inspect", help="show upper, since, seqno, batches, sizes and schema")
     i.add_argument("url")
     i.add_argument("--json", action="store_true")
+    i.add_argument("--leaks", action="store_true", help="also list parts no batch references (lists parts/)")
+    i.add_argument("--grace", type=float, default=3600.0, metavar="SECONDS",
+                   help="with --leaks: ignore parts younger than this (in-flight writers); default 3600")
 
     lg = sub.add_parser("log", help="show commits, newest first")
     lg.add_argument("url")
@@ -128,6 +131,11 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     if args.cmd == "inspect":
         d = inspect_json(shard)
+        if args.leaks:
+            d["leaked_parts"] = [
+                {"key": o.key, "bytes": o.size, "modified": o.modified}
+                for o in shard.leaked_parts(grace_seconds=args.grace)
+            ]
         if args.json:
             print(json.dumps(d, indent=2))
         else:
@@ -135,6 +143,12 @@ def _run(args: argparse.Namespace) -> int:
             print(_table([[k, d[k]] for k in keys], ["field", "value"]))
             print()
             print(_table([[f["name"], f["type"], f["nullable"]] for f in d["schema"]], ["column", "type", "nullable"]))
+            if args.leaks:
+                print()
+                leaks = d["leaked_parts"]
+                print(f"{len(leaks)} leaked parts (unreferenced, older than {args.grace:g} s)")
+                if leaks:
+                    print(_table([[x["key"], x["bytes"]] for x in leaks], ["key", "bytes"]))
         return 0
     if args.cmd == "log":
         entries = [{"seqno": s, **_commit_json(c)} for s, c in shard.log(limit=args.limit)]

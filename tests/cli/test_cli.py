@@ -362,3 +362,26 @@ def test_nonexistent_shard_exits_2_for_every_command(cli: Cli, backend: str, fil
         assert r.returncode == 2, (c, r.stderr)
         assert f"no shard at {shard_url}" in r.stderr
     assert part_objects(shard_url) == []
+
+
+def test_inspect_leaks_lists_only_unreferenced_parts_older_than_the_grace(local_cli: Cli, files: Files,
+                                                                          tmp_path: Path) -> None:
+    url = str(tmp_path / "leaky")
+    local_cli.ok("create", url, "--schema-from", str(files.schema_csv))
+    local_cli.ok("append", url, "--lower", "0", "--upper", "10", "--input", str(files.batch1))
+    committed = next((tmp_path / "leaky" / "parts").rglob("*.parquet"))
+    orphan = tmp_path / "leaky" / "parts" / "dead-writer" / "orphan.parquet"
+    orphan.parent.mkdir(parents=True)
+    orphan.write_bytes(committed.read_bytes())
+    old = orphan.stat().st_mtime - 7200
+    os.utime(orphan, (old, old))
+    fresh = orphan.with_name("in-flight.parquet")
+    fresh.write_bytes(b"x")
+
+    leaks = json.loads(local_cli.ok("inspect", url, "--json", "--leaks"))["leaked_parts"]
+    assert [x["key"] for x in leaks] == ["parts/dead-writer/orphan.parquet"]  # in-flight one is within grace
+    everything = json.loads(local_cli.ok("inspect", url, "--json", "--leaks", "--grace", "0"))["leaked_parts"]
+    assert sorted(x["key"] for x in everything) == ["parts/dead-writer/in-flight.parquet",
+                                                    "parts/dead-writer/orphan.parquet"]
+    assert "1 leaked parts" in local_cli.ok("inspect", url, "--leaks")
+    assert "leaked_parts" not in local_cli.inspect(url)
