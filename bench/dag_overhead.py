@@ -1,0 +1,176 @@
+"""What the persistence DAG costs on top of Spark (issue targets in brackets).
+
+1. Staging throughput: ``stage_dataframe`` (mapInArrow + pyarrow parts uploaded from the
+   executors) vs ``df.write.parquet`` of the same rows in the same SparkSession [ratio <= 1.2].
+2. One whole DAG run (``airflow dags test``, 1 writer) vs a bare ``spark-submit`` of the same
+   write job: absolute overhead, and how much of it the mint and append tasks take
+   [mint + append <= 3 s].
+3. A no-op run (watermark not moved) finishes without starting a JVM (a fake
+   ``spark-submit`` first on PATH records any call).
+
+Usage: ``python bench/dag_overhead.py [--rows 2000000]``. Results: bench/results/dag_overhead.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+START = 1_704_067_200_000
+DAY = 86_400_000
+
+
+def staging_ratio(rows: int, work: Path) -> dict[str, float]:
+    import pyarrow as pa
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F
+
+    from shardsink import Shard
+    from shardsink.spark.stage import stage_dataframe
+
+    spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
+             .config("spark.sql.shuffle.partitions", "2").getOrCreate())
+    df = (spark.range(rows, numPartitions=4)
+          .select(F.concat(F.lit("user-"), (F.col("id") % 100000).cast("string")).alias("user"),
+                  (F.col("id") % 7).cast("string").alias("action"), (F.col("id") * 3).alias("amount"),
+                  (F.lit(START) + F.col("id") % DAY).alias("_time"))).cache()
+    df.count()
+    schema = pa.schema([("user", pa.string()), ("action", pa.string()), ("amount", pa.int64())])
+    best_stage, best_write = float("inf"), float("inf")
+    for i in range(2):
+        url = (work / f"shard-{i}").as_uri()
+        Shard.create(url, schema, upper=START)
+        t = time.perf_counter()
+        parts = stage_dataframe(df, shard_url=url, schema=schema, lower=START, upper=START + DAY, desc_id=f"b{i}")
+        best_stage = min(best_stage, time.perf_counter() - t)
+        assert sum(p.rows for p in parts) == rows
+        t = time.perf_counter()
+        df.write.mode("overwrite").parquet(str(work / f"plain-{i}"))
+        best_write = min(best_write, time.perf_counter() - t)
+    spark.stop()
+    return {"rows": rows, "stage_s": round(best_stage, 2), "write_parquet_s": round(best_write, 2),
+            "ratio": round(best_stage / best_write, 2)}
+
+
+def _env(work: Path) -> dict[str, str]:
+    home = work / "airflow"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "SHARDSINK"))}
+    env.update({
+        "AIRFLOW_HOME": str(home), "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
+        "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO", "PYTHONWARNINGS": "ignore",
+        "AIRFLOW_CONN_SPARK_DEFAULT": '{"conn_type":"spark","host":"local[2]"}',
+        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        "SHARDSINK_LANDING": str(work / "landing"), "SHARDSINK_SHARD": (work / "shard").as_uri(),
+        "SHARDSINK_WRITERS": "1",
+    })
+    return env
+
+
+_TASK = re.compile(r"^(\S+) .*\[DAG TEST\] (starting|end task) task_id=(\S+) map_index")
+
+
+def _task_seconds(log: str) -> dict[str, float]:
+    started: dict[str, datetime] = {}
+    out: dict[str, float] = {}
+    for line in log.splitlines():
+        m = _TASK.match(line)
+        if not m:
+            continue
+        ts = datetime.fromisoformat(m.group(1).replace("Z", "+00:00"))
+        key = m.group(3)
+        if m.group(2) == "starting":
+            started[key] = ts
+        elif key in started:
+            out[key] = out.get(key, 0.0) + (ts - started.pop(key)).total_seconds()
+    return out
+
+
+def dag_vs_bare(work: Path) -> dict[str, object]:
+    from shardsink.sinks.ingest import Description, mint, open_or_create
+    from shardsink.sources.landing import LandingSource
+    from shardsink.sources.synthetic import generate
+    from shardsink.spark import build_pyfiles_zip, job_path
+
+    env = _env(work)
+    generate(env["SHARDSINK_LANDING"], start=START, days=2, files_per_day=3, rows_per_file=2000)
+    subprocess.run([str(BIN / "airflow"), "db", "migrate"], env=env, check=True, capture_output=True)
+
+    # bare spark-submit of the same job (day 2 on a scratch shard, so both write the same amount)
+    src = LandingSource(env["SHARDSINK_LANDING"])
+    scratch = open_or_create((work / "scratch").as_uri(), src, initial_upper=START)
+    d = mint(scratch, src, interval_end=START + DAY, max_span=None, dag_id="bench", run_id="bare", attempt=1)
+    assert isinstance(d, Description)
+    cmd = [str(BIN / "spark-submit"), "--master", "local[2]", "--conf", "spark.ui.enabled=false", "--conf",
+           "spark.sql.shuffle.partitions=2", "--py-files", build_pyfiles_zip(), job_path(), "--shard-url",
+           scratch.url, "--source", json.dumps(src.spec()), "--desc-id", d.desc_id, "--lower", str(d.lower),
+           "--upper", str(d.upper), "--slot", "0", "--slots", "1"]
+    t = time.perf_counter()
+    subprocess.run(cmd, env=env, check=True, capture_output=True)
+    bare = time.perf_counter() - t
+
+    t = time.perf_counter()
+    r = subprocess.run([str(BIN / "airflow"), "dags", "test", "example_ingest", "2024-01-02"], env=env,
+                       capture_output=True, text=True)
+    whole = time.perf_counter() - t
+    assert r.returncode == 0, r.stdout[-3000:]
+    tasks = _task_seconds(r.stdout + r.stderr)
+    mint_s, append_s = tasks.get("attempt_1.mint", -1.0), tasks.get("attempt_1.append", -1.0)
+    return {"bare_spark_submit_s": round(bare, 2), "dag_run_s": round(whole, 2),
+            "overhead_s": round(whole - bare, 2), "mint_task_s": round(mint_s, 2),
+            "append_task_s": round(append_s, 2), "write_task_s": round(tasks.get("attempt_1.write", -1.0), 2),
+            "mint_plus_append_s": round(mint_s + append_s, 2)}
+
+
+def noop_run(work: Path) -> dict[str, object]:
+    env = _env(work)  # same shard: day 1 is done, so re-running its interval is a no-op
+    fake = work / "fakebin"
+    fake.mkdir(exist_ok=True)
+    marker = work / "spark-submit-called"
+    (fake / "spark-submit").write_text(f"#!/bin/sh\ntouch {marker}\nexit 1\n")
+    (fake / "spark-submit").chmod(0o755)
+    env["PATH"] = f"{fake}{os.pathsep}{env['PATH']}"
+    t = time.perf_counter()
+    r = subprocess.run([str(BIN / "airflow"), "dags", "test", "example_ingest", "2024-01-02"], env=env,
+                       capture_output=True, text=True)
+    whole = time.perf_counter() - t
+    assert r.returncode == 0, r.stdout[-3000:]
+    reason = next((ln.split("] ", 1)[-1][:160] for ln in r.stdout.splitlines() if "nothing to do" in ln), "")
+    return {"noop_run_s": round(whole, 2), "jvm_started": marker.exists(), "reason": reason}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rows", type=int, default=2_000_000)
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="shardsink-bench-"))
+    try:
+        results = {"staging": staging_ratio(args.rows, work), "dag": dag_vs_bare(work), "noop": noop_run(work),
+                   "load_avg": os.getloadavg()}
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    out = REPO / "bench" / "results"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "dag_overhead.json").write_text(json.dumps(results, indent=2))
+    s, d, n = results["staging"], results["dag"], results["noop"]
+    print(f"staging {s['rows']} rows: stage_dataframe {s['stage_s']}s vs df.write.parquet {s['write_parquet_s']}s "
+          f"-> ratio {s['ratio']} (target <= 1.2)")
+    print(f"DAG run {d['dag_run_s']}s vs bare spark-submit {d['bare_spark_submit_s']}s -> overhead {d['overhead_s']}s; "
+          f"mint {d['mint_task_s']}s + append {d['append_task_s']}s = {d['mint_plus_append_s']}s (target <= 3s)")
+    print(f"no-op run {n['noop_run_s']}s, JVM started: {n['jvm_started']} ({n['reason']})")
+    print(f"load average during the run: {results['load_avg']}")
+
+
+if __name__ == "__main__":
+    main()

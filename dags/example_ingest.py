@@ -1,0 +1,40 @@
+"""Example persistence pipeline: landing-zone files → one shard, one batch per day.
+
+Settings come from the environment with embedded defaults, so this one file serves
+``make run`` (the demo), the tests and docker-compose:
+
+    SHARDSINK_DEMO_ROOT     base folder of the defaults below (default: <repo>/.demo)
+    SHARDSINK_LANDING       landing zone (path, file:// or s3:// URL)  [<root>/landing]
+    SHARDSINK_SHARD         shard URL                                   [<root>/shards/events]
+    SHARDSINK_WRITERS       spark-submit writer slots                   [2]
+    SHARDSINK_MAX_SPAN_H    max hours per batch                         [24]
+    SHARDSINK_START         first day (ISO date; also the shard's initial upper) [2024-01-01]
+    SHARDSINK_MAX_ATTEMPTS  fresh descriptions after lost races         [5]
+    SHARDSINK_RETRY_BACKOFF base seconds of the jittered backoff        [2]
+    SHARDSINK_TASK_RETRIES / SHARDSINK_TASK_RETRY_DELAY_S               [2 / 30]
+"""
+
+import os
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from shardsink.airflow import ingest_dag
+from shardsink.sources import LandingSource
+
+env = os.environ.get
+root = Path(env("SHARDSINK_DEMO_ROOT", str(Path(__file__).resolve().parents[1] / ".demo")))
+
+dag = ingest_dag(
+    dag_id=env("SHARDSINK_DAG_ID", "example_ingest"),
+    shard_url=env("SHARDSINK_SHARD", str(root / "shards" / "events")),
+    source=LandingSource(env("SHARDSINK_LANDING", str(root / "landing")), time_column="event_time"),
+    writers=int(env("SHARDSINK_WRITERS", "2")),
+    schedule="@daily",
+    start_date=datetime.fromisoformat(env("SHARDSINK_START", "2024-01-01")).replace(tzinfo=UTC),
+    max_span=timedelta(hours=float(env("SHARDSINK_MAX_SPAN_H", "24"))),
+    max_attempts=int(env("SHARDSINK_MAX_ATTEMPTS", "5")),
+    retry_backoff=float(env("SHARDSINK_RETRY_BACKOFF", "2")),
+    task_retries=int(env("SHARDSINK_TASK_RETRIES", "2")),
+    task_retry_delay=timedelta(seconds=float(env("SHARDSINK_TASK_RETRY_DELAY_S", "30"))),
+    spark_conf={"spark.sql.shuffle.partitions": "2"},
+)

@@ -1,0 +1,160 @@
+"""``ingest_dag(...)``: a persistence pipeline in a few declarative lines of a DAG file.
+
+Graph of one DAG run (K = ``max_attempts``)::
+
+    attempt_1: mint ─► write[slot 0..N-1] (spark-submit) ─► append
+                                                              │ lost the race → skipped
+    attempt_2: mint (trigger rule none_failed) ─► write[...] ─► append
+    ...
+    attempt_K: ...                                            append fails loudly if it loses too
+
+Every attempt is a TaskGroup, so a lost race and its retry are visible in the graph.
+``mint`` of attempt k >= 2 runs after a success *or* a skip of append k-1 and decides
+from the shard state whether anything is left to do (see tasks.mint_task). A no-op
+(``upper <= lower``) skips every later task: no Spark job, no JVM.
+
+Scheduling: a cron string or timedelta becomes a *data-interval* timetable, so a run's
+``data_interval_end`` is the end of the period it covers (scheduled and backfill runs:
+logical date L covers [L, L+period); ``airflow dags test D L`` covers the period
+ending at L). Runs default to ``max_active_runs=1``; concurrent runs are still safe,
+they just race (and the losers retry).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from airflow.sdk import (
+    DAG,
+    Asset,
+    CronDataIntervalTimetable,
+    DeltaDataIntervalTimetable,
+    TaskGroup,
+    TriggerRule,
+    get_current_context,
+    task,
+)
+
+from shardsink.airflow.tasks import IngestSettings, ShardWriteOperator, append_task, mint_task
+from shardsink.errors import InvalidUsageError
+from shardsink.sources.base import Source
+from shardsink.storage.url import parse_url
+
+
+def _millis(span: timedelta | int | None) -> int | None:
+    if span is None or isinstance(span, int):
+        return span
+    return int(span.total_seconds() * 1000)
+
+
+def _timetable(schedule: Any) -> Any:
+    if isinstance(schedule, str) and not schedule.startswith("@once") and schedule not in ("@continuous",):
+        return CronDataIntervalTimetable(schedule, timezone="UTC")
+    if isinstance(schedule, timedelta):
+        return DeltaDataIntervalTimetable(schedule)
+    return schedule
+
+
+def shard_asset(shard_url: str) -> Asset:
+    """The Airflow asset of a shard (name and URI are the normalised shard URL)."""
+    url = str(parse_url(shard_url))
+    return Asset(name=url, uri=url)
+
+
+def ingest_dag(
+    *,
+    dag_id: str,
+    shard_url: str,
+    source: Source,
+    writers: int = 2,
+    schedule: Any = "@daily",
+    start_date: datetime = datetime(2024, 1, 1, tzinfo=UTC),
+    max_span: timedelta | int | None = None,
+    spark_conn_id: str = "spark_default",
+    spark_conf: Mapping[str, str] | None = None,
+    spark_env: Mapping[str, str] | None = None,
+    aws_conn_id: str | None = None,
+    max_attempts: int = 5,
+    retry_backoff: float = 2.0,
+    retry_backoff_cap: float = 30.0,
+    task_retries: int = 2,
+    task_retry_delay: timedelta = timedelta(seconds=30),
+    initial_upper: int | None = None,
+    catchup: bool = False,
+    max_active_runs: int = 1,
+    tags: list[str] | None = None,
+    **dag_kwargs: Any,
+) -> DAG:
+    """Build the ingest DAG: each run appends one batch ``[shard upper, min(watermark, interval end,
+    upper + max_span))`` of ``source`` to the shard at ``shard_url``, exactly once.
+
+    ``writers`` spark-submit jobs stage the batch (slot i reads the source's slot i of N).
+    The shard is created on first use from the source's schema with upper
+    ``initial_upper`` (default: ``start_date``). ``task_retries`` applies to write and
+    append (a retried task never duplicates data); ``max_attempts`` bounds fresh
+    descriptions after lost races, with full-jitter backoff ``retry_backoff * 2^(k-2)``
+    seconds capped at ``retry_backoff_cap``. Credentials: the standard AWS environment,
+    or ``aws_conn_id`` (copied into the spark-submit environment, never logged or stored).
+    """
+    if writers < 1 or max_attempts < 1:
+        raise InvalidUsageError(f"writers ({writers}) and max_attempts ({max_attempts}) must be at least 1")
+    url = str(parse_url(shard_url))
+    settings = IngestSettings(
+        dag_id=dag_id,
+        shard_url=url,
+        source_spec=source.spec(),
+        writers=writers,
+        max_span=_millis(max_span),
+        max_attempts=max_attempts,
+        initial_upper=initial_upper if initial_upper is not None else int(start_date.timestamp() * 1000),
+        backoff_base=retry_backoff,
+        backoff_cap=retry_backoff_cap,
+    )
+    asset = shard_asset(url)
+    conf = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2", **(spark_conf or {})}
+    retry: dict[str, Any] = {"retries": task_retries, "retry_delay": task_retry_delay}
+    with DAG(
+        dag_id=dag_id,
+        schedule=_timetable(schedule),
+        start_date=start_date,
+        catchup=catchup,
+        max_active_runs=max_active_runs,
+        tags=tags or ["shardsink"],
+        doc_md=f"Appends `{source.kind}` source batches to shard `{url}` ({writers} writers).",
+        **dag_kwargs,
+    ) as dag:
+        prev_append = None
+        for k in range(1, max_attempts + 1):
+            with TaskGroup(group_id=f"attempt_{k}"):
+                rule = TriggerRule.ALL_SUCCESS if k == 1 else TriggerRule.NONE_FAILED
+
+                @task(task_id="mint", trigger_rule=rule, retries=task_retries, retry_delay=task_retry_delay)
+                def mint(attempt: int = k) -> dict[str, Any]:
+                    return mint_task(settings, attempt, dict(get_current_context()))
+
+                desc = mint()
+                write = ShardWriteOperator.partial(
+                    task_id="write",
+                    shard_url=url,
+                    source_spec=settings.source_spec,
+                    slots=writers,
+                    desc=desc,
+                    aws_conn_id=aws_conn_id,
+                    conn_id=spark_conn_id,
+                    conf=conf,
+                    env_vars=dict(spark_env or {}),
+                    **retry,
+                ).expand(slot=list(range(writers)))
+
+                @task(task_id="append", outlets=[asset], **retry)
+                def append(d: Any, attempt: int = k) -> dict[str, Any]:
+                    return append_task(settings, attempt, d, dict(get_current_context()), asset)
+
+                done = append(desc)
+                write >> done
+                if prev_append is not None:
+                    prev_append >> desc
+                prev_append = done
+    return dag

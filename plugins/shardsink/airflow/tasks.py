@@ -1,0 +1,232 @@
+"""The ingest DAG's task bodies (mint, append) and the write operator.
+
+Tasks talk to the shard store and the source only; they never touch Airflow's metadata
+database. XCom carries a description (id, bounds, attempt) and small results, never
+data, paths of staged parts, or secrets.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, NoReturn
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException, DownstreamTasksSkipped
+
+from shardsink.core.shard import Shard
+from shardsink.errors import CorruptionError, ShardClosedError
+from shardsink.sinks.ingest import (
+    Description,
+    LostRaceError,
+    NoOp,
+    append_from_manifests,
+    committed,
+    mint,
+    open_or_create,
+)
+from shardsink.sources.base import source_from_spec
+
+log = logging.getLogger("shardsink.airflow")
+
+
+@dataclass(frozen=True)
+class IngestSettings:
+    """Everything the tasks of one ingest DAG share (static, set by the DAG file)."""
+
+    dag_id: str
+    shard_url: str
+    source_spec: dict[str, Any]
+    writers: int
+    max_span: int | None
+    max_attempts: int
+    initial_upper: int
+    backoff_base: float = 2.0
+    backoff_cap: float = 30.0
+    sleep: Callable[[float], None] = field(default=time.sleep, compare=False)
+
+    def backoff(self, attempt: int) -> float:
+        """Full-jitter exponential backoff before attempt ``attempt`` (>= 2)."""
+        return random.uniform(0, min(self.backoff_cap, self.backoff_base * 2 ** (attempt - 2)))
+
+
+def _millis(value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return int(value.timestamp() * 1000)
+    return int(value)
+
+
+def skip_rest(context: dict[str, Any], writers: int) -> None:
+    """End the run here: mark every downstream task skipped, this one succeeds.
+
+    Faster than letting later attempts run only to skip themselves (each costs a
+    scheduling round). Raises DownstreamTasksSkipped, so push XComs before calling.
+
+    SUBTLE: a mapped write's instances (map_index 0..writers-1) must be named one by
+    one; naming the task id alone skips only its unexpanded placeholder. If the
+    scheduler expands them after this skip anyway, the write operator skips itself
+    because its description XCom is absent.
+    """
+    rest: list[str | tuple[str, int]] = []
+    for t in context["task"].get_flat_relatives(upstream=False):
+        rest.append(t.task_id)
+        if t.task_id.endswith(".write"):
+            rest.extend((t.task_id, i) for i in range(writers))
+    if rest:
+        raise DownstreamTasksSkipped(tasks=rest)
+
+
+def nothing_to_do(context: dict[str, Any], reason: str, writers: int) -> NoReturn:
+    """Log why, skip the rest of the run (no Spark job, no JVM); the run succeeds."""
+    log.info("%s; skipping the rest of this run", reason)
+    skip_rest(context, writers)
+    raise AirflowSkipException(reason)
+
+
+def mint_task(settings: IngestSettings, attempt: int, context: dict[str, Any]) -> dict[str, Any]:
+    """Mint attempt ``attempt``'s description, or skip the rest of the attempt (with the reason).
+
+    Attempt k >= 2 decides from the SHARD STATE, not from what attempt k-1 reported:
+    skip if attempt k-1 minted nothing or its description is committed; otherwise it
+    lost its race, so back off (jittered) and mint afresh from the shard's new upper.
+    """
+    ti = context["ti"]
+    run_id = context["dag_run"].run_id
+    if attempt > 1:
+        prev = ti.xcom_pull(task_ids=f"attempt_{attempt - 1}.mint")
+        if not prev:
+            nothing_to_do(context, f"attempt {attempt - 1} had nothing to write; no retry needed", settings.writers)
+        prev_desc = Description.from_dict(prev)
+        done = committed(Shard.open(settings.shard_url), prev_desc)
+        if done is not None:
+            nothing_to_do(context, f"attempt {attempt - 1} committed {prev_desc.desc_id} at seqno {done.seqno}; "
+                                   "no retry needed", settings.writers)
+        pause = settings.backoff(attempt)
+        log.info("attempt %d lost its race (description %s was not committed); minting afresh after %.2fs",
+                 attempt - 1, prev_desc.desc_id, pause)
+        settings.sleep(pause)
+    source = source_from_spec(settings.source_spec)
+    interval_end = _millis(context.get("data_interval_end")) or _millis(context.get("logical_date"))
+    shard = open_or_create(settings.shard_url, source, initial_upper=settings.initial_upper)
+    out = mint(shard, source, interval_end=interval_end, max_span=settings.max_span, dag_id=settings.dag_id,
+               run_id=run_id, attempt=attempt)
+    if isinstance(out, NoOp):
+        nothing_to_do(context, out.reason, settings.writers)
+    log.info("minted description %s [%d, %d) for %d writer slots (attempt %d of %d)",
+             out.desc_id, out.lower, out.upper, settings.writers, attempt, settings.max_attempts)
+    return out.to_dict()
+
+
+def append_task(settings: IngestSettings, attempt: int, desc: dict[str, Any], context: dict[str, Any],
+                asset: Any) -> dict[str, Any]:
+    """Verify the manifests and commit; on a lost race skip (or fail on the last attempt).
+
+    Success (also *already committed*: an earlier try landed but its answer was lost)
+    emits the shard's asset event with extra = shard, lower, upper, seqno, rows.
+    UnknownOutcomeError propagates so that Airflow retries this task, which re-reads.
+    """
+    if not desc:
+        raise AirflowSkipException("no description was minted for this attempt; nothing to append")
+    d = Description.from_dict(desc)
+    shard = Shard.open(settings.shard_url)
+    writer = f"airflow:{settings.dag_id}/{context['dag_run'].run_id}"
+    try:
+        r = append_from_manifests(shard, d, settings.writers, writer=writer)
+    except LostRaceError as e:
+        msg = (f"lost the race at shard upper {e.current}: description {d.desc_id} [{d.lower}, {d.upper}) "
+               f"was not committed and its {e.deleted} staged objects were deleted")
+        if attempt < settings.max_attempts:
+            raise AirflowSkipException(f"{msg}; attempt {attempt + 1} retries with a fresh description") from e
+        raise AirflowFailException(f"{msg}; all {settings.max_attempts} attempts lost their races, giving up") from e
+    except (CorruptionError, ShardClosedError) as e:
+        raise AirflowFailException(str(e)) from e
+    log.info("%s: description %s [%d, %d) at seqno %d, %d rows", r.status.replace("_", " "), r.desc_id,
+             r.lower, r.upper, r.seqno, r.rows)
+    extra = {"shard": shard.url, "lower": r.lower, "upper": r.upper, "seqno": r.seqno, "rows": r.rows,
+             "desc_id": r.desc_id}
+    context["outlet_events"][asset].extra = extra
+    result = {"status": r.status, **extra}
+    context["ti"].xcom_push(key="return_value", value=result)
+    skip_rest(context, settings.writers)
+    return result
+
+
+def aws_env_from_connection(conn_id: str) -> dict[str, str]:
+    """AWS settings of an Airflow connection as environment variables (never logged)."""
+    from airflow.sdk import BaseHook
+
+    c = BaseHook.get_connection(conn_id)
+    extra = c.extra_dejson or {}
+    env = {"AWS_ACCESS_KEY_ID": c.login or "", "AWS_SECRET_ACCESS_KEY": c.password or ""}
+    if extra.get("aws_session_token"):
+        env["AWS_SESSION_TOKEN"] = extra["aws_session_token"]
+    if extra.get("region_name"):
+        env["AWS_DEFAULT_REGION"] = extra["region_name"]
+    endpoint = extra.get("endpoint_url") or (extra.get("service_config", {}).get("s3", {}) or {}).get("endpoint_url")
+    if endpoint:
+        env["AWS_ENDPOINT_URL"] = endpoint
+    return {k: v for k, v in env.items() if v}
+
+
+class ShardWriteOperator(SparkSubmitOperator):
+    """spark-submit of the write job for one writer slot of a minted description.
+
+    Mapped over the slots; ``desc`` is the mint task's XCom (templated, resolved at run
+    time). Ships the library with ``--py-files`` (a zip built by shardsink) and skips
+    the JVM entirely when the description is already committed (a retry after success).
+    """
+
+    template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "desc")
+
+    def __init__(self, *, shard_url: str, source_spec: dict[str, Any], slots: int, desc: Any, slot: int,
+                 aws_conn_id: str | None = None, **kwargs: Any) -> None:
+        from shardsink.spark import job_path
+
+        kwargs.setdefault("application", job_path())
+        super().__init__(**kwargs)
+        # Plain values only: mapped operators' partial arguments are serialized.
+        self.shard_url = shard_url
+        self.source_spec = source_spec
+        self.slots = slots
+        self.desc = desc
+        self.slot = slot
+        self.aws_conn_id = aws_conn_id
+
+    def execute(self, context: Any) -> None:
+        import json
+
+        from shardsink.spark import build_pyfiles_zip
+
+        if not self.desc:
+            raise AirflowSkipException("no description was minted for this attempt; nothing to write")
+        d = Description.from_dict(self.desc)
+        env = dict(self.env_vars or {})
+        if self.aws_conn_id:
+            creds = aws_env_from_connection(self.aws_conn_id)
+            os.environ.update(creds)  # this task's own process: for the committed check below
+            env.update(creds)
+        done = committed(Shard.open(self.shard_url), d)
+        if done is not None:
+            self.log.info("description %s is already committed (seqno %d); slot %d has nothing to write",
+                          d.desc_id, done.seqno, self.slot)
+            return
+        env.setdefault("PYSPARK_PYTHON", sys.executable)
+        self.env_vars = env
+        self.py_files = ",".join(p for p in [self.py_files, build_pyfiles_zip()] if p)
+        self.name = f"shardsink-{self.dag_id}-slot{self.slot}"
+        self.application_args = [
+            "--shard-url", self.shard_url, "--source", json.dumps(self.source_spec, sort_keys=True),
+            "--desc-id", d.desc_id, "--lower", str(d.lower), "--upper", str(d.upper),
+            "--attempt", str(d.attempt), "--slot", str(self.slot), "--slots", str(self.slots),
+        ]
+        self.log.info("writing slot %d of %d for description %s [%d, %d)", self.slot, self.slots, d.desc_id,
+                      d.lower, d.upper)
+        super().execute(context)

@@ -1,0 +1,113 @@
+"""The materialize sink's Airflow pieces: the mint task body and the write operator.
+
+The graph is the ingest sink's (see :mod:`shardsink.airflow.factory`): per attempt a
+``mint`` → ``write`` (ONE spark-submit: the correction is a single Spark job) →
+``append`` TaskGroup, fresh descriptions after lost races, and the output shard's asset
+event on success. Only mint and write differ; append is the ingest sink's, unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from typing import Any
+
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+
+from shardsink.airflow.gate import retry_gate, submit_env
+from shardsink.airflow.tasks import IngestSettings, ShardWriteOperator, nothing_to_do
+from shardsink.errors import InvalidUsageError
+from shardsink.sinks.ingest import Description, NoOp, committed
+from shardsink.sinks.materialize import View, mint_view, open_output
+
+log = logging.getLogger("shardsink.airflow")
+
+#: Exit code of a shardsink spark-submit application for invalid input (InvalidUsageError).
+INVALID_EXIT = 2
+
+
+def _millis(value: Any) -> int | None:
+    from datetime import datetime
+
+    if value is None:
+        return None
+    return int(value.timestamp() * 1000) if isinstance(value, datetime) else int(value)
+
+
+def mint_view_task(settings: IngestSettings, attempt: int, context: dict[str, Any]) -> dict[str, Any]:
+    """Mint attempt ``attempt``'s description of the view, or skip the rest of the run.
+
+    ``settings.source_spec`` is the view spec. Attempt k >= 2 first passes the ingest
+    sink's retry gate (decides from the shard state whether k-1 lost its race). Bad
+    input (a missing input shard, an input compacted past the view's time) fails the
+    task without Airflow retries: retrying cannot fix it.
+    """
+    retry_gate(settings, attempt, context)
+    v = View.from_spec(settings.source_spec)
+    interval_end = _millis(context.get("data_interval_end")) or _millis(context.get("logical_date"))
+    try:
+        out = mint_view(v, output_url=settings.shard_url, initial_upper=settings.initial_upper,
+                        interval_end=interval_end, max_span=settings.max_span, dag_id=settings.dag_id,
+                        run_id=context["dag_run"].run_id, attempt=attempt)
+    except InvalidUsageError as e:
+        raise AirflowFailException(f"{type(e).__name__}: {e}") from e
+    if isinstance(out, NoOp):
+        nothing_to_do(context, out.reason, settings.writers)
+    events = context.get("triggering_asset_events") or {}
+    n_events = sum(len(list(evs)) for evs in events.values()) if hasattr(events, "values") else 0
+    log.info("minted view description %s [%d, %d) (attempt %d of %d; %d triggering asset events, all "
+             "covered by this run)", out.desc_id, out.lower, out.upper, attempt, settings.max_attempts, n_events)
+    return out.to_dict()
+
+
+def view_job_path() -> str:
+    """The spark-submit application of the view write step (a file inside the package)."""
+    import os
+
+    import shardsink.spark
+
+    return os.path.join(os.path.dirname(shardsink.spark.__file__), "_entry", "view_write.py")
+
+
+class ViewWriteOperator(ShardWriteOperator):
+    """spark-submit of the view write job (:mod:`shardsink.spark.view_job`) for a minted description.
+
+    Differences from the ingest write: the output shard may not exist yet (the first
+    write creates it), and exit code 2 (invalid input: bad query, schema change) fails
+    the task without Airflow retries.
+    """
+
+    def __init__(self, *, view_spec: dict[str, Any], **kwargs: Any) -> None:
+        kwargs.setdefault("application", view_job_path())
+        super().__init__(source_spec=view_spec, slots=1, **kwargs)
+
+    def execute(self, context: Any) -> None:
+        from airflow.exceptions import AirflowException
+
+        from shardsink.spark import build_pyfiles_zip
+
+        if not self.desc:
+            raise AirflowSkipException("no description was minted for this attempt; nothing to write")
+        d = Description.from_dict(self.desc)
+        self.env_vars = submit_env(self.env_vars, self.aws_conn_id)
+        out = open_output(self.shard_url)
+        done = committed(out, d) if out is not None else None
+        if done is not None:
+            self.log.info("description %s is already committed (seqno %d); nothing to write", d.desc_id,
+                          done.seqno)
+            return
+        self.env_vars.setdefault("PYSPARK_PYTHON", sys.executable)
+        self.py_files = ",".join(p for p in [self.py_files, build_pyfiles_zip()] if p)
+        self.name = f"shardsink-view-{self.dag_id}"
+        self.application_args = [
+            "--shard-url", self.shard_url, "--view", json.dumps(self.source_spec, sort_keys=True),
+            "--desc-id", d.desc_id, "--lower", str(d.lower), "--upper", str(d.upper), "--attempt", str(d.attempt),
+        ]
+        self.log.info("computing the correction of view description %s [%d, %d)", d.desc_id, d.lower, d.upper)
+        try:
+            super(ShardWriteOperator, self).execute(context)
+        except AirflowException as e:
+            if f"Error code is: {INVALID_EXIT}." in str(e):
+                raise AirflowFailException(f"the view or its input is invalid (not retried): {e}") from e
+            raise

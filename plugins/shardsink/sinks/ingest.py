@@ -1,0 +1,307 @@
+"""The ingest sink's three steps as plain library calls, independent of Airflow.
+
+::
+
+    mint(shard, source, ...)              -> Description | NoOp     (one per attempt)
+    write_manifest(shard, desc, slot, ...)                          (once per writer slot)
+    append_from_manifests(shard, desc, n) -> AppendResult | raises LostRaceError
+
+Objects a description owns, all under the shard root:
+
+* ``parts/<desc_id>/<uuid>.parquet``: staged parts (written by the Spark executors);
+* ``staging/<desc_id>/slot-<i>.json``: the manifest of slot ``i``: the parts its
+  successful write attempt staged, its row count and the source inputs it read.
+
+Description ids are unique per attempt (a fresh one after every lost race), so a
+prefix never mixes two descriptions, and whatever is under ``parts/<desc_id>/`` that
+the committed batch does not reference is a leftover of a killed or retried write
+attempt: :func:`cleanup` deletes it once the description's fate is known.
+
+SUBTLE (never delete on an unknown outcome): cleanup runs only after a definite answer:
+committed (delete the unreferenced leftovers) or upper mismatch (the shard's upper moved
+past ``lower``; uppers never move back, so the description can never commit: delete
+all of it). An UnknownOutcomeError propagates untouched; the retry re-reads the state.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import uuid
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from typing import Any
+
+from shardsink.core.shard import AppendResult, Shard, StagedBatch, default_writer
+from shardsink.core.state import PartMeta
+from shardsink.errors import CorruptionError, InvalidUsageError, ShardNotFoundError, UpperMismatchError
+from shardsink.sinks import faults
+from shardsink.sources.base import Seal, Source
+
+log = logging.getLogger("shardsink.sinks")
+
+MANIFEST_FORMAT = 1
+#: How far back (in commits) late-data checks look for the commit that sealed a time.
+SEAL_HISTORY = 200
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.=+-]+")
+
+
+@dataclass(frozen=True)
+class Description:
+    """One attempt's batch ``[lower, upper)`` named ``desc_id``; what XCom carries."""
+
+    desc_id: str
+    lower: int
+    upper: int
+    attempt: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Description:
+        return cls(str(d["desc_id"]), int(d["lower"]), int(d["upper"]), int(d["attempt"]))
+
+
+@dataclass(frozen=True)
+class NoOp:
+    """Nothing to write: ``upper <= lower``. ``reason`` is the log line operators see."""
+
+    reason: str
+    shard_upper: int | None
+    watermark: int | None
+    interval_end: int | None
+
+
+class LostRaceError(UpperMismatchError):
+    """The description lost compare-and-append; its staged objects were already deleted."""
+
+    def __init__(self, message: str, *, expected: int, current: int | None, deleted: int) -> None:
+        super().__init__(message, expected=expected, current=current)
+        self.deleted = deleted
+
+
+def make_desc_id(dag_id: str, run_id: str, attempt: int) -> str:
+    """``<dag>-<run slug>-a<k>-<8 hex>``: unique per call, valid as a key segment (<= 128 chars)."""
+    dag = _UNSAFE.sub("-", dag_id).strip("-.")[:40] or "dag"
+    run = _UNSAFE.sub("-", run_id).strip("-.")[:60] or "run"
+    return f"{dag}-{run}-a{attempt}-{uuid.uuid4().hex[:8]}"
+
+
+def open_or_create(shard_url: str, source: Source, *, initial_upper: int) -> Shard:
+    """Open the shard, creating it from the source's schema at ``initial_upper`` if missing.
+
+    Two runs may race to create it; the loser opens the winner's shard.
+    """
+    from shardsink.errors import ShardExistsError
+
+    try:
+        return Shard.open(shard_url)
+    except ShardNotFoundError:
+        schema = source.schema()
+        if schema is None:
+            raise InvalidUsageError(
+                f"shard {shard_url} does not exist and source {source.spec()} has no data or declared "
+                "columns to create it from; declare the source's columns or create the shard"
+            ) from None
+        try:
+            return Shard.create(shard_url, schema, upper=initial_upper)
+        except ShardExistsError:
+            return Shard.open(shard_url)
+
+
+def mint(
+    shard: Shard,
+    source: Source,
+    *,
+    interval_end: int | None,
+    max_span: int | None,
+    dag_id: str,
+    run_id: str,
+    attempt: int,
+) -> Description | NoOp:
+    """``lower`` = shard upper; ``upper`` = min(watermark, interval end, lower + max_span).
+
+    Returns NoOp (with a reason naming all three inputs) when ``upper <= lower``.
+    Raises ShardClosedError via the caller's append if the shard is closed.
+    """
+    lower = shard.info().upper
+    wm = source.watermark()
+    if lower is None:
+        return NoOp(f"shard {shard.url} is closed; nothing can be appended", None, wm, interval_end)
+    bounds = [b for b in (wm, interval_end, None if max_span is None else lower + max_span) if b is not None]
+    upper = min(bounds) if wm is not None else lower
+    if upper <= lower:
+        why = "the source has published no watermark yet" if wm is None else "nothing new is complete"
+        return NoOp(
+            f"nothing to do: {why} (shard upper {lower}, watermark {wm}, interval end {interval_end}, "
+            f"max span {max_span})",
+            lower, wm, interval_end,
+        )
+    return Description(make_desc_id(dag_id, run_id, attempt), lower, upper, attempt)
+
+
+# --- committed state ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Committed:
+    seqno: int
+    keys: frozenset[str]
+    rows: int
+
+
+def committed(shard: Shard, desc: Description) -> Committed | None:
+    """The commit of ``desc`` if it landed (also beyond the header's idempotency window)."""
+    head = shard.machine.head().version
+    seqno = head.header.committed_seqno(desc.desc_id)
+    if seqno is not None:
+        v = shard.machine.fetch(seqno)
+        if v is None:
+            raise CorruptionError(f"{shard.url}: state version {seqno} (commit of {desc.desc_id}) is missing")
+        parts = [p for b in v.added if b.desc_id == desc.desc_id for p in b.parts]
+        return Committed(seqno, frozenset(p.key for p in parts), sum(p.rows for p in parts))
+    if head.header.upper is not None and head.header.upper <= desc.lower:
+        return None  # the shard never got past our lower: we cannot have committed
+    for b in shard.machine.full_batches(head):
+        if b.desc_id == desc.desc_id:
+            return Committed(b.seqno, frozenset(p.key for p in b.parts), b.rows)
+    return None
+
+
+def seals(shard: Shard, *, limit: int = SEAL_HISTORY) -> list[Seal]:
+    """When the recent commits sealed which times (for late-data checks), oldest first."""
+    out = []
+    for seqno, c in reversed(shard.log(limit=limit)):
+        if c.upper is None:
+            continue
+        at = datetime.fromisoformat(c.at).timestamp()
+        lower = -(2**63) if c.kind == "create" or c.lower is None else c.lower
+        out.append(Seal(lower, c.upper, seqno, at))
+    return out
+
+
+# --- manifests --------------------------------------------------------------------------
+
+
+def manifest_key(desc_id: str, slot: int) -> str:
+    return f"staging/{desc_id}/slot-{slot}.json"
+
+
+def write_manifest(
+    shard: Shard, desc: Description, *, slot: int, slots: int, parts: Sequence[PartMeta],
+    inputs: Sequence[dict[str, Any]] = (),
+) -> dict[str, Any]:
+    """Publish what slot ``slot`` staged. A plain put: a retried write attempt replaces it."""
+    doc = {
+        "format": MANIFEST_FORMAT,
+        **desc.to_dict(),
+        "slot": slot,
+        "slots": slots,
+        "rows": sum(p.rows for p in parts),
+        "parts": [asdict(p) for p in parts],
+        "inputs": list(inputs),
+        "writer": default_writer(),
+        "written_at": datetime.now().astimezone().isoformat(timespec="milliseconds"),
+    }
+    shard.blob.put(manifest_key(desc.desc_id, slot), json.dumps(doc, sort_keys=True).encode())
+    return doc
+
+
+def read_manifests(shard: Shard, desc: Description, slots: int) -> list[StagedBatch]:
+    """All ``slots`` manifests of ``desc`` as staged batches, verified against the store.
+
+    Raises CorruptionError naming every missing or inconsistent manifest, or a listed
+    part that is not in the store.
+    """
+    problems: list[str] = []
+    staged: list[StagedBatch] = []
+    present = {o.key for o in shard.blob.list(f"parts/{desc.desc_id}/")}
+    for slot in range(slots):
+        key = manifest_key(desc.desc_id, slot)
+        got = shard.blob.get(key)
+        if got is None:
+            problems.append(f"slot {slot}: manifest {key} is missing (its write task did not finish)")
+            continue
+        try:
+            doc = json.loads(got.data)
+            parts = tuple(PartMeta(**p) for p in doc["parts"])
+            same = (doc["desc_id"], doc["lower"], doc["upper"], doc["slot"], doc["slots"]) == (
+                desc.desc_id, desc.lower, desc.upper, slot, slots)
+        except (ValueError, KeyError, TypeError) as e:
+            problems.append(f"slot {slot}: manifest {key} is unreadable: {e}")
+            continue
+        if not same:
+            problems.append(f"slot {slot}: manifest {key} describes another batch or slot layout")
+            continue
+        foreign = [p.key for p in parts if not p.key.startswith(f"parts/{desc.desc_id}/")]
+        gone = [p.key for p in parts if p.key not in present]
+        if foreign or gone:
+            problems.append(f"slot {slot}: parts outside the description {foreign[:3]} or missing {gone[:3]}")
+            continue
+        staged.append(StagedBatch(desc.desc_id, desc.lower, desc.upper, parts))
+    if problems:
+        raise CorruptionError(
+            f"cannot append description {desc.desc_id} [{desc.lower}, {desc.upper}) to {shard.url}: "
+            + "; ".join(problems)
+        )
+    return staged
+
+
+# --- append -----------------------------------------------------------------------------
+
+
+def cleanup(shard: Shard, desc_id: str, *, keep: frozenset[str] = frozenset()) -> int:
+    """Delete the description's manifests and every part under its prefix not in ``keep``.
+
+    Only call with a definite fate (see the module docstring). Returns objects deleted.
+    """
+    doomed = [o.key for o in shard.blob.list(f"parts/{desc_id}/") if o.key not in keep]
+    leftovers = len(doomed)
+    doomed += [o.key for o in shard.blob.list(f"staging/{desc_id}/")]
+    for key in doomed:
+        shard.blob.delete(key)
+    if leftovers:
+        log.info("description %s: deleted %d staged parts not in its committed batch", desc_id, leftovers)
+    return len(doomed)
+
+
+def append_from_manifests(shard: Shard, desc: Description, slots: int, *, writer: str | None = None) -> AppendResult:
+    """Verify the ``slots`` manifests of ``desc`` and compare-and-append them.
+
+    Returns ``committed`` or ``already_committed`` (a retried task whose earlier attempt
+    landed; no manifests needed then). On an upper mismatch, deletes everything the
+    description staged and raises LostRaceError carrying the shard's current upper.
+    UnknownOutcomeError and CorruptionError propagate with nothing deleted.
+    """
+    done = committed(shard, desc)
+    if done is not None:
+        cleanup(shard, desc.desc_id, keep=done.keys)
+        return AppendResult("already_committed", desc.desc_id, done.seqno, desc.lower, desc.upper, done.rows)
+    staged = read_manifests(shard, desc, slots)
+    faults.wait_until("append_wait", attempt=desc.attempt)
+    try:
+        result = shard.compare_and_append(staged, expected_upper=desc.lower, new_upper=desc.upper,
+                                          desc_id=desc.desc_id, writer=writer)
+    except UpperMismatchError as e:
+        if committed(shard, desc) is not None:  # pragma: no cover - compare_and_append checked already
+            raise
+        deleted = cleanup(shard, desc.desc_id)
+        raise LostRaceError(
+            f"lost the race on {shard.url}: shard upper is {e.current}, not {desc.lower}; description "
+            f"{desc.desc_id} [{desc.lower}, {desc.upper}) was not committed; deleted its {deleted} staged objects",
+            expected=desc.lower, current=e.current, deleted=deleted,
+        ) from e
+    if faults.fire("append_ack_lost", attempt=desc.attempt):
+        from shardsink.errors import UnknownOutcomeError
+
+        raise UnknownOutcomeError(f"injected fault: the acknowledgement of {desc.desc_id} was lost")
+    keep = frozenset(p.key for s in staged for p in s.parts)
+    if result.status == "already_committed":
+        # A twin of this task committed first, possibly with another slot attempt's parts.
+        twin = committed(shard, desc)
+        keep = twin.keys if twin is not None else keep
+    cleanup(shard, desc.desc_id, keep=keep)
+    return result

@@ -1,0 +1,107 @@
+"""The source interface of the ingest sink: a watermark, and a per-slot read in Spark.
+
+A source is described by a small JSON-able **spec** (``{"kind": ..., ...}``) so that it
+can travel from the DAG file to the Airflow tasks and on to the spark-submit job as a
+command-line argument. Specs name locations and settings, never secrets: credentials
+come from the environment of the process that reads (the AWS chain).
+
+Contract every source keeps:
+
+* ``watermark()``: all of the source's data with event time ``< watermark`` is complete
+  and will not change. ``None`` means nothing is complete yet. It never moves back.
+* ``read_slot(spark, lower=, upper=, slot=i, slots=n, seal=)``: a DataFrame of the
+  shard's user columns plus ``_time`` (int64 ms) holding exactly the source rows with
+  ``lower <= _time < upper`` that belong to slot ``i`` of ``n``. Slots partition the
+  source: every row belongs to exactly one slot, and the assignment is stable (the
+  same row lands in the same slot on every attempt), so the union over slots is the
+  whole range exactly once.
+* Refuse, with an error naming the input, what cannot be ingested correctly: late data
+  (event times that were already sealed when the data appeared) and malformed input.
+  Nothing is ever dropped silently.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+import pyarrow as pa
+
+from shardsink.errors import InvalidUsageError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+
+@dataclass(frozen=True)
+class Seal:
+    """When the shard sealed the times ``[lower, upper)``: commit ``seqno`` at ``at`` (epoch seconds).
+
+    Sources use seals to tell late data (appeared after its times were sealed) from old
+    data that was already ingested.
+    """
+
+    lower: int
+    upper: int
+    seqno: int
+    at: float
+
+
+@runtime_checkable
+class Source(Protocol):
+    """What the ingest sink needs from a source; see the module docstring for the contract."""
+
+    kind: str
+
+    def spec(self) -> dict[str, Any]:
+        """A JSON-able description from which :func:`source_from_spec` rebuilds the source."""
+        ...
+
+    def watermark(self) -> int | None: ...
+
+    def schema(self) -> pa.Schema | None:
+        """The user columns, if the source knows them (used to create a missing shard)."""
+        ...
+
+    def read_slot(
+        self,
+        spark: SparkSession,
+        *,
+        lower: int,
+        upper: int,
+        slot: int,
+        slots: int,
+        schema: pa.Schema,
+        seals: Sequence[Seal] = (),
+    ) -> tuple[DataFrame, list[dict[str, Any]]]:
+        """The slot's rows in ``[lower, upper)`` and a JSON-able list of the inputs it read."""
+        ...
+
+
+_KINDS: dict[str, str] = {"landing": "shardsink.sources.landing:LandingSource"}
+
+
+def register_kind(kind: str, target: str) -> None:
+    """Make ``{"kind": kind}`` specs build ``target`` (``"package.module:Class"``)."""
+    _KINDS[kind] = target
+
+
+def source_from_spec(spec: Mapping[str, Any]) -> Source:
+    """Rebuild a source from its spec. ``kind`` is a registered name or ``"module:Class"``."""
+    kind = spec.get("kind")
+    if not isinstance(kind, str) or not kind:
+        raise InvalidUsageError(f"source spec {dict(spec)!r} has no 'kind'")
+    target = _KINDS.get(kind, kind)
+    if ":" not in target:
+        raise InvalidUsageError(f"unknown source kind {kind!r}; expected one of {sorted(_KINDS)} or 'module:Class'")
+    mod, _, name = target.partition(":")
+    try:
+        cls = getattr(importlib.import_module(mod), name)
+    except (ImportError, AttributeError) as e:
+        raise InvalidUsageError(f"source kind {kind!r}: cannot import {target}: {e}") from e
+    src = cls.from_spec(spec)
+    if not isinstance(src, Source):
+        raise InvalidUsageError(f"source kind {kind!r} built {type(src).__name__}, which is not a Source")
+    return src

@@ -1,0 +1,268 @@
+"""The landing-zone source: Parquet / CSV / JSONL files under a folder or S3 prefix.
+
+Convention (docs/landing-zone.md): data files ``*.parquet``, ``*.csv``, ``*.jsonl``
+anywhere under ``root``, each with an event-time column (int64 ms since the epoch, or
+a timestamp); ``root/_watermark.json`` = ``{"watermark": <ms>}`` published by the
+producer once every file with event times below it has landed. Names starting with
+``_`` or ``.`` are not data.
+
+Files are assigned to writer slots by a stable hash of their key, and read on the
+executors with pyarrow through the shardsink storage layer (local folder or S3 via
+boto3), so no hadoop-aws jars are needed.
+
+SUBTLE (late data): a file may hold times below the description's lower. That is fine
+when the file was already there when those times were sealed (its rows were ingested
+then and are filtered out now). A file that appeared *after* the commit sealing its
+earliest time broke the watermark contract; its rows can never be ingested
+exactly once, so the job refuses it, naming the file, its earliest time and the
+sealing commit. The check compares the file's modification time with the commit time
+of that seal, so it relies on the store's clock and the writer's clock agreeing to
+within the gap between landing and commit.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import zlib
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+import pyarrow.json as pajson
+import pyarrow.parquet as pq
+
+from shardsink.core import parts as pt
+from shardsink.core.state import schema_from_json, schema_to_json
+from shardsink.errors import InvalidUsageError
+from shardsink.sources.base import Seal
+from shardsink.storage.base import Blob, ObjectInfo
+from shardsink.storage.url import ShardUrl, open_blob, parse_url
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+WATERMARK_KEY = "_watermark.json"
+SUFFIXES = (".parquet", ".csv", ".jsonl")
+
+
+class MalformedInputError(InvalidUsageError):
+    """A source file cannot be read as the shard's rows (unreadable, bad columns, null times)."""
+
+
+class LateDataError(InvalidUsageError):
+    """A source file holds event times that were sealed before the file appeared."""
+
+
+@dataclass(frozen=True)
+class LandingFile:
+    key: str  # relative to the landing root
+    size: int
+    modified: float  # epoch seconds (mtime / S3 LastModified)
+
+
+def slot_of(key: str, slots: int) -> int:
+    """The writer slot of a file: stable across processes, hosts and Python versions."""
+    return zlib.crc32(key.encode()) % slots
+
+
+def parse_columns(columns: Mapping[str, str]) -> pa.Schema:
+    """``{"user": "string", "n": "int64"}`` → an Arrow schema (pyarrow type aliases)."""
+    try:
+        return pa.schema([pa.field(name, pa.type_for_alias(t)) for name, t in columns.items()])
+    except (ValueError, KeyError) as e:
+        raise InvalidUsageError(f"landing columns {dict(columns)!r}: {e}") from e
+
+
+class LandingSource:
+    """Files under ``root`` (a path, ``file://`` or ``s3://`` URL) with an event-time column."""
+
+    kind = "landing"
+
+    def __init__(self, root: str, *, time_column: str = "event_time", schema: pa.Schema | None = None) -> None:
+        self.url: ShardUrl = parse_url(root)
+        self.root = str(self.url)
+        self.time_column = time_column
+        self._schema = schema
+
+    # --- spec -----------------------------------------------------------------------
+
+    def spec(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"kind": self.kind, "root": self.root, "time_column": self.time_column}
+        if self._schema is not None:
+            out["schema"] = schema_to_json(self._schema)
+        return out
+
+    @classmethod
+    def from_spec(cls, spec: Mapping[str, Any]) -> LandingSource:
+        schema = None
+        if "schema" in spec:
+            schema = schema_from_json(spec["schema"])
+        elif "columns" in spec:
+            schema = parse_columns(spec["columns"])
+        return cls(spec["root"], time_column=spec.get("time_column", "event_time"), schema=schema)
+
+    def blob(self) -> Blob:
+        return open_blob(self.url)
+
+    # --- driver side ------------------------------------------------------------------
+
+    def watermark(self) -> int | None:
+        got = self.blob().get(WATERMARK_KEY)
+        if got is None:
+            return None
+        try:
+            wm = json.loads(got.data)["watermark"]
+        except (ValueError, KeyError, TypeError) as e:
+            raise MalformedInputError(
+                f"{self.root}/{WATERMARK_KEY} is malformed: {e}; expected {{\"watermark\": <ms>}}"
+            ) from e
+        if not isinstance(wm, int) or isinstance(wm, bool):
+            raise MalformedInputError(f"{self.root}/{WATERMARK_KEY}: watermark {wm!r} is not integer milliseconds")
+        return wm
+
+    def files(self) -> list[LandingFile]:
+        """Every data file under the root, sorted by key."""
+        out = []
+        for o in self.blob().list(""):
+            name = o.key.rsplit("/", 1)[-1]
+            if name.startswith(("_", ".")) or not name.lower().endswith(SUFFIXES):
+                continue
+            out.append(_file(o))
+        return sorted(out, key=lambda f: f.key)
+
+    def schema(self) -> pa.Schema | None:
+        """The declared columns, or those of the first data file (minus the event time)."""
+        if self._schema is not None:
+            return self._schema
+        files = self.files()
+        if not files:
+            return None
+        t = read_landing_file(self.blob(), files[0], None, self.time_column)
+        return pt.user_schema(t.schema)
+
+    def read_slot(
+        self,
+        spark: SparkSession,
+        *,
+        lower: int,
+        upper: int,
+        slot: int,
+        slots: int,
+        schema: pa.Schema,
+        seals: Sequence[Seal] = (),
+    ) -> tuple[DataFrame, list[dict[str, Any]]]:
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        mine = [f for f in self.files() if slot_of(f.key, slots) == slot]
+        listing = [{"key": f.key, "size": f.size, "modified": f.modified} for f in mine]
+        out_schema = pa.schema([*schema, pa.field(pt.TIME, pa.int64())])
+        spark_schema = from_arrow_schema(out_schema)
+        if not mine:
+            return spark.createDataFrame([], spark_schema), listing
+        spec, time_column, seal_list = self.spec(), self.time_column, list(seals)
+        schema_bytes = schema.serialize().to_pybytes()
+
+        def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            # Runs on executors: rebuild what it needs from plain values.
+            src = LandingSource.from_spec(spec)
+            blob = src.blob()
+            user = pa.ipc.read_schema(pa.py_buffer(schema_bytes))
+            for b in batches:
+                for row in b.to_pylist():
+                    f = LandingFile(row["key"], row["size"], row["modified"])
+                    t = read_landing_file(blob, f, user, time_column, root=src.root)
+                    check_late(t, f, lower=lower, seals=seal_list, root=src.root)
+                    keep = pc.and_(pc.greater_equal(t[pt.TIME], lower), pc.less(t[pt.TIME], upper))
+                    yield from t.filter(keep).to_batches()
+
+        n = max(1, min(len(mine), spark.sparkContext.defaultParallelism * 2))
+        rdd = spark.sparkContext.parallelize([(f.key, f.size, f.modified) for f in mine], n)
+        files_df = spark.createDataFrame(rdd, "key string, size long, modified double")
+        return files_df.mapInArrow(read, spark_schema), listing
+
+
+def _file(o: ObjectInfo) -> LandingFile:
+    return LandingFile(o.key, o.size, o.modified)
+
+
+def _to_millis(col: pa.ChunkedArray, *, where: str, name: str) -> pa.ChunkedArray:
+    if pa.types.is_null(col.type):
+        raise MalformedInputError(f"{where}: {len(col)} rows have a null event time in {name!r}")
+    if pa.types.is_integer(col.type):
+        return col.cast(pa.int64())
+    if pa.types.is_timestamp(col.type):
+        return col.cast(pa.timestamp("ms", tz=col.type.tz)).cast(pa.int64())
+    if pa.types.is_date(col.type):
+        return col.cast(pa.date64()).cast(pa.int64())
+    raise MalformedInputError(
+        f"{where}: event-time column {name!r} has type {col.type}; expected int64 milliseconds or a timestamp"
+    )
+
+
+def read_landing_file(
+    blob: Blob, f: LandingFile, schema: pa.Schema | None, time_column: str, *, root: str | None = None
+) -> pa.Table:
+    """Read one landing file as user columns + ``_time``; MalformedInputError names the file.
+
+    ``schema`` (the shard's user columns) pins types and the exact column set; None
+    keeps what the file has (used to infer a schema).
+    """
+    where = f"{root or blob.url}/{f.key}"
+    got = blob.get(f.key)
+    if got is None:
+        raise MalformedInputError(f"{where} disappeared while reading; landing files must never be removed")
+    fmt = f.key.lower().rsplit(".", 1)[-1]
+    try:
+        if fmt == "parquet":
+            t = pq.read_table(pa.BufferReader(got.data))
+        elif fmt == "csv":
+            types = {c.name: c.type for c in schema} if schema is not None else None
+            t = pacsv.read_csv(io.BytesIO(got.data), convert_options=pacsv.ConvertOptions(column_types=types))
+        else:
+            parse = pajson.ParseOptions(explicit_schema=schema, unexpected_field_behavior="infer") if schema else None
+            t = pajson.read_json(io.BytesIO(got.data), parse_options=parse)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OSError) as e:
+        raise MalformedInputError(f"{where} is unreadable as {fmt}: {e}") from e
+    if time_column not in t.column_names:
+        raise MalformedInputError(f"{where} has no event-time column {time_column!r} (columns: {t.column_names})")
+    time = _to_millis(t.column(time_column), where=where, name=time_column)
+    if time.null_count:
+        raise MalformedInputError(f"{where}: {time.null_count} rows have a null event time in {time_column!r}")
+    t = t.drop_columns([time_column])
+    if schema is not None:
+        missing = [n for n in schema.names if n not in t.column_names]
+        extra = [n for n in t.column_names if n not in schema.names]
+        if missing or extra:
+            raise MalformedInputError(
+                f"{where}: columns do not match the shard: missing {missing}, unexpected {extra}"
+            )
+        try:
+            t = pt.validate_updates(t.append_column(pt.TIME, time), schema, lower=-(2**63), upper=None)
+        except InvalidUsageError as e:
+            raise MalformedInputError(f"{where}: {e}") from e
+        return t.drop_columns([pt.DIFF])
+    return t.append_column(pt.TIME, time)
+
+
+def check_late(t: pa.Table, f: LandingFile, *, lower: int, seals: Sequence[Seal], root: str) -> None:
+    """Raise LateDataError if ``f`` holds times ``< lower`` that were sealed before it appeared."""
+    if t.num_rows == 0:
+        return
+    tmin = pc.min(t[pt.TIME]).as_py()
+    if tmin >= lower:
+        return
+    seal = next((s for s in seals if s.lower <= tmin < s.upper), None)
+    if seal is None and seals:
+        # Older than every seal we know (a truncated history): the oldest known seal came
+        # no earlier than the true one, so "newer than it" still proves lateness.
+        seal = min(seals, key=lambda s: s.lower)
+    if seal is not None and f.modified > seal.at:
+        raise LateDataError(
+            f"late file {root}/{f.key}: its earliest event time {tmin} was sealed by commit seqno {seal.seqno} "
+            f"(times [{seal.lower}, {seal.upper})) before the file appeared; it cannot be ingested exactly once. "
+            "Move it out of the landing zone or re-land its rows with current times."
+        )

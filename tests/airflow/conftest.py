@@ -1,0 +1,32 @@
+"""Real Airflow for the DAG tests: one migrated SQLite DB per session, copied per test.
+
+Every test gets its own AIRFLOW_HOME (a copy of the template DB), its own landing zone
+and shard, and runs the repo's real DAG files with ``airflow dags test`` (or a real
+scheduler) in subprocesses, with real spark-submit at local[2].
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from af_helpers import VENV_BIN, Env, base_env, make_env
+
+
+@pytest.fixture(scope="session")
+def airflow_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A migrated Airflow DB, made once per session (``airflow db migrate``)."""
+    home = tmp_path_factory.mktemp("airflow-template")
+    r = subprocess.run([str(VENV_BIN / "airflow"), "db", "migrate"], env=base_env(home), capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return home / "airflow.db"
+
+
+@pytest.fixture
+def af(tmp_path: Path, airflow_template: Path) -> Iterator[Env]:
+    yield make_env(tmp_path, airflow_template)
+
+

@@ -1,0 +1,86 @@
+"""End to end with real Airflow (`airflow dags test`) and real spark-submit at local[2]."""
+
+from __future__ import annotations
+
+import subprocess
+import textwrap
+from pathlib import Path
+
+from af_helpers import DAY, START, VENV_BIN, Env, assert_exactly_once, assert_no_leaks, ok
+
+from shardsink import Shard
+from shardsink.sources.synthetic import generate, publish_watermark
+
+
+def test_every_dag_file_imports_cleanly(af: Env) -> None:
+    script = textwrap.dedent("""
+        from airflow.dag_processing.dagbag import DagBag
+        bag = DagBag()
+        assert not bag.import_errors, bag.import_errors
+        assert bag.dags, "no DAGs found"
+        d = bag.dags["example_ingest"]
+        ids = sorted(t.task_id for t in d.tasks)
+        assert "attempt_1.mint" in ids and "attempt_5.append" in ids, ids
+        print("DAGS", sorted(bag.dags))
+    """)
+    out = ok(subprocess.run([str(VENV_BIN / "python"), "-c", script], env=af.env, capture_output=True, text=True,
+                            timeout=120))
+    assert "example_ingest" in out
+
+
+def test_runs_ingest_exactly_once_and_rerun_changes_nothing(af: Env) -> None:
+    generate(af.landing, start=START, days=2, files_per_day=2, rows_per_file=150)
+    ok(af.dags_test("2024-01-02"))  # covers [Jan 1, Jan 2)
+    shard = Shard.open(af.shard_url)
+    assert shard.info().upper == START + DAY
+    ok(af.dags_test("2024-01-03"))
+    info = shard.info()
+    assert info.upper == START + 2 * DAY and info.seqno == 2
+    assert_exactly_once(af.shard_url, af.landing, START, START + 2 * DAY)
+    assert_no_leaks(af.shard_url)
+    events = af.asset_events()
+    assert [(e["lower"], e["upper"], e["seqno"]) for e in events] == [
+        (START, START + DAY, 1), (START + DAY, START + 2 * DAY, 2)]
+    assert sum(e["rows"] for e in events) == 600 and events[0]["shard"] == af.shard_url
+
+    out = ok(af.dags_test("2024-01-03"))  # a re-run of a completed interval
+    assert "nothing to do" in out and f"shard upper {START + 2 * DAY}" in out
+    assert "Spark-Submit cmd" not in out
+    assert shard.info().seqno == 2
+    assert_exactly_once(af.shard_url, af.landing, START, START + 2 * DAY)
+
+
+def test_watermark_that_does_not_move_skips_without_a_jvm(af: Env, tmp_path: Path) -> None:
+    generate(af.landing, start=START, days=1, files_per_day=1, rows_per_file=10, watermark=START)
+    fake = tmp_path / "fakebin"
+    fake.mkdir()
+    marker = tmp_path / "spark-submit-was-called"
+    (fake / "spark-submit").write_text(f"#!/bin/sh\ntouch {marker}\nexit 1\n")
+    (fake / "spark-submit").chmod(0o755)
+    env = {"PATH": f"{fake}:{af.env['PATH']}"}
+    for day in ("2024-01-02", "2024-01-03"):
+        out = ok(af.dags_test(day, extra=env))
+        assert "nothing to do: nothing new is complete" in out
+        assert f"watermark {START}" in out and f"shard upper {START}" in out
+    assert not marker.exists(), "a no-op run started spark-submit"
+    assert Shard.open(af.shard_url).info().seqno == 0
+    publish_watermark(af.landing, START + DAY // 2)  # half a day completes: the next run takes just that
+    ok(af.dags_test("2024-01-02"))
+    assert Shard.open(af.shard_url).info().upper == START + DAY // 2
+    assert_exactly_once(af.shard_url, af.landing, START, START + DAY // 2)
+
+
+def test_s3_landing_and_shard_over_moto(af: Env, moto: object) -> None:
+    from shardsink.testing import MotoServer
+
+    assert isinstance(moto, MotoServer)
+    bucket = "e2e-airflow"
+    moto.make_bucket(bucket)
+    af.env.update(moto.env())
+    af.env["SHARDSINK_LANDING"] = f"s3://{bucket}/landing"
+    af.env["SHARDSINK_SHARD"] = f"s3://{bucket}/shards/events"
+    generate(af.landing, start=START, days=1, files_per_day=3, rows_per_file=100)
+    ok(af.dags_test("2024-01-02"))
+    assert Shard.open(af.shard_url).info().upper == START + DAY
+    assert_exactly_once(af.shard_url, af.landing, START, START + DAY)
+    assert_no_leaks(af.shard_url)

@@ -1,0 +1,83 @@
+"""Concurrency and failure under real Airflow: a lost race, a killed write, a lost ack."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+from af_helpers import DAY, START, Env, assert_exactly_once, assert_no_leaks, ok
+
+from shardsink import Shard
+from shardsink.sources.landing import LandingSource, slot_of
+from shardsink.sources.synthetic import generate
+
+
+def _wait_for(pred: object, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.5)
+
+
+def test_two_runs_race_loser_deletes_its_parts_and_retries_fresh(af: Env, tmp_path: Path,
+                                                                  airflow_template: Path) -> None:
+    """Run A (interval Jan 2) and run B (interval Jan 1) both mint [Jan 1, Jan 2) from the
+    empty shard (max span one day). A's first append is held until B has committed, so A
+    loses: its parts go, attempt 2 mints [Jan 2, Jan 3) afresh and commits."""
+    generate(af.landing, start=START, days=2, files_per_day=2, rows_per_file=100)
+    go = tmp_path / "go"
+    faults = {"append_wait": {"attempt": 1, "until": str(go), "timeout": 600}}
+    home_b = tmp_path / "ah-b"
+    home_b.mkdir()
+    shutil.copy(airflow_template, home_b / "airflow.db")
+
+    run_a = af.popen_dags_test("2024-01-03", extra={"SHARDSINK_FAULTS": json.dumps(faults)})
+    parts = Path(af.root / "shards" / "events" / "parts")
+    try:
+        _wait_for(lambda: parts.is_dir() and any(parts.iterdir()), 300, "run A to stage its first attempt")
+        a_desc = next(parts.iterdir()).name
+        assert "-a1-" in a_desc
+        ok(af.dags_test("2024-01-02", home=home_b, extra={"SHARDSINK_WRITERS": "1"}))
+        assert Shard.open(af.shard_url).info().upper == START + DAY
+        go.touch()
+        out_a, _ = run_a.communicate(timeout=600)
+    finally:
+        go.touch()
+        if run_a.poll() is None:
+            run_a.kill()
+    assert run_a.returncode == 0, out_a[-6000:]
+    assert f"lost the race at shard upper {START + DAY}: description {a_desc}" in out_a
+    assert "attempt 2 retries with a fresh description" in out_a
+    assert not (parts / a_desc).exists() or not any((parts / a_desc).iterdir()), "loser's parts were not deleted"
+    info = Shard.open(af.shard_url).info()
+    assert info.upper == START + 2 * DAY and info.seqno == 2
+    assert info.last_commit.desc_id is not None and "-a2-" in info.last_commit.desc_id
+    assert_exactly_once(af.shard_url, af.landing, START, START + 2 * DAY)
+    assert_no_leaks(af.shard_url)
+    assert [(e["lower"], e["upper"]) for e in af.asset_events()] == [(START + DAY, START + 2 * DAY)]
+    assert [(e["lower"], e["upper"]) for e in af.asset_events(home_b)] == [(START, START + DAY)]
+
+
+def test_killed_write_and_lost_ack_are_retried_without_duplicates(af: Env, tmp_path: Path) -> None:
+    """One slot's spark-submit dies after uploading parts (before its manifest); the append
+    commits but its answer is lost. Airflow retries both tasks; the shard holds the source
+    exactly once and the killed attempt's parts are gone."""
+    generate(af.landing, start=START, days=1, files_per_day=4, rows_per_file=100)
+    slot = slot_of(LandingSource(af.landing).files()[0].key, 2)  # a slot that has files to stage
+    faults = {"write_kill": {"slot": slot, "once": str(tmp_path / "killed")},
+              "append_ack_lost": {"once": str(tmp_path / "ack-lost")}}
+    out = ok(af.dags_test("2024-01-02", extra={"SHARDSINK_FAULTS": json.dumps(faults)}))
+    assert (tmp_path / "killed").exists() and (tmp_path / "ack-lost").exists()
+    assert "SHARDSINK_FAULT write_kill" in out
+    assert "injected fault: the acknowledgement" in out
+    assert "already committed: description" in out
+    assert "staged parts not in its committed batch" in out  # the killed attempt's leftovers
+    info = Shard.open(af.shard_url).info()
+    assert info.seqno == 1 and info.upper == START + DAY
+    assert_exactly_once(af.shard_url, af.landing, START, START + DAY)
+    assert_no_leaks(af.shard_url)
+    events = af.asset_events()
+    assert len(events) == 1 and events[0]["seqno"] == 1 and events[0]["rows"] == 400

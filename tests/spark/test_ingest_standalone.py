@@ -1,0 +1,93 @@
+"""The ingest write job on a real Spark standalone cluster (master + worker from the pyspark wheel).
+
+Executors run in the worker's own JVM and Python processes, so this proves the job ships
+everything it needs (--py-files zip built by shardsink) and uploads parts from executors.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from shardsink import Shard
+from shardsink.sinks.ingest import Description, append_from_manifests, mint, open_or_create
+from shardsink.sources.landing import LandingSource
+from shardsink.sources.synthetic import generate
+from shardsink.spark import build_pyfiles_zip, job_path
+from shardsink.testing import free_port
+
+BIN = Path(sys.executable).parent
+START = 1_704_067_200_000
+DAY = 86_400_000
+
+
+def _env(tmp: Path) -> dict[str, str]:
+    return {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", "SPARK_LOG_DIR": str(tmp),
+            "SPARK_WORKER_DIR": str(tmp / "work"), "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[str]:
+    port, ui = free_port(), free_port()
+    env = _env(tmp_path)
+    cls = "org.apache.spark.deploy"
+    procs = [subprocess.Popen([str(BIN / "spark-class"), f"{cls}.master.Master", "--host", "127.0.0.1", "--port",
+                               str(port), "--webui-port", str(ui)], env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, start_new_session=True)]
+    master = f"spark://127.0.0.1:{port}"
+    procs.append(subprocess.Popen([str(BIN / "spark-class"), f"{cls}.worker.Worker", master, "--host", "127.0.0.1",
+                                   "--cores", "2", "--memory", "1g", "--webui-port", str(free_port())], env=env,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                state = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{ui}/json/", timeout=2).read())
+                if any(w.get("state") == "ALIVE" for w in state.get("workers", [])):
+                    break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, "the standalone worker did not register"
+            time.sleep(0.5)
+        yield master
+    finally:
+        for p in procs:
+            os.killpg(p.pid, signal.SIGTERM)
+        for p in procs:
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+
+
+def test_write_job_on_a_standalone_cluster(cluster: str, tmp_path: Path) -> None:
+    landing = str(tmp_path / "landing")
+    generate(landing, start=START, days=1, files_per_day=3, rows_per_file=100)
+    src = LandingSource(landing)
+    shard = open_or_create((tmp_path / "shard").as_uri(), src, initial_upper=START)
+    d = mint(shard, src, interval_end=START + DAY, max_span=None, dag_id="standalone", run_id="r", attempt=1)
+    assert isinstance(d, Description)
+    slots = 2
+    for slot in range(slots):
+        r = subprocess.run([str(BIN / "spark-submit"), "--master", cluster, "--conf", "spark.ui.enabled=false",
+                            "--conf", "spark.executor.memory=512m", "--py-files", build_pyfiles_zip(tmp_path / "zip"),
+                            job_path(), "--shard-url", shard.url, "--source", json.dumps(src.spec()),
+                            "--desc-id", d.desc_id, "--lower", str(d.lower), "--upper", str(d.upper),
+                            "--slot", str(slot), "--slots", str(slots)],
+                           env=_env(tmp_path), capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-5000:]
+        assert "SHARDSINK_WRITE" in r.stdout
+    # executors ran in the worker (its work dir holds the app's executor folders)
+    assert any((tmp_path / "work").glob("app-*/*/stderr"))
+    res = append_from_manifests(shard, d, slots)
+    assert res.status == "committed" and res.rows == 300
+    assert sum(Shard.open(shard.url).changes(START, START + DAY)["_diff"].to_pylist()) == 300
