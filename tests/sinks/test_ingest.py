@@ -106,6 +106,11 @@ def test_lost_race_deletes_everything_the_description_staged(shard_url: str) -> 
     assert e.value.current == DAY and e.value.deleted == 2 and mine.desc_id in str(e.value)
     assert not list(shard.blob.list(f"parts/{mine.desc_id}/")) and not list(shard.blob.list("staging/"))
     assert committed(shard, mine) is None and committed(shard, theirs) is not None
+    # An operator re-runs only the failed append: its manifests are gone, but the verdict
+    # is still "lost the race" (clear the whole run), not a misleading missing manifest.
+    with pytest.raises(LostRaceError, match="clear the whole DAG run"):
+        append_from_manifests(shard, mine, 1)
+    assert shard.info().seqno == 1
 
 
 def test_missing_manifest_is_refused_naming_the_slot(shard_url: str) -> None:

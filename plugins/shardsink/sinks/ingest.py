@@ -280,6 +280,11 @@ def append_from_manifests(shard: Shard, desc: Description, slots: int, *, writer
     if done is not None:
         cleanup(shard, desc.desc_id, keep=done.keys)
         return AppendResult("already_committed", desc.desc_id, done.seqno, desc.lower, desc.upper, done.rows)
+    current = shard.info().upper
+    if current != desc.lower:
+        # Lost already (e.g. a re-run of an append whose description lost earlier and whose
+        # manifests are gone): uppers never move back, so it can never commit.
+        raise _lost(shard, desc, current)
     staged = read_manifests(shard, desc, slots)
     faults.wait_until("append_wait", attempt=desc.attempt)
     try:
@@ -288,12 +293,7 @@ def append_from_manifests(shard: Shard, desc: Description, slots: int, *, writer
     except UpperMismatchError as e:
         if committed(shard, desc) is not None:  # pragma: no cover - compare_and_append checked already
             raise
-        deleted = cleanup(shard, desc.desc_id)
-        raise LostRaceError(
-            f"lost the race on {shard.url}: shard upper is {e.current}, not {desc.lower}; description "
-            f"{desc.desc_id} [{desc.lower}, {desc.upper}) was not committed; deleted its {deleted} staged objects",
-            expected=desc.lower, current=e.current, deleted=deleted,
-        ) from e
+        raise _lost(shard, desc, e.current) from e
     if faults.fire("append_ack_lost", attempt=desc.attempt):
         from shardsink.errors import UnknownOutcomeError
 
@@ -305,3 +305,14 @@ def append_from_manifests(shard: Shard, desc: Description, slots: int, *, writer
         keep = twin.keys if twin is not None else keep
     cleanup(shard, desc.desc_id, keep=keep)
     return result
+
+
+def _lost(shard: Shard, desc: Description, current: int | None) -> LostRaceError:
+    """Delete everything ``desc`` staged (its fate is definite) and describe the loss."""
+    deleted = cleanup(shard, desc.desc_id)
+    return LostRaceError(
+        f"lost the race on {shard.url}: shard upper is {current}, not {desc.lower}; description "
+        f"{desc.desc_id} [{desc.lower}, {desc.upper}) was not committed; deleted its {deleted} staged objects; "
+        "a fresh description is needed (clear the whole DAG run, not just this task)",
+        expected=desc.lower, current=current, deleted=deleted,
+    )
