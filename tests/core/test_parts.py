@@ -5,11 +5,13 @@ and split by size."""
 from __future__ import annotations
 
 import io
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+
 from shardsink import InvalidUsageError, Shard
 from shardsink.core import parts as pt
 from shardsink.storage import Blob, open_blob, parse_url
@@ -276,3 +278,58 @@ def test_read_parts_of_no_parts_is_an_empty_table_with_the_full_schema(blob: Blo
 def test_user_schema_strips_reserved_columns() -> None:
     file_schema = pa.schema([("k", pa.string()), ("_time", pa.int64()), ("_diff", pa.int64()), ("_count", pa.int64())])
     assert pt.user_schema(file_schema).names == ["k"]
+
+
+def test_rows_differing_only_by_nan_are_consolidated_into_one() -> None:
+    from shardsink.core.parts import consolidate
+
+    nan = float("nan")
+    t = pa.table({"x": [nan, nan, 1.0], "_time": [5, 5, 5], "_diff": [1, 2, 1]})
+    out = consolidate(t, ["x", "_time"])
+    assert out.num_rows == 2
+    assert sorted(out["_diff"].to_pylist()) == [1, 3]
+
+
+def test_large_inputs_are_staged_in_parallel_slices_each_consolidated_and_sorted(tmp_path: Path) -> None:
+    from shardsink.core import parts as pt
+    from shardsink.storage.local import LocalBlob
+
+    n = pt.PARALLEL_STAGE_ROWS + 1000
+    keys = [i % 5000 for i in range(n)]  # every key repeats across the whole input
+    t = pa.table({"k": pa.array(keys, pa.int64()), "_time": pa.array([0] * n, pa.int64()),
+                  "_diff": pa.array([1] * n, pa.int64())})
+    blob = LocalBlob(tmp_path / "s")
+    written = pt.stage_parts(blob, t, ["k", "_time"], prefix="parts/d")
+    total: dict[int, int] = {}
+    for p in written:
+        piece = pt.read_parts(blob, [p], pa.schema([("k", pa.int64())]))
+        ks = piece["k"].to_pylist()
+        assert ks == sorted(ks) and len(ks) == len(set(ks))  # each part consolidated and sorted
+        for k, d in zip(ks, piece["_diff"].to_pylist(), strict=True):
+            total[k] = total.get(k, 0) + d
+    assert total == {k: keys.count(k) for k in range(5000)}  # nothing lost or duplicated overall
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_consolidate_equals_a_sorted_python_reference_with_nulls_and_duplicates(seed: int) -> None:
+    import random
+
+    from shardsink.core.parts import consolidate
+
+    rng = random.Random(seed)
+    n = 3000
+    ks = [rng.choice([None, "a", "b", "c", "dd"]) for _ in range(n)]
+    vs = [rng.choice([None, -1, 0, 7]) for _ in range(n)]
+    ts = [rng.randrange(4) for _ in range(n)]
+    ds = [rng.choice([-2, -1, 1, 1, 3]) for _ in range(n)]
+    t = pa.table({"k": pa.array(ks, pa.string()), "v": pa.array(vs, pa.int64()), "_time": ts, "_diff": ds})
+    ref: dict[tuple[object, ...], int] = {}
+    for row in zip(ks, vs, ts, ds, strict=True):
+        ref[row[:3]] = ref.get(row[:3], 0) + row[3]
+
+    def null_last(x: object) -> tuple[bool, object]:
+        return (x is None, x if x is not None else 0)
+
+    expected = sorted(((k, d) for k, d in ref.items() if d != 0), key=lambda kd: tuple(map(null_last, kd[0])))
+    out = consolidate(t, ["k", "v", "_time"]).to_pylist()
+    assert [((r["k"], r["v"], r["_time"]), r["_diff"]) for r in out] == expected

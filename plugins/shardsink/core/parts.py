@@ -8,9 +8,11 @@ per distinct ``(row, _time)``, no zero diffs, sorted by the user columns then ti
 from __future__ import annotations
 
 import io
+import os
 import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -31,6 +33,10 @@ COUNT = "_count"
 RESERVED = (TIME, DIFF)
 #: Target in-memory size of one part; Parquet compresses it to a fraction of that.
 TARGET_PART_BYTES = 128 * 1024 * 1024
+#: Inputs at least this large are staged in parallel slices (see stage_parts).
+PARALLEL_STAGE_ROWS = 1 << 18
+#: How parts are encoded (see :func:`write_parts`).
+PartEncoding = Literal["default", "compact"]
 
 
 def user_schema(table_schema: pa.Schema) -> pa.Schema:
@@ -131,8 +137,9 @@ def validate_updates(table: pa.Table, schema: pa.Schema, *, lower: int, upper: i
 def consolidate(table: pa.Table, keys: Sequence[str]) -> pa.Table:
     """Sum ``_diff`` per distinct ``keys``, drop zero sums, sort by ``keys``.
 
-    Skips the hash aggregation when the sorted input has no adjacent duplicate keys,
-    the common case for ingested data.
+    Sorts, then sums runs of equal adjacent keys (a segmented sum keeps the sorted
+    order; a hash group-by would not). Skips the summing when no two adjacent sorted
+    rows share their keys, the common case for ingested data.
     """
     if table.num_rows == 0:
         return table
@@ -142,12 +149,22 @@ def consolidate(table: pa.Table, keys: Sequence[str]) -> pa.Table:
     else:
         order, maybe_duplicates = fast
     table = _take(table, order)
-    if table.num_rows > 1 and (not maybe_duplicates or not _has_adjacent_duplicates(table, keys)):
+    if table.num_rows == 1 or not maybe_duplicates:
         return table
-    summed = table.group_by(list(keys), use_threads=False).aggregate([(DIFF, "sum")])
-    summed = summed.rename_columns([*keys, DIFF])
-    summed = summed.filter(pc.not_equal(summed[DIFF], 0))
-    return summed.select([*table.column_names])
+    same = _adjacent_same(table, keys)
+    if same is None:
+        return table
+    if np is None:  # pragma: no cover - numpy ships with every supported install
+        summed = table.group_by(list(keys), use_threads=False).aggregate([(DIFF, "sum")])
+        summed = summed.rename_columns([*keys, DIFF]).select(table.column_names)
+        summed = summed.take(pc.sort_indices(summed, sort_keys=[(k, "ascending", "at_end") for k in keys]))
+    else:
+        starts = np.flatnonzero(np.concatenate(([True], ~same)))
+        sums = np.add.reduceat(table.column(DIFF).to_numpy(), starts)
+        summed = table.take(pa.array(starts)).set_column(
+            table.schema.get_field_index(DIFF), table.schema.field(DIFF), pa.array(sums, pa.int64())
+        )
+    return summed.filter(pc.not_equal(summed[DIFF], 0))
 
 
 # --- sorting ---------------------------------------------------------------------------
@@ -157,8 +174,9 @@ def consolidate(table: pa.Table, keys: Sequence[str]) -> pa.Table:
 # codes (nulls last, like ``null_placement="at_end"``), the codes are combined in mixed
 # radix into one uint64 per row, and numpy's vectorised sort orders them. Columns whose
 # codes would overflow 64 bits are folded in after replacing the prefix so far by its
-# dense rank. The resulting order equals Arrow's ascending sort; rows with equal codes
-# are equal in every key, so their relative order is irrelevant (they are consolidated).
+# dense rank. The row index rides in the low bits, so the sort is stable and the order
+# is exactly that of ``pc.sort_indices(..., null_placement="at_end")``. Key types without
+# a coding here (decimals, views, ...) and a missing numpy fall back to pc.sort_indices.
 
 _U64 = 1 << 64
 
@@ -243,21 +261,11 @@ def _key_codes(arr: pa.Array) -> tuple[np.ndarray, int] | None:
     return None
 
 
-#: Below this many rows the key columns are coded one after another (no thread pool).
-_PARALLEL_ROWS = 1 << 16
-
-
 def _take(table: pa.Table, order: pa.Array) -> pa.Table:
-    """``table.take(order)``, one column per thread for large tables; no copy if already in order."""
-    if np is not None and table.num_rows > 1 and isinstance(order, pa.Int64Array) and order.null_count == 0:
-        steps = np.diff(order.to_numpy())
-        if bool(np.all(steps == 1)):
-            return table
-    if table.num_rows < _PARALLEL_ROWS or table.num_columns < 2:
-        return table.take(order)
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        columns = list(pool.map(lambda c: c.take(order), table.columns))
-    return pa.Table.from_arrays(columns, schema=table.schema)
+    """``table.take(order)``, without copying when the table is already in order."""
+    in_order = (np is not None and table.num_rows > 1 and isinstance(order, pa.Int64Array)
+                and order.null_count == 0 and bool(np.all(np.diff(order.to_numpy()) == 1)))
+    return table if in_order else table.take(order)
 
 
 def _sort_order(table: pa.Table, keys: Sequence[str]) -> tuple[pa.Array, bool] | None:
@@ -268,37 +276,27 @@ def _sort_order(table: pa.Table, keys: Sequence[str]) -> tuple[pa.Array, bool] |
         return None
     if n <= 1:
         return pa.array(np.arange(n, dtype=np.int64)), False
-
-    def codes_of(k: str) -> tuple[np.ndarray, int] | None:
+    acc: np.ndarray | None = None
+    acc_bound = 1
+    distinct = False
+    for k in keys:
         col = table.column(k)
-        return _key_codes(col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col)
-
-    pool = ThreadPoolExecutor(max_workers=2) if n >= _PARALLEL_ROWS and len(keys) > 1 else None
-    try:
-        pending = [pool.submit(codes_of, k) for k in keys] if pool is not None else None
-        acc: np.ndarray | None = None
-        acc_bound = 1
-        distinct = False
-        for i, k in enumerate(keys):
-            got = pending[i].result() if pending is not None else codes_of(k)
-            if got is None:
-                return None
-            codes, bound = got
-            if acc is None:
-                acc, acc_bound = codes, bound
-                continue
+        got = _key_codes(col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col)
+        if got is None:
+            return None
+        codes, bound = got
+        if acc is None:
+            acc, acc_bound = codes, bound
+            continue
+        if acc_bound * bound > _U64:
+            acc, acc_bound = _dense(acc)
+            if acc_bound == n:
+                distinct = True
+                break  # every row already differs on the keys so far; later keys cannot reorder
             if acc_bound * bound > _U64:
-                acc, acc_bound = _dense(acc)
-                if acc_bound == n:
-                    distinct = True
-                    break  # every row already differs on the keys so far; later keys cannot reorder
-                if acc_bound * bound > _U64:
-                    codes, bound = _dense(codes)  # both now < 2**32: the product fits
-            acc = acc * np.uint64(bound) + codes
-            acc_bound *= bound
-    finally:
-        if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)
+                codes, bound = _dense(codes)  # both now < 2**32: the product fits
+        acc = acc * np.uint64(bound) + codes
+        acc_bound *= bound
     assert acc is not None
     idx_bits = (n - 1).bit_length()
     if acc_bound << idx_bits > _U64:
@@ -316,19 +314,57 @@ def _sort_order(table: pa.Table, keys: Sequence[str]) -> tuple[pa.Array, bool] |
     return order, bool(np.any(codes[1:] == codes[:-1]))
 
 
-def _has_adjacent_duplicates(table: pa.Table, keys: Sequence[str]) -> bool:
+def _adjacent_same(table: pa.Table, keys: Sequence[str]) -> Any:
+    """Mask ``m`` with ``m[i]`` = rows i and i+1 agree on every key; None if none do.
+
+    Nulls equal nulls and NaN equals NaN here, as rows are compared by group_by.
+    """
     n = table.num_rows
     same: pa.Array | None = None
     for k in keys:
         col = table.column(k)
         a, b = col.slice(0, n - 1), col.slice(1, n - 1)
-        eq = pc.fill_null(pc.equal(a, b), False)
-        both_null = pc.and_(pc.is_null(a), pc.is_null(b))
-        eq = pc.or_(eq, both_null)
+        eq = pc.or_(pc.fill_null(pc.equal(a, b), False), pc.and_(pc.is_null(a), pc.is_null(b)))
+        if pa.types.is_floating(col.type):
+            eq = pc.or_(eq, pc.fill_null(pc.and_(pc.is_nan(a), pc.is_nan(b)), False))
         same = eq if same is None else pc.and_(same, eq)
         if not pc.any(same).as_py():
-            return False
-    return same is not None and bool(pc.any(same).as_py())
+            return None
+    if same is None:
+        return None
+    return same.to_numpy(zero_copy_only=False) if np is not None else same
+
+
+def stage_parts(
+    blob: Blob,
+    updates: pa.Table,
+    keys: Sequence[str],
+    *,
+    prefix: str,
+    target_bytes: int = TARGET_PART_BYTES,
+    encoding: PartEncoding = "default",
+) -> tuple[PartMeta, ...]:
+    """Consolidate and write validated ``updates``; large inputs use every core.
+
+    An input of at least :data:`PARALLEL_STAGE_ROWS` rows is cut into one contiguous
+    slice per core, and each slice is consolidated, sorted and written as its own parts
+    in a thread (Arrow and numpy release the GIL). Every part is still consolidated and
+    sorted on its own; a row may appear in two parts of one batch, which every reader
+    sums anyway (as it must for parts of different writers).
+    """
+    n = updates.num_rows
+    slices = max(1, min(os.cpu_count() or 1, 4)) if n >= PARALLEL_STAGE_ROWS else 1
+    if slices == 1:
+        return write_parts(blob, consolidate(updates, keys), prefix=prefix, target_bytes=target_bytes,
+                           encoding=encoding)
+    step = -(-n // slices)
+
+    def one(i: int) -> tuple[PartMeta, ...]:
+        piece = consolidate(updates.slice(i, step), keys)
+        return write_parts(blob, piece, prefix=prefix, target_bytes=target_bytes, encoding=encoding)
+
+    with ThreadPoolExecutor(max_workers=slices) as pool:
+        return tuple(p for parts in pool.map(one, range(0, n, step)) for p in parts)
 
 
 def write_parts(
@@ -337,8 +373,15 @@ def write_parts(
     *,
     prefix: str,
     target_bytes: int = TARGET_PART_BYTES,
+    encoding: PartEncoding = "default",
 ) -> tuple[PartMeta, ...]:
-    """Write a consolidated updates table as parts under ``prefix/`` (fresh unique keys)."""
+    """Write a consolidated updates table as parts under ``prefix/`` (fresh unique keys).
+
+    ``encoding="compact"`` (for small, sparse sets of updates such as a view's
+    correction): zstd, and a dictionary only for columns with few distinct values
+    (``<= rows / 4``); dictionaries of mostly-unique columns cost more than they save
+    in small parts. Readers need nothing special: both are plain Parquet.
+    """
     if table.num_rows == 0:
         return ()
     per_row = max(1, table.nbytes // max(1, table.num_rows))
@@ -347,7 +390,11 @@ def write_parts(
 
     def one(piece: pa.Table) -> PartMeta:
         buf = io.BytesIO()
-        pq.write_table(piece, buf)
+        if encoding == "compact":
+            few = [c for c in piece.column_names if pc.count_distinct(piece[c]).as_py() * 4 <= piece.num_rows]
+            pq.write_table(piece, buf, compression="zstd", use_dictionary=few)
+        else:
+            pq.write_table(piece, buf)
         data = buf.getvalue()
         key = f"{prefix}/{uuid.uuid4().hex}.parquet"
         blob.put(key, data)

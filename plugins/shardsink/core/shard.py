@@ -157,9 +157,7 @@ class Shard:
         _check_bounds(lower, upper)
         schema = schema if schema is not None else self.schema
         updates = pt.validate_updates(table, schema, lower=lower, upper=upper)
-        keys = [*schema.names, pt.TIME]
-        updates = pt.consolidate(updates, keys)
-        written = pt.write_parts(self.blob, updates, prefix=f"parts/{desc_id}")
+        written = pt.stage_parts(self.blob, updates, [*schema.names, pt.TIME], prefix=f"parts/{desc_id}")
         return StagedBatch(desc_id, lower, upper, written)
 
     def compare_and_append(self, staged: Sequence[StagedBatch], *, expected_upper: int,
