@@ -156,13 +156,35 @@ class Machine:
     # --- writing ------------------------------------------------------------------
 
     def create(self, v0: st.Version) -> st.Version:
-        """Write version 0 of a new shard; ShardExistsError if anything is there."""
+        """Write version 0 of a new shard; ShardExistsError if anything is there.
+
+        SUBTLE: a lost answer to the create of version 0 is resolved like a commit's:
+        re-read version 0 and compare the nonce (ours ⇒ created; someone else's ⇒
+        ShardExistsError; missing ⇒ retry the identical create). Otherwise a retry of a
+        create that landed would report "already exists; left unchanged".
+        """
         if self.blob.get(LATEST) is not None or any(True for _ in self.blob.list("state/v/")):
             raise ShardExistsError(f"a shard already exists at {self.url}; it was left unchanged")
-        try:
-            self.blob.create(version_key(0), st.encode_version(v0))
-        except ConditionFailedError as e:
-            raise ShardExistsError(f"a shard already exists at {self.url}; it was left unchanged") from e
+        policy, unsure = self.commit_policy, False
+        for attempt in range(policy.attempts):
+            try:
+                self.blob.create(version_key(0), st.encode_version(v0))
+                break
+            except (ConditionFailedError, UnknownOutcomeError) as e:
+                if isinstance(e, UnknownOutcomeError):
+                    unsure = True
+                    policy.sleep(min(policy.max_wait, policy.first_wait * 2**attempt))
+                try:
+                    landed = self.fetch(0) if unsure else None
+                except StorageError as read_failed:
+                    raise UnknownOutcomeError(f"{self.url}: create outcome unknown ({read_failed})") from read_failed
+                if landed is not None and landed.commit.nonce == v0.commit.nonce:
+                    break
+                if landed is None and isinstance(e, UnknownOutcomeError):
+                    continue  # not there: retrying the same create is safe
+                raise ShardExistsError(f"a shard already exists at {self.url}; it was left unchanged") from e
+        else:
+            raise UnknownOutcomeError(f"{self.url}: create did not settle after {policy.attempts} attempts")
         self._publish_hint(v0, None)
         return v0
 
