@@ -212,7 +212,9 @@ class Machine:
                 out = step(cur.header)
                 if isinstance(out, st.AlreadyCommitted):
                     mine = self.fetch(out.seqno) if nonce is not None else None
-                    return mine if mine is not None and mine.commit.nonce == nonce else out
+                    if mine is not None and mine.commit.nonce == nonce:
+                        return self._committed(mine, head.hint_etag)  # ours, landed unseen
+                    return out
                 if isinstance(out, st.UpperMismatch):
                     return out
                 nonce = out.commit.nonce

@@ -14,6 +14,7 @@ import fcntl
 import hashlib
 import os
 import uuid
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,9 +25,10 @@ _TMP_PREFIX = ".tmp-"
 _LOCKS = ".locks"
 
 
-def _etag(st: os.stat_result) -> str:
-    # A new inode per publish (os.replace/link of a fresh temp file) makes this unique.
-    return f"{st.st_ino:x}-{st.st_mtime_ns:x}-{st.st_size:x}"
+def _etag(st: os.stat_result, data: bytes) -> str:
+    # Inode + mtime alone can repeat (an inode reused within one timestamp tick), so the
+    # content's checksum is part of it: equal etags then mean equal bytes.
+    return f"{st.st_ino:x}-{st.st_mtime_ns:x}-{st.st_size:x}-{zlib.crc32(data):08x}"
 
 
 class LocalBlob:
@@ -44,7 +46,8 @@ class LocalBlob:
         try:
             with open(path, "rb") as f:
                 st = os.fstat(f.fileno())
-                return Fetched(f.read(), _etag(st))
+                data = f.read()
+                return Fetched(data, _etag(st, data))
         except FileNotFoundError:
             return None
         except IsADirectoryError:
@@ -68,7 +71,7 @@ class LocalBlob:
         path = self._path(key)
         tmp = self._write_temp(path, data)
         os.replace(tmp, path)
-        return _etag(os.stat(path))
+        return _etag(os.stat(path), data)
 
     def create(self, key: str, data: bytes) -> str:
         path = self._path(key)
@@ -79,7 +82,7 @@ class LocalBlob:
             raise ConditionFailedError(f"{path} already exists") from e
         finally:
             tmp.unlink(missing_ok=True)
-        return _etag(os.stat(path))
+        return _etag(os.stat(path), data)
 
     def replace(self, key: str, data: bytes, *, etag: str | None) -> str:
         path = self._path(key)
@@ -90,13 +93,14 @@ class LocalBlob:
             with open(lock, "a+b") as lf:
                 fcntl.flock(lf.fileno(), fcntl.LOCK_EX)
                 try:
-                    current: str | None = _etag(os.stat(path))
+                    with open(path, "rb") as cf:
+                        current: str | None = _etag(os.fstat(cf.fileno()), cf.read())
                 except FileNotFoundError:
                     current = None
                 if current != etag:
                     raise ConditionFailedError(f"{path} changed (etag {current}, expected {etag})")
                 os.replace(tmp, path)
-                return _etag(os.stat(path))
+                return _etag(os.stat(path), data)
         finally:
             tmp.unlink(missing_ok=True)
 
