@@ -72,21 +72,14 @@ def write_table(table: pa.Table, *, fmt: Format, output: str | None) -> None:
 
 
 def _write_table(table: pa.Table, *, fmt: Format, output: str | None) -> None:
-    if fmt == "parquet":
+    binary = {"parquet": pq.write_table, "csv": pacsv.write_csv}.get(fmt)
+    if binary is not None:
         if output is None:
             sink = pa.BufferOutputStream()
-            pq.write_table(table, sink)
+            binary(table, sink)
             sys.stdout.buffer.write(sink.getvalue().to_pybytes())
         else:
-            pq.write_table(table, output)
-        return
-    if fmt == "csv":
-        if output is None:
-            sink = pa.BufferOutputStream()
-            pacsv.write_csv(table, sink)
-            sys.stdout.buffer.write(sink.getvalue().to_pybytes())
-        else:
-            pacsv.write_csv(table, output)
+            binary(table, output)
         return
     lines = "".join(json.dumps(r, default=str) + "\n" for r in table.to_pylist())
     if output is None:
