@@ -299,7 +299,8 @@ def test_snapshot_writes_jsonl_csv_and_parquet_with_a_count_column(local_cli: Cl
         ("snapshot", url, "--output", str(out / "no" / "such" / "dir.jsonl")),
     )
     assert [json.loads(line) for line in stdout.stdout.splitlines()] == now
-    assert jsonl.returncode == csv_out.returncode == parquet.returncode == 0
+    for r in (jsonl, csv_out, parquet):
+        assert r.returncode == 0, f"{r.args}: exit {r.returncode}\n{r.stderr}"
     assert [json.loads(line) for line in (out / "s.jsonl").read_text().splitlines()] == now
     with open(out / "s.csv", newline="") as f:
         assert [(r["k"], int(r["v"]), int(r["_count"])) for r in csv.DictReader(f)] == [
