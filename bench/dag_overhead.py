@@ -110,7 +110,13 @@ def dag_vs_bare(work: Path) -> dict[str, object]:
     # bare spark-submit of the same job (day 2 on a scratch shard, so both write the same amount)
     src = LandingSource(env["SHARDSINK_LANDING"])
     scratch = open_or_create((work / "scratch").as_uri(), src, initial_upper=START)
-    d = mint(scratch, src, interval_end=START + DAY, max_span=None, dag_id="bench", run_id="bare", attempt=1)
+    # What the mint task itself does (open the shard, read the watermark, mint), apart from
+    # the task runner: under `dags test` the first task also pays for starting Airflow's
+    # in-process execution API, which a deployed scheduler/worker does not.
+    t = time.perf_counter()
+    d = mint(open_or_create(scratch.url, src, initial_upper=START), src, interval_end=START + DAY,
+             max_span=None, dag_id="bench", run_id="bare", attempt=1)
+    mint_work = time.perf_counter() - t
     assert isinstance(d, Description)
     cmd = [str(BIN / "spark-submit"), "--master", "local[2]", "--conf", "spark.ui.enabled=false", "--conf",
            "spark.sql.shuffle.partitions=2", "--py-files", build_pyfiles_zip(), job_path(), "--shard-url",
@@ -130,7 +136,7 @@ def dag_vs_bare(work: Path) -> dict[str, object]:
     return {"bare_spark_submit_s": round(bare, 2), "dag_run_s": round(whole, 2),
             "overhead_s": round(whole - bare, 2), "mint_task_s": round(mint_s, 2),
             "append_task_s": round(append_s, 2), "write_task_s": round(tasks.get("attempt_1.write", -1.0), 2),
-            "mint_plus_append_s": round(mint_s + append_s, 2)}
+            "mint_plus_append_s": round(mint_s + append_s, 2), "mint_work_s": round(mint_work, 3)}
 
 
 def noop_run(work: Path) -> dict[str, object]:
@@ -167,7 +173,8 @@ def main() -> None:
     print(f"staging {s['rows']} rows: stage_dataframe {s['stage_s']}s vs df.write.parquet {s['write_parquet_s']}s "
           f"-> ratio {s['ratio']} (target <= 1.2)")
     print(f"DAG run {d['dag_run_s']}s vs bare spark-submit {d['bare_spark_submit_s']}s -> overhead {d['overhead_s']}s; "
-          f"mint {d['mint_task_s']}s + append {d['append_task_s']}s = {d['mint_plus_append_s']}s (target <= 3s)")
+          f"mint {d['mint_task_s']}s + append {d['append_task_s']}s = {d['mint_plus_append_s']}s (target <= 3s); "
+          f"mint's own work {d['mint_work_s']}s (the rest of the mint task is `dags test` starting its API)")
     print(f"no-op run {n['noop_run_s']}s, JVM started: {n['jvm_started']} ({n['reason']})")
     print(f"load average during the run: {results['load_avg']}")
 
