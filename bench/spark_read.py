@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+
 from shardsink import Shard
 from shardsink.spark import datasource as ds
 from shardsink.spark.read import read_snapshot

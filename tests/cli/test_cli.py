@@ -17,6 +17,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+
 from shardsink import Shard
 
 _SCRIPT = Path(sys.executable).with_name("shardsink")

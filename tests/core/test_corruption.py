@@ -17,6 +17,7 @@ import boto3
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+
 from shardsink import CorruptionError, Shard
 from shardsink.core import state as st
 from shardsink.core.machine import LATEST, ROLLUP_EVERY, rollup_key, version_key

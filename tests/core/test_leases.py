@@ -6,6 +6,7 @@ import time
 
 import pyarrow as pa
 import pytest
+
 from shardsink import CorruptionError, LeaseLostError, ReadFrontierError, Shard, ShardNotFoundError
 from shardsink.core import leases as ls
 

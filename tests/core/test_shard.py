@@ -12,6 +12,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+
 from shardsink import (
     CorruptionError,
     InvalidUsageError,

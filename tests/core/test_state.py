@@ -6,6 +6,7 @@ import json
 
 import pyarrow as pa
 import pytest
+
 from shardsink.core import state as st
 from shardsink.errors import CorruptionError
 

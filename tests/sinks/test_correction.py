@@ -8,6 +8,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+
 from shardsink import CorruptionError, InvalidUsageError, Shard, StagedBatch
 from shardsink.sinks.correction import compute_correction
 from shardsink.spark.read import ShardReads

@@ -9,6 +9,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+
 from shardsink import CorruptionError, ReadFrontierError, Shard
 from shardsink.core.state import PartMeta
 from shardsink.spark import datasource as ds

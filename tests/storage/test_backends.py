@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from shardsink.errors import ConditionFailedError, InvalidUsageError
 from shardsink.storage import Blob, ShardUrl, open_blob, parse_url
 from shardsink.storage.local import LocalBlob

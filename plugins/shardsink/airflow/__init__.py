@@ -1,6 +1,9 @@
-"""Airflow integration: ``ingest_dag(...)`` builds a persistence DAG (Task SDK only)."""
+"""Airflow integration (Task SDK only): ``ingest_dag(...)`` builds a persistence DAG,
+``view_dag(...)`` a self-correcting materialized view over shards."""
 
 from shardsink.airflow.factory import ingest_dag, shard_asset
 from shardsink.airflow.tasks import ShardWriteOperator
+from shardsink.airflow.view import ViewWriteOperator
+from shardsink.airflow.view_factory import view_dag
 
-__all__ = ["ShardWriteOperator", "ingest_dag", "shard_asset"]
+__all__ = ["ShardWriteOperator", "ViewWriteOperator", "ingest_dag", "shard_asset", "view_dag"]

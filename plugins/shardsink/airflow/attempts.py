@@ -9,7 +9,7 @@
     attempt_K: ...                                            append fails loudly if it loses too
 
 ``mint`` of attempt k >= 2 runs after a success *or* a skip of append k-1 and decides
-from the shard state whether anything is left to do (:func:`shardsink.airflow.gate.retry_gate`).
+from the shard state whether anything is left to do (:func:`shardsink.airflow.tasks.retry_gate`).
 The sinks differ only in the mint body and the write operator; append is shared
 (:func:`shardsink.airflow.tasks.append_task`, which emits the shard's asset event).
 """

@@ -10,8 +10,10 @@ Graph of one DAG run (K = ``max_attempts``)::
 
 Every attempt is a TaskGroup, so a lost race and its retry are visible in the graph.
 ``mint`` of attempt k >= 2 runs after a success *or* a skip of append k-1 and decides
-from the shard state whether anything is left to do (see tasks.mint_task). A no-op
-(``upper <= lower``) skips every later task: no Spark job, no JVM.
+from the shard state whether anything is left to do (see tasks.retry_gate). A no-op
+(``upper <= lower``) skips every later task: no Spark job, no JVM. The attempt groups
+are built by :mod:`shardsink.airflow.attempts`, shared with the materialize sink's
+``view_dag`` (:mod:`shardsink.airflow.view_factory`).
 
 Scheduling: a cron string or timedelta becomes a *data-interval* timetable, so a run's
 ``data_interval_end`` is the end of the period it covers (scheduled and backfill runs:
@@ -26,18 +28,10 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from airflow.sdk import (
-    DAG,
-    Asset,
-    CronDataIntervalTimetable,
-    DeltaDataIntervalTimetable,
-    TaskGroup,
-    TriggerRule,
-    get_current_context,
-    task,
-)
+from airflow.sdk import DAG, Asset, CronDataIntervalTimetable, DeltaDataIntervalTimetable
 
-from shardsink.airflow.tasks import IngestSettings, ShardWriteOperator, append_task, mint_task
+from shardsink.airflow.attempts import attempt_groups
+from shardsink.airflow.tasks import IngestSettings, ShardWriteOperator, mint_task
 from shardsink.errors import InvalidUsageError
 from shardsink.sources.base import Source
 from shardsink.storage.url import parse_url
@@ -112,9 +106,15 @@ def ingest_dag(
         backoff_base=retry_backoff,
         backoff_cap=retry_backoff_cap,
     )
-    asset = shard_asset(url)
     conf = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2", **(spark_conf or {})}
-    retry: dict[str, Any] = {"retries": task_retries, "retry_delay": task_retry_delay}
+
+    def make_write(desc: Any) -> Any:
+        return ShardWriteOperator.partial(
+            task_id="write", shard_url=url, source_spec=settings.source_spec, slots=writers, desc=desc,
+            aws_conn_id=aws_conn_id, conn_id=spark_conn_id, conf=conf, env_vars=dict(spark_env or {}),
+            retries=task_retries, retry_delay=task_retry_delay,
+        ).expand(slot=list(range(writers)))
+
     with DAG(
         dag_id=dag_id,
         schedule=_timetable(schedule),
@@ -125,36 +125,6 @@ def ingest_dag(
         doc_md=f"Appends `{source.kind}` source batches to shard `{url}` ({writers} writers).",
         **dag_kwargs,
     ) as dag:
-        prev_append = None
-        for k in range(1, max_attempts + 1):
-            with TaskGroup(group_id=f"attempt_{k}"):
-                rule = TriggerRule.ALL_SUCCESS if k == 1 else TriggerRule.NONE_FAILED
-
-                @task(task_id="mint", trigger_rule=rule, retries=task_retries, retry_delay=task_retry_delay)
-                def mint(attempt: int = k) -> dict[str, Any]:
-                    return mint_task(settings, attempt, dict(get_current_context()))
-
-                desc = mint()
-                write = ShardWriteOperator.partial(
-                    task_id="write",
-                    shard_url=url,
-                    source_spec=settings.source_spec,
-                    slots=writers,
-                    desc=desc,
-                    aws_conn_id=aws_conn_id,
-                    conn_id=spark_conn_id,
-                    conf=conf,
-                    env_vars=dict(spark_env or {}),
-                    **retry,
-                ).expand(slot=list(range(writers)))
-
-                @task(task_id="append", outlets=[asset], **retry)
-                def append(d: Any, attempt: int = k) -> dict[str, Any]:
-                    return append_task(settings, attempt, d, dict(get_current_context()), asset)
-
-                done = append(desc)
-                write >> done
-                if prev_append is not None:
-                    prev_append >> desc
-                prev_append = done
+        attempt_groups(settings=settings, asset=shard_asset(url), mint_body=mint_task, make_write=make_write,
+                       task_retries=task_retries, task_retry_delay=task_retry_delay)
     return dag

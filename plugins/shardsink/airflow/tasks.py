@@ -23,6 +23,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException, D
 from shardsink.core.shard import Shard
 from shardsink.errors import CorruptionError, ShardClosedError
 from shardsink.sinks.ingest import (
+    Committed,
     Description,
     LostRaceError,
     NoOp,
@@ -38,7 +39,10 @@ log = logging.getLogger("shardsink.airflow")
 
 @dataclass(frozen=True)
 class IngestSettings:
-    """Everything the tasks of one ingest DAG share (static, set by the DAG file)."""
+    """Everything the tasks of one sink DAG share (static, set by the DAG file).
+
+    For a materialize (view) DAG ``source_spec`` holds the view spec and ``writers`` is 1.
+    """
 
     dag_id: str
     shard_url: str
@@ -91,28 +95,38 @@ def nothing_to_do(context: dict[str, Any], reason: str, writers: int) -> NoRetur
     raise AirflowSkipException(reason)
 
 
-def mint_task(settings: IngestSettings, attempt: int, context: dict[str, Any]) -> dict[str, Any]:
-    """Mint attempt ``attempt``'s description, or skip the rest of the attempt (with the reason).
+def retry_gate(settings: IngestSettings, attempt: int, context: dict[str, Any]) -> None:
+    """Return if attempt ``attempt`` must mint a fresh description; else skip the rest of the run.
 
     Attempt k >= 2 decides from the SHARD STATE, not from what attempt k-1 reported:
     skip if attempt k-1 minted nothing or its description is committed; otherwise it
-    lost its race, so back off (jittered) and mint afresh from the shard's new upper.
+    lost its race, so back off (jittered) and return. Attempt 1 always passes. Shared
+    by the ingest and the materialize sink.
     """
-    ti = context["ti"]
+    if attempt <= 1:
+        return
+    prev = context["ti"].xcom_pull(task_ids=f"attempt_{attempt - 1}.mint")
+    if not prev:
+        nothing_to_do(context, f"attempt {attempt - 1} had nothing to write; no retry needed", settings.writers)
+    prev_desc = Description.from_dict(prev)
+    done = committed(Shard.open(settings.shard_url), prev_desc)
+    if done is not None:
+        nothing_to_do(context, f"attempt {attempt - 1} committed {prev_desc.desc_id} at seqno {done.seqno}; "
+                               "no retry needed", settings.writers)
+    pause = settings.backoff(attempt)
+    log.info("attempt %d lost its race (description %s was not committed); minting afresh after %.2fs",
+             attempt - 1, prev_desc.desc_id, pause)
+    settings.sleep(pause)
+
+
+def mint_task(settings: IngestSettings, attempt: int, context: dict[str, Any]) -> dict[str, Any]:
+    """Mint attempt ``attempt``'s description, or skip the rest of the attempt (with the reason).
+
+    Attempt k >= 2 first passes :func:`retry_gate`, then mints afresh from the shard's
+    new upper.
+    """
+    retry_gate(settings, attempt, context)
     run_id = context["dag_run"].run_id
-    if attempt > 1:
-        prev = ti.xcom_pull(task_ids=f"attempt_{attempt - 1}.mint")
-        if not prev:
-            nothing_to_do(context, f"attempt {attempt - 1} had nothing to write; no retry needed", settings.writers)
-        prev_desc = Description.from_dict(prev)
-        done = committed(Shard.open(settings.shard_url), prev_desc)
-        if done is not None:
-            nothing_to_do(context, f"attempt {attempt - 1} committed {prev_desc.desc_id} at seqno {done.seqno}; "
-                                   "no retry needed", settings.writers)
-        pause = settings.backoff(attempt)
-        log.info("attempt %d lost its race (description %s was not committed); minting afresh after %.2fs",
-                 attempt - 1, prev_desc.desc_id, pause)
-        settings.sleep(pause)
     source = source_from_spec(settings.source_spec)
     interval_end = _millis(context.get("data_interval_end")) or _millis(context.get("logical_date"))
     shard = open_or_create(settings.shard_url, source, initial_upper=settings.initial_upper)
@@ -200,9 +214,21 @@ class ShardWriteOperator(SparkSubmitOperator):
         self.slot = slot
         self.aws_conn_id = aws_conn_id
 
-    def execute(self, context: Any) -> None:
+    def committed_already(self, d: Description) -> Committed | None:
+        """The commit of ``d`` if it landed (then the JVM is skipped). Hook for subclasses."""
+        return committed(Shard.open(self.shard_url), d)
+
+    def job_args(self, d: Description) -> list[str]:
+        """The application's arguments for description ``d``. Hook for subclasses."""
         import json
 
+        return [
+            "--shard-url", self.shard_url, "--source", json.dumps(self.source_spec, sort_keys=True),
+            "--desc-id", d.desc_id, "--lower", str(d.lower), "--upper", str(d.upper),
+            "--attempt", str(d.attempt), "--slot", str(self.slot), "--slots", str(self.slots),
+        ]
+
+    def execute(self, context: Any) -> None:
         from shardsink.spark import build_pyfiles_zip
 
         if not self.desc:
@@ -213,7 +239,7 @@ class ShardWriteOperator(SparkSubmitOperator):
             creds = aws_env_from_connection(self.aws_conn_id)
             os.environ.update(creds)  # this task's own process: for the committed check below
             env.update(creds)
-        done = committed(Shard.open(self.shard_url), d)
+        done = self.committed_already(d)
         if done is not None:
             self.log.info("description %s is already committed (seqno %d); slot %d has nothing to write",
                           d.desc_id, done.seqno, self.slot)
@@ -222,11 +248,7 @@ class ShardWriteOperator(SparkSubmitOperator):
         self.env_vars = env
         self.py_files = ",".join(p for p in [self.py_files, build_pyfiles_zip()] if p)
         self.name = f"shardsink-{self.dag_id}-slot{self.slot}"
-        self.application_args = [
-            "--shard-url", self.shard_url, "--source", json.dumps(self.source_spec, sort_keys=True),
-            "--desc-id", d.desc_id, "--lower", str(d.lower), "--upper", str(d.upper),
-            "--attempt", str(d.attempt), "--slot", str(self.slot), "--slots", str(self.slots),
-        ]
+        self.application_args = self.job_args(d)
         self.log.info("writing slot %d of %d for description %s [%d, %d)", self.slot, self.slots, d.desc_id,
                       d.lower, d.upper)
         super().execute(context)

@@ -10,29 +10,19 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
 from typing import Any
 
-from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+from airflow.sdk.exceptions import AirflowFailException
 
-from shardsink.airflow.gate import retry_gate, submit_env
-from shardsink.airflow.tasks import IngestSettings, ShardWriteOperator, nothing_to_do
+from shardsink.airflow.tasks import IngestSettings, ShardWriteOperator, _millis, nothing_to_do, retry_gate
 from shardsink.errors import InvalidUsageError
-from shardsink.sinks.ingest import Description, NoOp, committed
+from shardsink.sinks.ingest import Committed, Description, NoOp, committed
 from shardsink.sinks.materialize import View, mint_view, open_output
 
 log = logging.getLogger("shardsink.airflow")
 
 #: Exit code of a shardsink spark-submit application for invalid input (InvalidUsageError).
 INVALID_EXIT = 2
-
-
-def _millis(value: Any) -> int | None:
-    from datetime import datetime
-
-    if value is None:
-        return None
-    return int(value.timestamp() * 1000) if isinstance(value, datetime) else int(value)
 
 
 def mint_view_task(settings: IngestSettings, attempt: int, context: dict[str, Any]) -> dict[str, Any]:
@@ -54,11 +44,19 @@ def mint_view_task(settings: IngestSettings, attempt: int, context: dict[str, An
         raise AirflowFailException(f"{type(e).__name__}: {e}") from e
     if isinstance(out, NoOp):
         nothing_to_do(context, out.reason, settings.writers)
-    events = context.get("triggering_asset_events") or {}
-    n_events = sum(len(list(evs)) for evs in events.values()) if hasattr(events, "values") else 0
     log.info("minted view description %s [%d, %d) (attempt %d of %d; %d triggering asset events, all "
-             "covered by this run)", out.desc_id, out.lower, out.upper, attempt, settings.max_attempts, n_events)
+             "covered by this run)", out.desc_id, out.lower, out.upper, attempt, settings.max_attempts,
+             _count_events(context))
     return out.to_dict()
+
+
+def _count_events(context: dict[str, Any]) -> int:
+    """How many asset events triggered this run (for the log only; never fails the task)."""
+    try:
+        events = context.get("triggering_asset_events") or {}
+        return sum(len(list(evs)) for evs in events.values())
+    except Exception:
+        return 0
 
 
 def view_job_path() -> str:
@@ -73,40 +71,29 @@ def view_job_path() -> str:
 class ViewWriteOperator(ShardWriteOperator):
     """spark-submit of the view write job (:mod:`shardsink.spark.view_job`) for a minted description.
 
-    Differences from the ingest write: the output shard may not exist yet (the first
-    write creates it), and exit code 2 (invalid input: bad query, schema change) fails
-    the task without Airflow retries.
+    The ingest write operator with three differences: the output shard may not exist yet
+    (the first write creates it), the job gets the view spec, and exit code 2 (invalid
+    input: bad query, schema change) fails the task without Airflow retries.
     """
 
     def __init__(self, *, view_spec: dict[str, Any], **kwargs: Any) -> None:
         kwargs.setdefault("application", view_job_path())
         super().__init__(source_spec=view_spec, slots=1, **kwargs)
 
+    def committed_already(self, d: Description) -> Committed | None:
+        out = open_output(self.shard_url)
+        return committed(out, d) if out is not None else None
+
+    def job_args(self, d: Description) -> list[str]:
+        return ["--shard-url", self.shard_url, "--view", json.dumps(self.source_spec, sort_keys=True),
+                "--desc-id", d.desc_id, "--lower", str(d.lower), "--upper", str(d.upper),
+                "--attempt", str(d.attempt)]
+
     def execute(self, context: Any) -> None:
         from airflow.exceptions import AirflowException
 
-        from shardsink.spark import build_pyfiles_zip
-
-        if not self.desc:
-            raise AirflowSkipException("no description was minted for this attempt; nothing to write")
-        d = Description.from_dict(self.desc)
-        self.env_vars = submit_env(self.env_vars, self.aws_conn_id)
-        out = open_output(self.shard_url)
-        done = committed(out, d) if out is not None else None
-        if done is not None:
-            self.log.info("description %s is already committed (seqno %d); nothing to write", d.desc_id,
-                          done.seqno)
-            return
-        self.env_vars.setdefault("PYSPARK_PYTHON", sys.executable)
-        self.py_files = ",".join(p for p in [self.py_files, build_pyfiles_zip()] if p)
-        self.name = f"shardsink-view-{self.dag_id}"
-        self.application_args = [
-            "--shard-url", self.shard_url, "--view", json.dumps(self.source_spec, sort_keys=True),
-            "--desc-id", d.desc_id, "--lower", str(d.lower), "--upper", str(d.upper), "--attempt", str(d.attempt),
-        ]
-        self.log.info("computing the correction of view description %s [%d, %d)", d.desc_id, d.lower, d.upper)
         try:
-            super(ShardWriteOperator, self).execute(context)
+            super().execute(context)
         except AirflowException as e:
             if f"Error code is: {INVALID_EXIT}." in str(e):
                 raise AirflowFailException(f"the view or its input is invalid (not retried): {e}") from e

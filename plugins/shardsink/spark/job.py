@@ -16,13 +16,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import signal
 import sys
 import time
 from collections.abc import Sequence
-
-_ERR = re.compile(r"(MalformedInputError|LateDataError|InvalidUsageError|CorruptionError): (.+)")
 
 
 def _args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -76,36 +73,11 @@ def run(argv: Sequence[str] | None = None) -> dict[str, object]:
             "inputs": len(inputs), "seconds": round(time.monotonic() - t0, 2)}
 
 
-def _die_with_parent() -> None:
-    """Exit when spark-submit's JVM dies (Airflow's on_kill SIGKILLs only the JVM, which
-    would otherwise orphan this driver process). Linux only; a no-op elsewhere."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    from shardsink.errors import InvalidUsageError, ShardsinkError
+    """Run the write step; exit codes and log lines as in :mod:`shardsink.spark.entrypoint`."""
+    from shardsink.spark.entrypoint import report
 
-    _die_with_parent()
-    try:
-        summary = run(argv)
-    except ShardsinkError as e:
-        print(f"shardsink: error: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
-        return e.exit_code
-    except Exception as e:
-        # Executor-side errors arrive wrapped in Spark's exceptions: surface ours plainly.
-        found = _ERR.findall(str(e))
-        if not found:
-            raise
-        kind, msg = found[-1]
-        print(f"shardsink: error: {kind}: {msg}", file=sys.stderr, flush=True)
-        return InvalidUsageError.exit_code if kind != "CorruptionError" else 1
-    print("SHARDSINK_WRITE " + json.dumps(summary, sort_keys=True), flush=True)
-    return 0
+    return report(run, argv, tag="SHARDSINK_WRITE")
 
 
 if __name__ == "__main__":

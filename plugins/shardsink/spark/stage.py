@@ -48,12 +48,14 @@ def stage_dataframe(
     upper: int,
     desc_id: str,
     target_part_bytes: int = pt.TARGET_PART_BYTES,
+    encoding: pt.PartEncoding = "default",
 ) -> list[PartMeta]:
     """Write ``df`` (user columns + ``_time`` [+ ``_diff``]) as parts of ``desc_id``; return their metadata.
 
     Raises (on the driver, as a Spark job failure naming the cause) if any row is outside
     ``[lower, upper)`` or does not fit ``schema``. Parts are consolidated per Spark
     partition, not globally: the shard sums diffs across parts, so that is enough.
+    ``encoding`` is passed to :func:`shardsink.core.parts.write_parts`.
     """
     schema_bytes = schema.serialize().to_pybytes()
     prefix = part_prefix(desc_id)
@@ -68,7 +70,8 @@ def stage_dataframe(
         table = pa.Table.from_batches(got)
         updates = pt.validate_updates(table, user, lower=lower, upper=upper)
         updates = pt.consolidate(updates, [*user.names, pt.TIME])
-        written = pt.write_parts(open_blob(shard_url), updates, prefix=prefix, target_bytes=target_part_bytes)
+        written = pt.write_parts(open_blob(shard_url), updates, prefix=prefix, target_bytes=target_part_bytes,
+                                 encoding=encoding)
         rows = [{"key": p.key, "rows": p.rows, "bytes": p.bytes, "min_time": p.min_time, "max_time": p.max_time}
                 for p in written]
         if rows:

@@ -1,0 +1,156 @@
+"""The materialize sink's write step on Spark: desired contents, correction, staging, manifest.
+
+::
+
+    write_view(spark, view, output_url=URL, desc=desc)   # -> summary dict
+
+Everything that touches data happens inside ONE :class:`ShardReads` block: the inputs
+are read as of ``desc.upper - 1`` and the output as of ``desc.lower - 1`` under leases,
+and ``stage_dataframe`` runs there too (DataFrames are lazy; an action after the block
+would run unprotected). The staged parts are then published with the ingest sink's
+manifest (one slot: the correction is a single Spark job, parallel inside Spark), so
+the append step is the ingest sink's, unchanged.
+
+Errors: a query Spark refuses at analysis (bad SQL, unknown column/table) or a schema
+that differs from the output's is InvalidUsageError, raised before any job and before
+anything is written. A failure at run time (e.g. ``raise_error`` in the query) fails the
+Spark job; staged leftovers live under the description's prefix and are deleted by the
+append step once the description's fate is known (see :mod:`shardsink.sinks.ingest`).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from shardsink.core import parts as pt
+from shardsink.core.shard import AppendResult, Shard
+from shardsink.core.state import PartMeta
+from shardsink.errors import InvalidUsageError, ShardExistsError
+from shardsink.sinks.correction import check_desired_schema, compute_correction, correction_frame
+from shardsink.sinks.ingest import Description, NoOp, committed, write_manifest
+from shardsink.sinks.materialize import View, open_output
+from shardsink.spark.read import ShardReads
+from shardsink.spark.stage import stage_dataframe
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+
+def desired_frame(reads: ShardReads, v: View, *, as_of: int) -> tuple[DataFrame, list[dict[str, Any]]]:
+    """The view's contents as of ``as_of`` (lazy) and a JSON-able list of what it reads.
+
+    Raises InvalidUsageError if Spark refuses the query at analysis, naming the cause.
+    """
+    from pyspark.errors import AnalysisException
+
+    spark = reads.spark
+    frames: dict[str, DataFrame] = {}
+    inputs: list[dict[str, Any]] = []
+    for name, inp in v.inputs.items():
+        if inp.mode == "snapshot":
+            frames[name] = reads.snapshot(inp.url, as_of, repeat=True)
+            inputs.append({"name": name, "url": inp.url, "mode": inp.mode, "as_of": as_of})
+        else:
+            since = Shard.open(inp.url).info().since
+            frames[name] = reads.changes(inp.url, since, as_of + 1)
+            inputs.append({"name": name, "url": inp.url, "mode": inp.mode, "from": since, "to": as_of + 1})
+    try:
+        if v.sql is not None:
+            for name, df in frames.items():
+                df.createOrReplaceTempView(name)
+            desired = spark.sql(v.sql)
+        else:
+            desired = v.load_function()(spark, frames)
+        desired.schema  # noqa: B018 - forces analysis here, on the driver, before any job
+    except AnalysisException as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise InvalidUsageError(f"the view query failed in Spark: {first}") from e
+    return desired, inputs
+
+
+def output_schema(desired: DataFrame) -> pa.Schema:
+    """The Arrow schema a new output shard gets from the query (all columns nullable)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    arrow = to_arrow_schema(desired.schema, timezone="UTC")
+    schema = pa.schema([pa.field(f.name, f.type, nullable=True) for f in arrow if f.name != pt.COUNT])
+    pt.check_schema(schema, what="the view query's output")
+    return schema
+
+
+def _create_output(url: str, schema: pa.Schema, desired: DataFrame, *, upper: int,
+                   staged: list[PartMeta]) -> Shard:
+    """Create the output shard; a racing creator's shard is accepted only with the same schema
+    (else the parts staged against our schema are deleted and InvalidUsageError raised)."""
+    try:
+        return Shard.create(url, schema, upper=upper)
+    except ShardExistsError:
+        shard = Shard.open(url)
+        try:
+            check_desired_schema(desired, shard.schema, where=shard.url)
+        except InvalidUsageError:
+            for p in staged:
+                shard.blob.delete(p.key)
+            raise
+        return shard
+
+
+def write_view(spark: SparkSession, v: View, *, output_url: str, desc: Description,
+               holder: str | None = None) -> dict[str, Any]:
+    """Stage the correction of ``desc`` and publish its manifest (slot 0 of 1); return a summary.
+
+    Returns status ``already_committed`` without reading anything if ``desc`` landed
+    already. The output shard is created here on the first run (module docstring of
+    :mod:`shardsink.sinks.materialize`).
+    """
+    t0 = time.monotonic()
+    out = open_output(output_url)
+    if out is not None:
+        done = committed(out, desc)
+        if done is not None:
+            return {"status": "already_committed", "seqno": done.seqno, "slot": 0}
+    with ShardReads(spark, holder=holder or f"view-write:{desc.desc_id}") as reads:
+        desired, inputs = desired_frame(reads, v, as_of=desc.upper - 1)
+        if out is None:
+            schema = output_schema(desired)
+            corr = correction_frame(desired, None, schema=schema, upper=desc.upper, where=output_url)
+        else:
+            schema = out.schema
+            corr = compute_correction(reads, desired, out.url, lower=desc.lower, upper=desc.upper)
+        # A correction is a small, sparse set of rows: compact parts (zstd, selective dictionaries).
+        parts = stage_dataframe(corr, shard_url=output_url, schema=schema, lower=desc.lower, upper=desc.upper,
+                                desc_id=desc.desc_id, encoding="compact")
+    if out is None:
+        # SUBTLE: created only now, after the query ran: a failing query leaves no shard behind.
+        out = _create_output(output_url, schema, desired, upper=desc.lower, staged=parts)
+    doc = write_manifest(out, desc, slot=0, slots=1, parts=parts, inputs=inputs)
+    return {"status": "staged", "slot": 0, "parts": len(parts), "rows": doc["rows"],
+            "bytes": sum(p.bytes for p in parts), "seconds": round(time.monotonic() - t0, 2)}
+
+
+def refresh_view(spark: SparkSession, v: View, *, output_url: str, initial_upper: int = 0,
+                 interval_end: int | None = None, max_span: int | None = None, max_attempts: int = 5,
+                 name: str = "view", run_id: str = "inline") -> AppendResult | NoOp:
+    """mint → write → append in this process (no Airflow): one run of the view, with fresh
+    descriptions after lost races (up to ``max_attempts``; the last LostRaceError propagates).
+
+    For notebooks, scripts, tests and benchmarks; the Airflow DAG runs the same three steps.
+    """
+    from shardsink.sinks.ingest import LostRaceError, append_from_manifests
+    from shardsink.sinks.materialize import mint_view
+
+    for attempt in range(1, max_attempts + 1):
+        desc = mint_view(v, output_url=output_url, initial_upper=initial_upper, interval_end=interval_end,
+                         max_span=max_span, dag_id=name, run_id=run_id, attempt=attempt)
+        if isinstance(desc, NoOp):
+            return desc
+        write_view(spark, v, output_url=output_url, desc=desc)
+        try:
+            return append_from_manifests(Shard.open(output_url), desc, 1, writer=f"{name}/{run_id}")
+        except LostRaceError:
+            if attempt == max_attempts:
+                raise
+    raise AssertionError("unreachable")  # pragma: no cover

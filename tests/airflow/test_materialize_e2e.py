@@ -1,0 +1,200 @@
+"""The view DAG end to end: real `airflow dags test`, real spark-submit at local[2], the
+repo's dags/example_view.py over the example ingest shard (local folder and moto S3)."""
+
+from __future__ import annotations
+
+import subprocess
+import textwrap
+from collections import Counter
+from datetime import UTC, date, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from af_helpers import DAY, START, VENV_BIN, Env, assert_no_leaks, ok, source_updates
+
+from shardsink import Shard
+from shardsink.errors import ShardNotFoundError
+from shardsink.sources.synthetic import generate
+
+VIEW_DAG = "example_view"
+
+
+def _view_url(af: Env) -> str:
+    return af.env["SHARDSINK_VIEW"]
+
+
+def _with_view(af: Env) -> Env:
+    af.env["SHARDSINK_VIEW"] = (af.root / "shards" / "per_user_day").as_uri()
+    return af
+
+
+def _dags_test(af: Env, dag_id: str, logical_date: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(VENV_BIN / "airflow"), "dags", "test", dag_id, logical_date], env=af.env,
+                          capture_output=True, text=True, timeout=400)
+
+
+def _day(t: int) -> date:
+    return datetime.fromtimestamp(t / 1000, tz=UTC).date()
+
+
+def _expected_from_updates(rows: list[tuple[Any, ...]]) -> Counter[tuple[Any, ...]]:
+    """events per (user, UTC day of _time) from (user, action, amount, _time, diff) updates."""
+    per: Counter[tuple[str, date]] = Counter()
+    for user, _action, _amount, t, diff in rows:
+        per[(user, _day(t))] += diff
+    return Counter({(u, d, n): 1 for (u, d), n in per.items() if n})
+
+
+def _view(url: str, as_of: int | None = None) -> Counter[tuple[Any, ...]]:
+    snap = Shard.open(url).snapshot(as_of)
+    return Counter({(r["user"], r["day"], r["events"]): r["_count"] for r in snap.to_pylist()})
+
+
+def test_view_dag_file_is_scheduled_on_the_ingest_shards_asset(af: Env) -> None:
+    _with_view(af)
+    script = textwrap.dedent(f"""
+        from airflow.dag_processing.dagbag import DagBag
+        bag = DagBag()
+        assert not bag.import_errors, bag.import_errors
+        d = bag.dags["{VIEW_DAG}"]
+        ids = sorted(t.task_id for t in d.tasks)
+        assert "attempt_1.mint" in ids and "attempt_5.append" in ids, ids
+        print("ASSETS", [a.uri for a in d.timetable.asset_condition.objects])
+    """)
+    out = ok(subprocess.run([str(VENV_BIN / "python"), "-c", script], env=af.env, capture_output=True, text=True,
+                            timeout=120))
+    shard = str(Shard(af.shard_url).url)
+    assert f"ASSETS ['{shard}']" in out, out[-2000:]
+
+
+def test_one_view_run_covers_coalesced_ingest_batches_and_rerun_is_a_noop(af: Env) -> None:
+    """Two ingest runs (two asset events) then ONE view run: it processes everything available."""
+    _with_view(af)
+    af.env["SHARDSINK_WRITERS"] = "1"
+    generate(af.landing, start=START, days=2, files_per_day=2, rows_per_file=120)
+    ok(af.dags_test("2024-01-02"))
+    ok(af.dags_test("2024-01-03"))
+    assert len(af.asset_events()) == 2
+    out = ok(_dags_test(af, VIEW_DAG, "2024-02-01"))
+    assert "Spark-Submit cmd" in out
+    view = Shard.open(_view_url(af))
+    info = view.info()
+    assert (info.seqno, info.upper) == (1, START + 2 * DAY)  # one batch: both ingest batches at once
+    assert [f.name for f in view.schema] == ["user", "day", "events"]
+    assert view.schema.field("day").type == pa.date32()
+    want = _expected_from_updates(source_updates(af.landing, START, START + 2 * DAY))
+    assert _view(_view_url(af)) == want and len(want) > 50
+    assert_no_leaks(_view_url(af))
+    events = af.asset_events()  # the view's own asset event (views can be chained)
+    assert events[-1]["shard"] == view.url and events[-1]["upper"] == START + 2 * DAY
+
+    again = ok(_dags_test(af, VIEW_DAG, "2024-02-01"))
+    assert "nothing to do: no input has advanced past the view's upper" in again
+    assert "Spark-Submit cmd" not in again
+    assert view.info().seqno == 1
+
+
+def _cli(af: Env, *args: str) -> str:
+    return ok(subprocess.run([str(VENV_BIN / "shardsink"), *args], env=af.env, capture_output=True, text=True,
+                             timeout=60))
+
+
+def _append_events(shard: Shard, rows: list[tuple[str, str, int, int, int]], lower: int, upper: int) -> None:
+    cols = list(zip(*rows, strict=True)) if rows else [[], [], [], [], []]
+    shard.append(pa.table({"user": pa.array(cols[0], pa.string()), "action": pa.array(cols[1], pa.string()),
+                           "amount": pa.array(cols[2], pa.int64()), "_time": pa.array(cols[3], pa.int64()),
+                           "_diff": pa.array(cols[4], pa.int64())}), lower=lower, upper=upper)
+
+
+def test_s3_unchanged_rerun_writes_nothing_then_changes_and_a_foreign_append_are_corrected(
+        af: Env, moto: object, tmp_path: Path) -> None:
+    from shardsink.testing import MotoServer
+
+    assert isinstance(moto, MotoServer)
+    moto.make_bucket("e2e-view")
+    af.env.update(moto.env())
+    af.env["SHARDSINK_SHARD"] = "s3://e2e-view/shards/events"
+    af.env["SHARDSINK_VIEW"] = "s3://e2e-view/shards/per_user_day"
+    schema = pa.schema([("user", pa.string()), ("action", pa.string()), ("amount", pa.int64())])
+    src = Shard.create(af.shard_url, schema, upper=START)
+    day1 = [("a", "buy", 1, START + 5, 1), ("a", "view", 2, START + 6, 1), ("b", "buy", 3, START + 7, 1),
+            ("c", "view", 4, START + 8, 1)]
+    _append_events(src, day1, START, START + DAY)
+    ok(_dags_test(af, VIEW_DAG, "2024-02-01"))
+    view = Shard.open(_view_url(af))
+    d1 = _day(START)
+    assert _view(view.url) == Counter({("a", d1, 2): 1, ("b", d1, 1): 1, ("c", d1, 1): 1})
+
+    _append_events(src, [], START + DAY, START + 2 * DAY)  # time passes, the view does not change
+    ok(_dags_test(af, VIEW_DAG, "2024-02-01"))
+    seqno, commit = view.log(limit=1)[0]
+    assert (seqno, commit.lower, commit.upper, commit.rows) == (2, START + DAY, START + 2 * DAY, 0)
+    assert not list(view.blob.list(f"parts/{commit.desc_id}/")), "an unchanged rerun wrote part bytes"
+
+    junk = tmp_path / "junk.csv"  # someone appends wrong rows to the view by hand
+    junk.write_text(f"user,day,events,_time,_diff\nzz,{d1},7,{START + 2 * DAY},1\nb,{d1},1,{START + 2 * DAY},-1\n")
+    _cli(af, "append", view.url, "--lower", str(START + 2 * DAY), "--upper", str(START + 2 * DAY + 1),
+         "--input", str(junk))
+    # New input on day 3: 'a' again, 'd' for the first time.
+    d3 = _day(START + 2 * DAY)
+    _append_events(src, [("a", "buy", 9, START + 2 * DAY + 1, 1), ("d", "click", 1, START + 2 * DAY + 10, 1)],
+                   START + 2 * DAY, START + 3 * DAY)
+    ok(_dags_test(af, VIEW_DAG, "2024-02-01"))
+    assert _view(view.url) == Counter({("a", d1, 2): 1, ("b", d1, 1): 1, ("c", d1, 1): 1, ("a", d3, 1): 1,
+                                       ("d", d3, 1): 1})
+    got = {(r["user"], r["day"], r["events"]): r["_diff"] for r in view.changes(START + 2 * DAY + 1,
+                                                                               START + 3 * DAY).to_pylist()}
+    # exactly the changed rows: the foreign row retracted, the retracted right row restored, day 3 added
+    assert got == {("zz", d1, 7): -1, ("b", d1, 1): 1, ("a", d3, 1): 1, ("d", d3, 1): 1}
+    last = START + 3 * DAY - 1
+    assert all(r["_time"] == last for r in view.changes(START + 2 * DAY + 1, START + 3 * DAY).to_pylist())
+    assert_no_leaks(view.url)
+
+
+BAD_DAGS = '''
+from datetime import timedelta
+from shardsink.airflow.view_factory import view_dag
+from shardsink.sinks.materialize import ViewInput, view
+
+common = dict(output_url={out!r}, task_retries=0, max_attempts=1, task_retry_delay=timedelta(seconds=1))
+view_dag(dag_id="changed_view", schedule=None, view=view(
+    inputs={{"events": ViewInput({src!r}, mode="updates")}},
+    sql="SELECT user, to_date(timestamp_millis(_time)) AS day, count(*) * 1.0 AS events, 1 AS extra "
+        "FROM events GROUP BY 1, 2"), **common)
+view_dag(dag_id="ghost_view", schedule=None, view=view(
+    inputs={{"events": {src!r}, "ghost": {ghost!r}}}, sql="SELECT * FROM events"), **common)
+'''
+
+
+def test_schema_change_and_missing_input_fail_clearly_output_unchanged(af: Env, tmp_path: Path) -> None:
+    _with_view(af)
+    schema = pa.schema([("user", pa.string()), ("action", pa.string()), ("amount", pa.int64())])
+    src = Shard.create(af.shard_url, schema, upper=START)
+    _append_events(src, [("a", "buy", 1, START + 5, 1)], START, START + DAY)
+    out_schema = pa.schema([("user", pa.string()), ("day", pa.date32()), ("events", pa.int64())])
+    view = Shard.create(_view_url(af), out_schema, upper=START)  # the view's schema, fixed at creation
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    ghost = (tmp_path / "no-such-shard").as_uri()
+    (dags / "bad_views.py").write_text(BAD_DAGS.format(out=view.url, src=src.url, ghost=ghost))
+    af.env["AIRFLOW__CORE__DAGS_FOLDER"] = str(dags)
+
+    r = _dags_test(af, "changed_view", "2024-02-01")
+    out = r.stdout + r.stderr
+    assert r.returncode != 0
+    assert "InvalidUsageError: the desired DataFrame does not match the schema of output shard" in out
+    assert "fixed at creation" in out and "unexpected columns ['extra']" in out
+    assert "the view or its input is invalid (not retried)" in out
+
+    r = _dags_test(af, "ghost_view", "2024-02-01")
+    out = r.stdout + r.stderr
+    assert r.returncode != 0 and f"view input 'ghost' names no shard: {ghost}" in out
+    assert "Spark-Submit cmd" not in out
+    info = view.info()
+    assert (info.seqno, info.upper) == (0, START) and not list(view.blob.list("parts/"))
+    try:
+        Shard.open(ghost)
+        raise AssertionError("the missing input was created")
+    except ShardNotFoundError:
+        pass
