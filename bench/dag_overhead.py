@@ -39,6 +39,8 @@ def staging_ratio(rows: int, work: Path) -> dict[str, float]:
     from shardsink import Shard
     from shardsink.spark.stage import stage_dataframe
 
+    # Python workers must run this interpreter (it has pyarrow), not whatever python3 is on PATH.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
              .config("spark.sql.shuffle.partitions", "2").getOrCreate())
     df = (spark.range(rows, numPartitions=4)

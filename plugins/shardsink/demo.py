@@ -18,6 +18,9 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+
 from shardsink.core.shard import Shard
 from shardsink.sources.landing import LandingSource, read_landing_file
 from shardsink.sources.synthetic import DAY, generate, land_file, landing_table, publish_watermark
@@ -109,14 +112,7 @@ def main() -> None:
         logical = (START + timedelta(days=d + 1)).date().isoformat()
         _say(f"\n== run {d + 1}: airflow dags test example_ingest {logical}   "
              f"(interval [{(START + timedelta(days=d)).date()}, {logical}))")
-        t = time.monotonic()
-        log = home / "demo-logs" / f"run-{d + 1}.log"
-        rc, shown = _airflow(env, log, "dags", "test", "example_ingest", logical)
-        for line in shown:
-            _say("   " + _short(line))
-        if rc:
-            raise SystemExit(f"the DAG run failed; see {log}")
-        _say(f"   run took {time.monotonic() - t:.1f}s")
+        _run_dag(env, home, "example_ingest", logical, f"run-{d + 1}")
         _inspect(env, url)
 
     _say("\n== per-day row counts: source vs shard")
@@ -150,16 +146,21 @@ def main() -> None:
          f"view: {env['SHARDSINK_VIEW']}")
 
 
-def _run_view(env: dict[str, str], home: Path, logical: str, name: str) -> None:
-    _say(f"\n== airflow dags test example_view {logical}   (events per user per day, self-correcting)")
+def _run_dag(env: dict[str, str], home: Path, dag_id: str, logical: str, name: str) -> None:
+    """``airflow dags test DAG LOGICAL``, showing the lines that tell what the run did."""
     t = time.monotonic()
     log = home / "demo-logs" / f"{name}.log"
-    rc, shown = _airflow(env, log, "dags", "test", "example_view", logical)
+    rc, shown = _airflow(env, log, "dags", "test", dag_id, logical)
     for line in shown:
         _say("   " + _short(line))
     if rc:
-        raise SystemExit(f"the view run failed; see {log}")
+        raise SystemExit(f"the {dag_id} run failed; see {log}")
     _say(f"   run took {time.monotonic() - t:.1f}s")
+
+
+def _run_view(env: dict[str, str], home: Path, logical: str, name: str) -> None:
+    _say(f"\n== airflow dags test example_view {logical}   (events per user per day, self-correcting)")
+    _run_dag(env, home, "example_view", logical, name)
 
 
 def _view_demo(env: dict[str, str], home: Path, start_ms: int) -> None:
@@ -172,24 +173,39 @@ def _view_demo(env: dict[str, str], home: Path, start_ms: int) -> None:
     for r in sorted(rows.to_pylist(), key=lambda r: (r["day"], r["user"]))[:5]:
         _say(f"     {r['day']}  {r['user']:<8} {r['events']:>4} events")
 
+    _say("\n== someone appends a wrong row to the view with the CLI (it should never be there)")
+    tampered = view.info().upper
+    assert tampered is not None
+    bogus = home / "demo-logs" / "bogus.parquet"
+    pq.write_table(pa.table({"user": ["mallory"], "day": [START.date()], "events": [999], "_time": [tampered]},
+                            schema=pa.schema([*view.schema, pa.field("_time", pa.int64())])), bogus)
+    _cli(env, "append", view_url, "--lower", str(tampered), "--upper", str(tampered + 1), "--input", str(bogus))
+
     _say(f"\n== new input: landing day {DAYS + 1} and ingesting it")
     day = start_ms + DAYS * DAY
     for i in range(2):
         land_file(env["SHARDSINK_LANDING"], f"day={DAYS:03d}/events-{i}.parquet",
                   landing_table(day, day + DAY, 40, seed=900 + i))
     publish_watermark(env["SHARDSINK_LANDING"], day + DAY)
-    logical = (START + timedelta(days=DAYS + 1)).date().isoformat()
-    rc, _ = _airflow(env, home / "demo-logs" / "run-new.log", "dags", "test", "example_ingest", logical)
-    if rc:
-        raise SystemExit(f"the ingest run failed; see {home / 'demo-logs' / 'run-new.log'}")
+    _run_dag(env, home, "example_ingest", (START + timedelta(days=DAYS + 1)).date().isoformat(), "run-new")
     _run_view(env, home, "2024-02-02", "view-2")
-    after = Shard.open(view_url)
-    _say(f"   the view now holds {after.snapshot().num_rows} rows; its commit log shows that the second run "
-         "wrote only the changed aggregates (the new day's rows):")
-    out = subprocess.run([sys.executable, "-m", "shardsink", "log", view_url, "--limit", "3"], env=env,
-                         capture_output=True, text=True).stdout
-    for ln in out.splitlines():
+    after = Shard.open(view_url).snapshot()
+    healed = "mallory" not in after["user"].to_pylist()
+    _say(f"   the view now holds {after.num_rows} rows; the wrong row is {'gone' if healed else 'STILL THERE'}. "
+         "The log shows the second view run wrote only the changed aggregates (the new day's rows) "
+         "plus one retraction of the wrong row:")
+    _cli(env, "log", view_url, "--limit", "4")
+    if not healed:
+        raise SystemExit("the view did not correct the foreign append")
+
+
+def _cli(env: dict[str, str], *args: str) -> None:
+    _say(f"   $ shardsink {' '.join(args)}")
+    r = subprocess.run([sys.executable, "-m", "shardsink", *args], env=env, capture_output=True, text=True)
+    for ln in (r.stdout + r.stderr).splitlines():
         _say("     " + ln)
+    if r.returncode:
+        raise SystemExit(f"shardsink {args[0]} failed (exit {r.returncode})")
 
 
 if __name__ == "__main__":
