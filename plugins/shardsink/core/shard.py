@@ -65,6 +65,26 @@ def _check_bounds(lower: int, upper: int | None) -> None:
         raise InvalidUsageError(f"batch bounds [{lower}, {upper}) are empty or reversed; expected lower < upper")
 
 
+def check_as_of(url: str, h: st.Header, as_of: int) -> None:
+    """ReadFrontierError unless ``since <= as_of < upper`` (any as_of >= since once closed)."""
+    if as_of < h.since or (h.upper is not None and as_of >= h.upper):
+        raise ReadFrontierError(
+            f"as_of {as_of} is not readable on {url}: expected since ({h.since}) <= as_of < upper ({h.upper})"
+        )
+
+
+def check_changes(url: str, h: st.Header, lower: int, upper: int) -> None:
+    """InvalidUsageError / ReadFrontierError unless ``since <= lower <= upper <= shard upper``."""
+    if upper < lower:
+        raise InvalidUsageError(f"changes bounds [{lower}, {upper}) are reversed; expected from <= to")
+    if lower < h.since:
+        raise ReadFrontierError(f"changes from {lower} is before since {h.since} on {url}")
+    if h.upper is not None and upper > h.upper:
+        raise ReadFrontierError(
+            f"changes to {upper} is beyond upper {h.upper} on {url}; times >= upper are not sealed yet"
+        )
+
+
 @dataclass(frozen=True)
 class StagedBatch:
     """Parts written for one description but not yet committed."""
@@ -291,10 +311,7 @@ class Shard:
             if h.upper is None:
                 raise ReadFrontierError(f"shard {self.url} is closed; pass an explicit as_of")
             as_of = h.upper - 1
-        if as_of < h.since or (h.upper is not None and as_of >= h.upper):
-            raise ReadFrontierError(
-                f"as_of {as_of} is not readable on {self.url}: expected since ({h.since}) <= as_of < upper ({h.upper})"
-            )
+        check_as_of(self.url, h, as_of)
         wanted = [p for b in self.machine.full_batches(v) if b.lower <= as_of for p in b.parts if p.min_time <= as_of]
         data = pt.read_parts(self.blob, wanted, h.schema)
         if any(p.max_time > as_of for p in wanted):
@@ -317,14 +334,7 @@ class Shard:
         """The consolidated updates with ``lower <= _time < upper`` (requires since <= lower)."""
         v = self.machine.head().version
         h = v.header
-        if upper < lower:
-            raise InvalidUsageError(f"changes bounds [{lower}, {upper}) are reversed; expected from <= to")
-        if lower < h.since:
-            raise ReadFrontierError(f"changes from {lower} is before since {h.since} on {self.url}")
-        if h.upper is not None and upper > h.upper:
-            raise ReadFrontierError(
-                f"changes to {upper} is beyond upper {h.upper} on {self.url}; times >= upper are not sealed yet"
-            )
+        check_changes(self.url, h, lower, upper)
         wanted = [
             p for b in self.machine.full_batches(v) for p in b.parts if p.max_time >= lower and p.min_time < upper
         ]

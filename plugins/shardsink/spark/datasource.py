@@ -52,7 +52,8 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from shardsink.core import parts as pt
 from shardsink.core.machine import Machine
-from shardsink.core.state import Header, PartMeta
+from shardsink.core.shard import check_as_of, check_changes
+from shardsink.core.state import PartMeta
 from shardsink.errors import CorruptionError, InvalidUsageError, ReadFrontierError
 from shardsink.spark import types as sty
 from shardsink.storage.url import open_blob, parse_url
@@ -99,26 +100,6 @@ def _int_option(options: Mapping[str, str], name: str) -> int | None:
         return int(str(raw))
     except ValueError:
         raise InvalidUsageError(f"option {name}={raw!r} is not an integer") from None
-
-
-def check_as_of(url: str, h: Header, as_of: int) -> None:
-    """ReadFrontierError unless ``since <= as_of < upper``."""
-    if as_of < h.since or (h.upper is not None and as_of >= h.upper):
-        raise ReadFrontierError(
-            f"as_of {as_of} is not readable on {url}: expected since ({h.since}) <= as_of < upper ({h.upper})"
-        )
-
-
-def check_changes(url: str, h: Header, lower: int, upper: int) -> None:
-    """InvalidUsageError / ReadFrontierError unless ``since <= lower <= upper <= shard upper``."""
-    if upper < lower:
-        raise InvalidUsageError(f"changes bounds [{lower}, {upper}) are reversed; expected from <= to")
-    if lower < h.since:
-        raise ReadFrontierError(f"changes from {lower} is before since {h.since} on {url}")
-    if h.upper is not None and upper > h.upper:
-        raise ReadFrontierError(
-            f"changes to {upper} is beyond upper {h.upper} on {url}; times >= upper are not sealed yet"
-        )
 
 
 def plan_read(options: Mapping[str, str]) -> ReadPlan:
