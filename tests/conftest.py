@@ -6,9 +6,12 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
+from shardsink.storage import Blob, open_blob, parse_url
+from shardsink.storage.s3 import S3Blob, make_client
 from shardsink.testing import MotoServer, moto_server
 
 BUCKET = "shardsink-test"
@@ -43,3 +46,18 @@ def shard_url(backend: str, tmp_path: object, request: pytest.FixtureRequest) ->
         return f"file://{tmp_path}/{name}"
     request.getfixturevalue("moto")
     return f"s3://{BUCKET}/{name}"
+
+
+@pytest.fixture(scope="session")
+def s3_client(moto: MotoServer) -> Any:
+    """One boto3 client for the session (creating one costs ~0.3 s); fixtures share it."""
+    return make_client()
+
+
+@pytest.fixture
+def blob(shard_url: str, request: pytest.FixtureRequest) -> Blob:
+    """The backend of ``shard_url``; fresh Shard handles on it share nothing but the store."""
+    u = parse_url(shard_url)
+    if u.scheme == "s3":
+        return S3Blob(u.bucket, u.path, client=request.getfixturevalue("s3_client"))
+    return open_blob(u)

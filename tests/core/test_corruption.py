@@ -21,8 +21,7 @@ import pytest
 from shardsink import CorruptionError, Shard
 from shardsink.core import state as st
 from shardsink.core.machine import LATEST, ROLLUP_EVERY, rollup_key, version_key
-from shardsink.storage import Blob, open_blob, parse_url
-from shardsink.storage.s3 import S3Blob, make_client
+from shardsink.storage import Blob, parse_url
 from shardsink.testing import FAKE_ENV, MotoServer
 
 SCHEMA = pa.schema([("k", pa.string()), ("v", pa.int64())])
@@ -36,10 +35,6 @@ class Tamper:
         self.write, self.read, self.delete = write, read, delete
 
 
-@pytest.fixture(scope="module")
-def s3_client(moto: object) -> Any:
-    return make_client()
-
 
 @pytest.fixture(scope="module")
 def raw_s3(moto: MotoServer) -> Any:
@@ -49,13 +44,6 @@ def raw_s3(moto: MotoServer) -> Any:
         aws_secret_access_key=FAKE_ENV["AWS_SECRET_ACCESS_KEY"], region_name=FAKE_ENV["AWS_DEFAULT_REGION"],
     )
 
-
-@pytest.fixture
-def blob(shard_url: str, request: pytest.FixtureRequest) -> Blob:
-    u = parse_url(shard_url)
-    if u.scheme == "s3":
-        return S3Blob(u.bucket, u.path, client=request.getfixturevalue("s3_client"))
-    return open_blob(u)
 
 
 @pytest.fixture

@@ -14,8 +14,7 @@ import pytest
 
 from shardsink import InvalidUsageError, Shard
 from shardsink.core import parts as pt
-from shardsink.storage import Blob, open_blob, parse_url
-from shardsink.storage.s3 import S3Blob, make_client
+from shardsink.storage import Blob
 
 SCHEMA = pa.schema([("k", pa.string()), ("v", pa.int64())])
 
@@ -30,17 +29,6 @@ def backend(request: pytest.FixtureRequest) -> str:
 BOTH = ["local", "s3"]
 
 
-@pytest.fixture(scope="module")
-def s3_client(moto: object) -> Any:
-    return make_client()
-
-
-@pytest.fixture
-def blob(shard_url: str, request: pytest.FixtureRequest) -> Blob:
-    u = parse_url(shard_url)
-    if u.scheme == "s3":
-        return S3Blob(u.bucket, u.path, client=request.getfixturevalue("s3_client"))
-    return open_blob(u)
 
 
 @pytest.fixture

@@ -25,27 +25,14 @@ from shardsink import (
 )
 from shardsink.core import state as st
 from shardsink.core.machine import ROLLUP_EVERY
-from shardsink.storage import Blob, open_blob, parse_url
-from shardsink.storage.s3 import S3Blob, make_client
+from shardsink.storage import Blob
+from shardsink.storage.s3 import S3Blob
 
 BUCKET = "shardsink-test"  # created by the session `moto` fixture in tests/conftest.py
 SCHEMA = pa.schema([("k", pa.string()), ("v", pa.int64())])
 Update = tuple[str | None, int | None, int, int]  # (k, v, time, diff)
 
 
-@pytest.fixture(scope="module")
-def s3_client(moto: object) -> Any:
-    """One boto3 client for the module (creating one costs ~0.3 s)."""
-    return make_client()
-
-
-@pytest.fixture
-def blob(shard_url: str, request: pytest.FixtureRequest) -> Blob:
-    """The backend of ``shard_url``; fresh Shard handles on it share nothing but the store."""
-    u = parse_url(shard_url)
-    if u.scheme == "s3":
-        return S3Blob(u.bucket, u.path, client=request.getfixturevalue("s3_client"))
-    return open_blob(u)
 
 
 def updates(rows: Iterable[Update]) -> pa.Table:

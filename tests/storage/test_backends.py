@@ -7,22 +7,16 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from shardsink.errors import ConditionFailedError, InvalidUsageError
 from shardsink.storage import Blob, ShardUrl, open_blob, parse_url
 from shardsink.storage.local import LocalBlob
-from shardsink.storage.s3 import S3Blob, make_client
+from shardsink.storage.s3 import S3Blob
 
 BUCKET = "shardsink-test"  # created by the session `moto` fixture in tests/conftest.py
 
-
-@pytest.fixture(scope="module")
-def s3_client(moto: object) -> Any:
-    """One client for the module: creating a boto3 client costs ~0.3 s."""
-    return make_client()
 
 
 @pytest.fixture

@@ -407,20 +407,31 @@ def write_parts(
         return tuple(pool.map(one, slices))
 
 
+def open_part(blob: Blob, p: PartMeta, *, referenced_by: str = "the shard state") -> pq.ParquetFile:
+    """The part as a Parquet file, or CorruptionError if it is missing, unreadable or has
+    another row count than the state records."""
+    got = blob.get(p.key)
+    if got is None:
+        raise CorruptionError(f"part {blob.url}/{p.key} is missing (referenced by {referenced_by})")
+    try:
+        f = pq.ParquetFile(pa.BufferReader(got.data))
+    except Exception as e:
+        raise CorruptionError(f"part {blob.url}/{p.key} is unreadable: {type(e).__name__}: {e}") from e
+    if f.metadata.num_rows != p.rows:
+        raise CorruptionError(f"part {blob.url}/{p.key} has {f.metadata.num_rows} rows; the state says {p.rows}")
+    return f
+
+
 def read_parts(blob: Blob, parts: Sequence[PartMeta], schema: pa.Schema) -> pa.Table:
     """Read parts in parallel; CorruptionError names any missing or unreadable part."""
     full = pa.schema([*schema, pa.field(TIME, pa.int64(), False), pa.field(DIFF, pa.int64(), False)])
 
     def one(p: PartMeta) -> pa.Table:
-        got = blob.get(p.key)
-        if got is None:
-            raise CorruptionError(f"part {blob.url}/{p.key} is missing (referenced by the shard state)")
+        f = open_part(blob, p)
         try:
-            t = pq.read_table(pa.BufferReader(got.data))
+            t = f.read()
         except Exception as e:
             raise CorruptionError(f"part {blob.url}/{p.key} is unreadable: {type(e).__name__}: {e}") from e
-        if t.num_rows != p.rows:
-            raise CorruptionError(f"part {blob.url}/{p.key} has {t.num_rows} rows; the state says {p.rows}")
         try:
             return t.select(full.names).cast(full)
         except Exception as e:

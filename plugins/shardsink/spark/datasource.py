@@ -190,17 +190,7 @@ class ShardReader(DataSourceReader):
         blob = RetryingBlob(open_blob(plan.url))
         wire = sty.arrow_wire_schema(plan.spark_schema())
         for part in parts:
-            got = blob.get(part.key)
-            if got is None:
-                raise CorruptionError(f"part {plan.url}/{part.key} is missing (referenced by state {plan.seqno})")
-            try:
-                f = pq.ParquetFile(pa.BufferReader(got.data))
-            except Exception as e:
-                raise CorruptionError(f"part {plan.url}/{part.key} is unreadable: {type(e).__name__}: {e}") from e
-            if f.metadata.num_rows != part.rows:
-                raise CorruptionError(
-                    f"part {plan.url}/{part.key} has {f.metadata.num_rows} rows; the state says {part.rows}"
-                )
+            f = pt.open_part(blob, part, referenced_by=f"state {plan.seqno}")
             yield from _batches(f, part, plan, wire)
 
 
