@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Literal
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from shardsink.core import fate as ft
 from shardsink.core import parts as pt
 from shardsink.core import state as st
 from shardsink.core.machine import Machine
@@ -206,9 +207,9 @@ class Shard:
             return AppendResult("committed", desc_id, out.seqno, expected_upper, new_upper, rows)
         if isinstance(out, st.AlreadyCommitted):
             return AppendResult("already_committed", desc_id, out.seqno, expected_upper, new_upper, rows)
-        found = self._committed_long_ago(desc_id, expected_upper)
-        if found is not None:
-            return AppendResult("already_committed", desc_id, found.seqno, expected_upper, new_upper, found.rows)
+        fate = ft.read_fate(self.machine, desc_id, expected_upper)
+        if isinstance(fate, ft.Committed):  # landed long ago, beyond the headers' idempotency window
+            return AppendResult("already_committed", desc_id, fate.seqno, expected_upper, new_upper, fate.rows)
         if out.current is None:
             raise ShardClosedError(f"shard {self.url} is closed; it accepts no appends")
         raise UpperMismatchError(
@@ -218,35 +219,26 @@ class Shard:
             current=out.current,
         )
 
-    def _committed_long_ago(self, desc_id: str, lower: int) -> st.BatchMeta | None:
-        """A batch of ``desc_id`` that fell out of the headers' idempotency window."""
-        head = self.machine.head().version
-        if head.header.upper is not None and head.header.upper <= lower:
-            return None  # the shard never got past our lower: we cannot have committed
-        for b in self.machine.full_batches(head):
-            if b.desc_id == desc_id:
-                return b
-        return None
+    def fate(self, desc_id: str, lower: int) -> ft.Fate:
+        """Committed (with its part keys), CannotCommit or StillPossible, from one state read."""
+        return ft.read_fate(self.machine, desc_id, lower)
 
     def discard(self, staged: Sequence[StagedBatch]) -> int:
         """Delete staged parts that no committed batch references; return how many.
 
-        SUBTLE: after a lost acknowledgement, a description may be committed even though
-        the caller saw a failure. Parts referenced by the shard are never deleted.
+        Goes through the one deletion primitive (:func:`shardsink.core.fate.delete_staged`),
+        which re-derives each description's fate first. SUBTLE: after a lost
+        acknowledgement a description may be committed although the caller saw a failure:
+        its batch's parts are kept. A description that may still commit (the shard's upper
+        is not past its lower) is refused with DeleteRefusedError and nothing is deleted.
         """
-        keep: set[str] = set()
-        for desc_id in {s.desc_id for s in staged}:
-            head = self.machine.head().version.header
-            if head.committed_seqno(desc_id) is not None or head.upper is None or any(
-                s.lower < head.upper for s in staged if s.desc_id == desc_id
-            ):
-                for b in self.machine.full_batches(self.machine.head().version):
-                    if b.desc_id == desc_id:
-                        keep.update(p.key for p in b.parts)
-        doomed = [p.key for s in staged for p in s.parts if p.key not in keep]
-        for key in doomed:
-            self.blob.delete(key)
-        return len(doomed)
+        deleted = 0
+        for desc_id in sorted({s.desc_id for s in staged}):
+            mine = [s for s in staged if s.desc_id == desc_id]
+            keys = {p.key for s in mine for p in s.parts}
+            deleted += ft.delete_staged(self.machine, desc_id, min(s.lower for s in mine), only=keys,
+                                        manifests=False).parts
+        return deleted
 
     def append(self, table: pa.Table, *, lower: int, upper: int | None, desc_id: str | None = None,
                writer: str | None = None) -> AppendResult:
@@ -260,14 +252,21 @@ class Shard:
         # nothing) is refused rather than silently losing idempotency.
         desc_id = _check_desc_id(uuid.uuid4().hex if desc_id is None else desc_id)
         _check_bounds(lower, upper)
-        head = self.machine.head().version.header
-        done = head.committed_seqno(desc_id)
-        if done is not None:
-            landed = self.machine.fetch(done)
-            rows = landed.commit.rows if landed is not None else 0
-            return AppendResult("already_committed", desc_id, done, lower, upper, rows)
+        v = self.machine.head().version
+        head = v.header
+        fate = ft.decide(ft.gather(self.machine, desc_id, lower, head=v), desc_id, lower)
+        if isinstance(fate, ft.Committed):
+            return AppendResult("already_committed", desc_id, fate.seqno, lower, upper, fate.rows)
         if head.upper is None:
             raise ShardClosedError(f"shard {self.url} is closed; it accepts no appends")
+        if head.upper != lower:
+            # Refused before staging: nothing to clean up, and a lower above the upper (still
+            # possible later) never leaves parts that could not be deleted safely.
+            raise UpperMismatchError(
+                f"upper mismatch on {self.url}: expected upper {lower}, current upper {head.upper}; "
+                f"description {desc_id} was not committed",
+                expected=lower, current=head.upper,
+            )
         staged = self.stage(table, lower=lower, upper=upper, desc_id=desc_id, schema=head.schema)
         try:
             result = self.compare_and_append([staged], expected_upper=lower, new_upper=upper,

@@ -15,12 +15,12 @@ Objects a description owns, all under the shard root:
 Description ids are unique per attempt (a fresh one after every lost race), so a
 prefix never mixes two descriptions, and whatever is under ``parts/<desc_id>/`` that
 the committed batch does not reference is a leftover of a killed or retried write
-attempt: :func:`cleanup` deletes it once the description's fate is known.
+attempt. Every deletion goes through :func:`shardsink.core.fate.delete_staged`, which
+re-derives the description's fate from one state read before deleting anything.
 
-SUBTLE (never delete on an unknown outcome): cleanup runs only after a definite answer:
-committed (delete the unreferenced leftovers) or upper mismatch (the shard's upper moved
-past ``lower``; uppers never move back, so the description can never commit: delete
-all of it). An UnknownOutcomeError propagates untouched; the retry re-reads the state.
+SUBTLE (never delete on an unknown outcome): an UnknownOutcomeError propagates
+untouched; the retry re-reads the state. A description that may still commit is never
+cleaned up.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
+from shardsink.core.fate import STAGED_PREFIXES, CannotCommit, Committed, delete_staged
 from shardsink.core.shard import AppendResult, Shard, StagedBatch, default_writer
 from shardsink.core.state import PartMeta
 from shardsink.errors import CorruptionError, InvalidUsageError, ShardNotFoundError, UpperMismatchError
@@ -146,29 +147,10 @@ def mint(
 # --- committed state ------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Committed:
-    seqno: int
-    keys: frozenset[str]
-    rows: int
-
-
 def committed(shard: Shard, desc: Description) -> Committed | None:
-    """The commit of ``desc`` if it landed (also beyond the header's idempotency window)."""
-    head = shard.machine.head().version
-    seqno = head.header.committed_seqno(desc.desc_id)
-    if seqno is not None:
-        v = shard.machine.fetch(seqno)
-        if v is None:
-            raise CorruptionError(f"{shard.url}: state version {seqno} (commit of {desc.desc_id}) is missing")
-        parts = [p for b in v.added if b.desc_id == desc.desc_id for p in b.parts]
-        return Committed(seqno, frozenset(p.key for p in parts), sum(p.rows for p in parts))
-    if head.header.upper is not None and head.header.upper <= desc.lower:
-        return None  # the shard never got past our lower: we cannot have committed
-    for b in shard.machine.full_batches(head):
-        if b.desc_id == desc.desc_id:
-            return Committed(b.seqno, frozenset(p.key for p in b.parts), b.rows)
-    return None
+    """The commit of ``desc`` if it landed: the Committed fate (see :mod:`shardsink.core.fate`)."""
+    f = shard.fate(desc.desc_id, desc.lower)
+    return f if isinstance(f, Committed) else None
 
 
 def seals(shard: Shard, *, limit: int = SEAL_HISTORY) -> list[Seal]:
@@ -187,7 +169,7 @@ def seals(shard: Shard, *, limit: int = SEAL_HISTORY) -> list[Seal]:
 
 
 def manifest_key(desc_id: str, slot: int) -> str:
-    return f"staging/{desc_id}/slot-{slot}.json"
+    return f"{STAGED_PREFIXES[1].format(desc_id)}slot-{slot}.json"
 
 
 def write_manifest(
@@ -253,66 +235,79 @@ def read_manifests(shard: Shard, desc: Description, slots: int) -> list[StagedBa
 # --- append -----------------------------------------------------------------------------
 
 
-def cleanup(shard: Shard, desc_id: str, *, keep: frozenset[str] = frozenset()) -> int:
-    """Delete the description's manifests and every part under its prefix not in ``keep``.
-
-    Only call with a definite fate (see the module docstring). Returns objects deleted.
+def cleanup(shard: Shard, desc: Description) -> int:
+    """Delete what ``desc`` staged and its fate lets go (:func:`shardsink.core.fate.delete_staged`):
+    its manifests, and its parts unless its committed batch references them. Returns objects deleted.
     """
-    doomed = [o.key for o in shard.blob.list(f"parts/{desc_id}/") if o.key not in keep]
-    leftovers = len(doomed)
-    doomed += [o.key for o in shard.blob.list(f"staging/{desc_id}/")]
-    for key in doomed:
-        shard.blob.delete(key)
-    if leftovers:
-        log.info("description %s: deleted %d staged parts not in its committed batch", desc_id, leftovers)
-    return len(doomed)
+    return delete_staged(shard.machine, desc.desc_id, desc.lower).total
 
 
 def append_from_manifests(shard: Shard, desc: Description, slots: int, *, writer: str | None = None) -> AppendResult:
     """Verify the ``slots`` manifests of ``desc`` and compare-and-append them.
 
-    Returns ``committed`` or ``already_committed`` (a retried task whose earlier attempt
-    landed; no manifests needed then). On an upper mismatch, deletes everything the
-    description staged and raises LostRaceError carrying the shard's current upper.
-    UnknownOutcomeError and CorruptionError propagate with nothing deleted.
+    Returns ``committed`` or ``already_committed`` (a retried task, or its twin still
+    running, landed it; no manifests needed then). If the description can never commit,
+    deletes everything it staged and raises LostRaceError carrying the shard's current
+    upper. UnknownOutcomeError and CorruptionError propagate with nothing deleted.
+
+    SUBTLE (twin appends: Airflow retries this task while its first try still runs): every
+    decision comes from ONE state read (the fate), and every deletion re-derives it
+    (:func:`shardsink.core.fate.delete_staged`). A twin may commit at any moment between our
+    steps; then the next fate read says Committed and its parts are kept.
     """
-    done = committed(shard, desc)
-    if done is not None:
-        cleanup(shard, desc.desc_id, keep=done.keys)
-        return AppendResult("already_committed", desc.desc_id, done.seqno, desc.lower, desc.upper, done.rows)
-    current = shard.info().upper
-    if current != desc.lower:
-        # Lost already (e.g. a re-run of an append whose description lost earlier and whose
-        # manifests are gone): uppers never move back, so it can never commit.
-        raise _lost(shard, desc, current)
-    staged = read_manifests(shard, desc, slots)
+    fate = shard.fate(desc.desc_id, desc.lower)
+    if isinstance(fate, Committed):
+        return _landed(shard, desc)
+    if isinstance(fate, CannotCommit):
+        # e.g. a re-run of an append whose description lost earlier and whose manifests are gone.
+        return _settle_loss(shard, desc)
+    if fate.upper != desc.lower:
+        raise UpperMismatchError(
+            f"description {desc.desc_id} [{desc.lower}, {desc.upper}) starts above the upper {fate.upper} of "
+            f"{shard.url}; it was not committed and nothing was deleted (was the shard re-created?)",
+            expected=desc.lower, current=fate.upper,
+        )
+    try:
+        staged = read_manifests(shard, desc, slots)
+    except CorruptionError:
+        if committed(shard, desc) is not None:  # a twin committed and cleaned up under our feet
+            return _landed(shard, desc)
+        raise
     faults.wait_until("append_wait", attempt=desc.attempt)
     try:
         result = shard.compare_and_append(staged, expected_upper=desc.lower, new_upper=desc.upper,
                                           desc_id=desc.desc_id, writer=writer)
-    except UpperMismatchError as e:
-        if committed(shard, desc) is not None:  # pragma: no cover - compare_and_append checked already
-            raise
-        raise _lost(shard, desc, e.current) from e
+    except UpperMismatchError:
+        return _settle_loss(shard, desc)
     if faults.fire("append_ack_lost", attempt=desc.attempt):
         from shardsink.errors import UnknownOutcomeError
 
         raise UnknownOutcomeError(f"injected fault: the acknowledgement of {desc.desc_id} was lost")
-    keep = frozenset(p.key for s in staged for p in s.parts)
-    if result.status == "already_committed":
-        # A twin of this task committed first, possibly with another slot attempt's parts.
-        twin = committed(shard, desc)
-        keep = twin.keys if twin is not None else keep
-    cleanup(shard, desc.desc_id, keep=keep)
+    cleanup(shard, desc)
     return result
 
 
-def _lost(shard: Shard, desc: Description, current: int | None) -> LostRaceError:
-    """Delete everything ``desc`` staged (its fate is definite) and describe the loss."""
-    deleted = cleanup(shard, desc.desc_id)
-    return LostRaceError(
+def _landed(shard: Shard, desc: Description) -> AppendResult:
+    """``desc`` is committed: delete its leftovers (the primitive keeps its batch) and report it."""
+    gone = delete_staged(shard.machine, desc.desc_id, desc.lower)
+    assert isinstance(gone.fate, Committed)
+    return AppendResult("already_committed", desc.desc_id, gone.fate.seqno, desc.lower, desc.upper, gone.fate.rows)
+
+
+def _settle_loss(shard: Shard, desc: Description) -> AppendResult:
+    """Delete what ``desc`` staged if it can never commit and raise LostRaceError.
+
+    SUBTLE: the primitive decides from a fresh read, which may show a twin's commit of
+    ``desc``: then this is no loss, and the twin's commit is reported as already committed.
+    """
+    gone = delete_staged(shard.machine, desc.desc_id, desc.lower)
+    if isinstance(gone.fate, Committed):
+        return AppendResult("already_committed", desc.desc_id, gone.fate.seqno, desc.lower, desc.upper,
+                            gone.fate.rows)
+    current = gone.fate.upper
+    raise LostRaceError(
         f"lost the race on {shard.url}: shard upper is {current}, not {desc.lower}; description "
-        f"{desc.desc_id} [{desc.lower}, {desc.upper}) was not committed; deleted its {deleted} staged objects; "
+        f"{desc.desc_id} [{desc.lower}, {desc.upper}) was not committed; deleted its {gone.total} staged objects; "
         "a fresh description is needed (clear the whole DAG run, not just this task)",
-        expected=desc.lower, current=current, deleted=deleted,
+        expected=desc.lower, current=current, deleted=gone.total,
     )

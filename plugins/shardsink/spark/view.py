@@ -27,7 +27,6 @@ import pyarrow as pa
 
 from shardsink.core import parts as pt
 from shardsink.core.shard import AppendResult, Shard
-from shardsink.core.state import PartMeta
 from shardsink.errors import InvalidUsageError, ShardExistsError
 from shardsink.sinks.correction import check_desired_schema, compute_correction, correction_frame
 from shardsink.sinks.ingest import Description, NoOp, committed, write_manifest
@@ -81,20 +80,16 @@ def output_schema(desired: DataFrame) -> pa.Schema:
     return schema
 
 
-def _create_output(url: str, schema: pa.Schema, desired: DataFrame, *, upper: int,
-                   staged: list[PartMeta]) -> Shard:
-    """Create the output shard; a racing creator's shard is accepted only with the same schema
-    (else the parts staged against our schema are deleted and InvalidUsageError raised)."""
+def _create_output(url: str, schema: pa.Schema, desired: DataFrame, *, upper: int) -> Shard:
+    """Create the output shard; a racing creator's shard is accepted only with the same schema,
+    else InvalidUsageError. SUBTLE: the parts staged against our schema are then left in place:
+    the description may still commit in principle (its lower is the shard's upper), so only GC
+    collects them once the upper has moved past (see :mod:`shardsink.core.fate`)."""
     try:
         return Shard.create(url, schema, upper=upper)
     except ShardExistsError:
         shard = Shard.open(url)
-        try:
-            check_desired_schema(desired, shard.schema, where=shard.url)
-        except InvalidUsageError:
-            for p in staged:
-                shard.blob.delete(p.key)
-            raise
+        check_desired_schema(desired, shard.schema, where=shard.url)
         return shard
 
 
@@ -125,7 +120,7 @@ def write_view(spark: SparkSession, v: View, *, output_url: str, desc: Descripti
                                 desc_id=desc.desc_id, encoding="compact")
     if out is None:
         # SUBTLE: created only now, after the query ran: a failing query leaves no shard behind.
-        out = _create_output(output_url, schema, desired, upper=desc.lower, staged=parts)
+        out = _create_output(output_url, schema, desired, upper=desc.lower)
     doc = write_manifest(out, desc, slot=0, slots=1, parts=parts, inputs=inputs)
     return {"status": "staged", "slot": 0, "parts": len(parts), "rows": doc["rows"],
             "bytes": sum(p.bytes for p in parts), "seconds": round(time.monotonic() - t0, 2)}

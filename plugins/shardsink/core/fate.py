@@ -1,0 +1,238 @@
+"""A description's fate, decided once from one state read, and the one way to delete what it staged.
+
+::
+
+    fate = read_fate(machine, desc_id, lower)   # Committed | CannotCommit | StillPossible
+    deleted = delete_staged(machine, desc_id, lower)   # re-derives the fate, then deletes
+
+The **fate** of a description ``desc_id`` with lower bound ``lower`` is one of
+
+* :class:`Committed`: a state version committed it; ``keys`` are the exact part keys
+  of its batch (an empty batch has none);
+* :class:`CannotCommit`: it is not committed and never can be: the shard's upper is
+  past ``lower`` (uppers never move back) or the shard is closed;
+* :class:`StillPossible`: not committed, and the shard's upper has not passed
+  ``lower``: a commit of it may be in flight right now.
+
+:func:`decide` is the pure rule; :func:`gather` reads its evidence from ONE head
+version (and immutable objects reachable from it). No other code answers "is this
+description committed?".
+
+**The evidence.** A batch ``[lower, x)`` can only be committed by the version that
+moved the shard's upper past ``lower``: uppers are monotonic in seqno (appends raise
+it, compaction keeps it, closing makes it infinite). That version is found in the
+header's idempotency window (``recent``) or by a galloping search back from the head:
+O(log distance) reads, and 2-3 for a race lost a moment ago. If the crossing is at or
+below the oldest retained version, the batch list there is the evidence (a batch
+committed before the horizon and still referenced is in it).
+
+**Deleting.** A description's staged objects are ``parts/<desc_id>/…`` and
+``staging/<desc_id>/…``; only its own batch can reference a key under its prefixes.
+:func:`delete_staged` is the only code that deletes them. It re-derives the fate
+right before deleting and
+
+* deletes nothing if the fate is StillPossible (:class:`DeleteRefusedError`);
+* keeps every key of the committed batch if it is Committed;
+* deletes everything under the prefixes if it CannotCommit.
+
+SUBTLE: the fate must come from a single head read. Reading "committed?" from one
+head and "upper?" from a newer one is the twin-append bug: a twin commits between the
+two reads, the second read shows the upper past ``lower``, and the committed batch's
+parts are deleted as a lost race's.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from shardsink.core import state as st
+from shardsink.errors import CorruptionError, InvalidUsageError
+
+if TYPE_CHECKING:
+    from shardsink.core.machine import Machine
+
+log = logging.getLogger(__name__)
+
+#: Prefixes (under the shard root) of the objects a description stages; ``{}`` is its id.
+STAGED_PREFIXES = ("parts/{}/", "staging/{}/")
+
+
+@dataclass(frozen=True)
+class Committed:
+    """``desc_id`` landed at ``seqno``; ``keys`` are its batch's part keys."""
+
+    seqno: int
+    keys: frozenset[str]
+    rows: int
+
+
+@dataclass(frozen=True)
+class CannotCommit:
+    """Not committed and never can be: the shard's ``upper`` is past the lower (None: closed)."""
+
+    upper: int | None
+
+
+@dataclass(frozen=True)
+class StillPossible:
+    """Not committed; the shard's ``upper`` has not passed the lower, so it may still commit."""
+
+    upper: int
+
+
+Fate = Committed | CannotCommit | StillPossible
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What one read of the shard's state knows about one description.
+
+    ``head`` is the header read. ``crossing`` is the version that committed ``desc_id``
+    per ``head.recent``, else the first retained version whose upper is past ``lower``
+    (None if the upper has not passed it). ``horizon`` is the batch list at
+    ``crossing`` when the crossing is at the oldest retained version (the transition
+    itself may be older), else None.
+    """
+
+    head: st.Header
+    crossing: st.Version | None
+    horizon: tuple[st.BatchMeta, ...] | None = None
+
+
+class DeleteRefusedError(InvalidUsageError):
+    """The description may still commit: nothing of it was deleted."""
+
+
+def _passed(upper: int | None, lower: int) -> bool:
+    return upper is None or upper > lower
+
+
+def decide(ev: Evidence, desc_id: str, lower: int) -> Fate:
+    """The pure fate rule (module docstring). Consistent with ``state.compare_and_append``:
+    a ``desc_id`` in the idempotency window is committed whatever its bounds."""
+    c = ev.crossing
+    if c is not None and c.commit.desc_id == desc_id:
+        batch = [p for b in c.added if b.desc_id == desc_id for p in b.parts]
+        return Committed(c.seqno, frozenset(p.key for p in batch), sum(p.rows for p in batch))
+    for b in ev.horizon or ():
+        if b.desc_id == desc_id:
+            return Committed(b.seqno, frozenset(p.key for p in b.parts), b.rows)
+    upper = ev.head.upper
+    if _passed(upper, lower):
+        return CannotCommit(upper)
+    assert upper is not None
+    return StillPossible(upper)
+
+
+# --- reading the evidence ------------------------------------------------------------------
+
+
+def gather(machine: Machine, desc_id: str, lower: int, *, head: st.Version | None = None) -> Evidence:
+    """The evidence about ``desc_id`` from ONE head read (``head``, or a fresh one)."""
+    v = head if head is not None else machine.head().version
+    h = v.header
+    s = h.committed_seqno(desc_id)
+    if s is not None:
+        return Evidence(h, _must_fetch(machine, s, desc_id))
+    if not _passed(h.upper, lower):
+        return Evidence(h, None)
+    crossing, at_horizon = _find_crossing(machine, v, lower)
+    horizon = machine.full_batches(crossing) if at_horizon else None
+    return Evidence(h, crossing, horizon)
+
+
+def read_fate(machine: Machine, desc_id: str, lower: int) -> Fate:
+    """The fate of ``desc_id`` (lower bound ``lower``) from one fresh state read."""
+    return decide(gather(machine, desc_id, lower), desc_id, lower)
+
+
+def _must_fetch(machine: Machine, seqno: int, desc_id: str) -> st.Version:
+    got = machine.fetch(seqno)
+    if got is None:
+        raise CorruptionError(f"{machine.url}: state version {seqno} (commit of {desc_id}) is missing")
+    return got
+
+
+def _find_crossing(machine: Machine, head: st.Version, lower: int) -> tuple[st.Version, bool]:
+    """The first retained version whose upper is past ``lower`` (the head's is), and whether
+    it is the oldest retained one (so the actual crossing may be older).
+
+    Galloping back from the head, then bisecting: versions below the oldest retained are
+    missing (GC deletes oldest first), so "exists and passed" is monotone in seqno.
+    """
+    hi = head  # passed
+    step = 1
+    lo_seqno = -1  # a seqno known not passed (or missing); -1: below version 0
+    while True:
+        probe = hi.seqno - step
+        if probe < 0:
+            break
+        v = machine.fetch(probe)
+        if v is None or not _passed(v.header.upper, lower):
+            lo_seqno = probe
+            break
+        hi, step = v, step * 2
+    while hi.seqno - lo_seqno > 1:
+        mid = (lo_seqno + hi.seqno) // 2
+        v = machine.fetch(mid)
+        if v is None or not _passed(v.header.upper, lower):
+            lo_seqno = mid
+        else:
+            hi = v
+    below_retained = lo_seqno < 0 or machine.fetch(lo_seqno) is None
+    return hi, below_retained
+
+
+# --- the one deletion path -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Deleted:
+    """What :func:`delete_staged` did: the fate it decided by, and how many objects went."""
+
+    fate: Committed | CannotCommit
+    parts: int
+    manifests: int
+
+    @property
+    def total(self) -> int:
+        return self.parts + self.manifests
+
+
+def delete_staged(machine: Machine, desc_id: str, lower: int, *, only: Collection[str] | None = None,
+                  manifests: bool = True) -> Deleted:
+    """Delete the objects ``desc_id`` staged that its fate lets go; the ONLY deleter of them.
+
+    Re-derives the fate from one fresh state read first. StillPossible ⇒ raises
+    DeleteRefusedError, nothing deleted. Committed ⇒ deletes only keys its batch does not
+    reference. CannotCommit ⇒ deletes everything under its prefixes. ``only`` restricts
+    the parts considered to those keys (e.g. one retry's staged parts); keys outside the
+    description's prefix are never touched. ``manifests=False`` keeps ``staging/``.
+    """
+    fate = read_fate(machine, desc_id, lower)
+    if isinstance(fate, StillPossible):
+        raise DeleteRefusedError(
+            f"description {desc_id} may still commit on {machine.url} (shard upper {fate.upper}, its lower "
+            f"{lower}); none of its staged objects were deleted"
+        )
+    keep = fate.keys if isinstance(fate, Committed) else frozenset()
+    parts_prefix, staging_prefix = (p.format(desc_id) for p in STAGED_PREFIXES)
+    if only is None:
+        candidates: Sequence[str] = [o.key for o in machine.blob.list(parts_prefix)]
+    else:
+        candidates = sorted(k for k in set(only) if k.startswith(parts_prefix))
+    doomed = [k for k in candidates if k not in keep]
+    for key in doomed:
+        machine.blob.delete(key)
+    gone_manifests = 0
+    if manifests:
+        for o in machine.blob.list(staging_prefix):
+            machine.blob.delete(o.key)
+            gone_manifests += 1
+    if doomed:
+        why = "not in its committed batch" if isinstance(fate, Committed) else "(it can never commit)"
+        log.info("description %s: deleted %d staged parts %s", desc_id, len(doomed), why)
+    return Deleted(fate, len(doomed), gone_manifests)
