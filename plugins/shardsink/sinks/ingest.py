@@ -270,8 +270,13 @@ def append_from_manifests(shard: Shard, desc: Description, slots: int, *, writer
     try:
         staged = read_manifests(shard, desc, slots)
     except CorruptionError:
-        if committed(shard, desc) is not None:  # a twin committed and cleaned up under our feet
+        # SUBTLE: a twin may have settled the description (committed it, or seen it lose to a
+        # rival) and deleted the manifests under our feet. Judge by a fresh fate read.
+        again = shard.fate(desc.desc_id, desc.lower)
+        if isinstance(again, Committed):
             return _landed(shard, desc)
+        if isinstance(again, CannotCommit):
+            return _settle_loss(shard, desc)
         raise
     faults.wait_until("append_wait", attempt=desc.attempt)
     try:
