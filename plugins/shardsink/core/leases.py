@@ -33,14 +33,14 @@ break the guarantee.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+import msgspec
 
 from shardsink.errors import CorruptionError, InvalidUsageError, LeaseLostError, ReadFrontierError, ShardsinkError
 
@@ -58,9 +58,12 @@ CLOCK_SKEW_S = 30.0
 Clock = Callable[[], float]
 
 
-@dataclass(frozen=True)
-class Lease:
-    """One reader's hold on ``since <= as_of``; times are epoch seconds (floats)."""
+class Lease(msgspec.Struct, frozen=True, kw_only=True):
+    """One reader's hold on ``since <= as_of``; times are epoch seconds (floats).
+
+    Also the stored document ``leases/<lease_id>.json`` (with ``format``; unknown fields
+    are ignored on read).
+    """
 
     lease_id: str
     as_of: int
@@ -68,23 +71,28 @@ class Lease:
     holder: str
     acquired_at: float
     expires_at: float
+    format: int = FORMAT
 
     @property
     def key(self) -> str:
         return f"{PREFIX}{self.lease_id}.json"
 
 
+_ENCODER = msgspec.json.Encoder(order="sorted")
+
+
 def _encode(lease: Lease) -> bytes:
-    return json.dumps({"format": FORMAT, **asdict(lease)}, sort_keys=True).encode()
+    return _ENCODER.encode(lease)
 
 
 def _decode(data: bytes, *, where: str) -> Lease:
     try:
-        d: dict[str, Any] = json.loads(data)
-        return Lease(str(d["lease_id"]), int(d["as_of"]), int(d["seqno"]), str(d["holder"]),
-                     float(d["acquired_at"]), float(d["expires_at"]))
-    except (ValueError, KeyError, TypeError) as e:
-        raise CorruptionError(f"lease {where} is unreadable: {type(e).__name__}: {e}") from e
+        lease = msgspec.json.decode(data, type=Lease)
+    except msgspec.DecodeError as e:
+        raise CorruptionError(f"lease {where} is unreadable: {e}") from e
+    if lease.format > FORMAT:
+        raise CorruptionError(f"lease {where} has format {lease.format}; this shardsink reads up to {FORMAT}")
+    return lease
 
 
 def acquire(shard: Shard, as_of: int, *, holder: str, ttl_s: float = DEFAULT_TTL_S,
@@ -100,7 +108,8 @@ def acquire(shard: Shard, as_of: int, *, holder: str, ttl_s: float = DEFAULT_TTL
     head = shard.machine.head().version
     _check_since(shard, head.header.since, as_of)
     now = clock()
-    lease = Lease(uuid.uuid4().hex, as_of, head.seqno, holder, now, now + ttl_s)
+    lease = Lease(lease_id=uuid.uuid4().hex, as_of=as_of, seqno=head.seqno, holder=holder, acquired_at=now,
+                  expires_at=now + ttl_s)
     shard.blob.put(lease.key, _encode(lease))
     try:
         _check_since(shard, shard.machine.head().version.header.since, as_of)
@@ -129,7 +138,7 @@ def renew(shard: Shard, lease: Lease, *, ttl_s: float = DEFAULT_TTL_S, clock: Cl
             f"lease {lease.lease_id} on {shard.url} (as_of {lease.as_of}) was lost: "
             f"{'deleted' if got is None else 'expired before renewal'}; the read it protected may be unprotected"
         )
-    renewed = replace(lease, expires_at=now + ttl_s)
+    renewed = msgspec.structs.replace(lease, expires_at=now + ttl_s)
     shard.blob.put(lease.key, _encode(renewed))
     return renewed
 

@@ -19,15 +19,19 @@ diffs only, so its cost is constant in the length of the history.
 from __future__ import annotations
 
 import base64
-import json
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+import msgspec
 import pyarrow as pa
 
 from shardsink.errors import CorruptionError
 
+#: Format of state versions and rollups. Readers accept documents of this format or older
+#: and ignore fields they do not know (a newer writer may add fields without bumping it);
+#: a layout change that old readers cannot ignore bumps it, and they refuse clearly.
 FORMAT = 1
 #: How many recent description ids each header remembers for idempotency.
 RECENT_DESCS = 128
@@ -37,8 +41,7 @@ WRITERS = 64
 CommitKind = Literal["create", "append", "close"]
 
 
-@dataclass(frozen=True)
-class PartMeta:
+class PartMeta(msgspec.Struct, frozen=True):
     """One immutable Parquet object of updates, all times in ``[min_time, max_time]``."""
 
     key: str
@@ -48,8 +51,7 @@ class PartMeta:
     max_time: int
 
 
-@dataclass(frozen=True)
-class BatchMeta:
+class BatchMeta(msgspec.Struct, frozen=True):
     """The parts one batch description committed, with its bounds."""
 
     desc_id: str
@@ -67,27 +69,28 @@ class BatchMeta:
         return sum(p.bytes for p in self.parts)
 
 
-@dataclass(frozen=True)
-class WriterRecord:
+class WriterRecord(msgspec.Struct, frozen=True):
     writer: str
     desc_id: str
     seqno: int
     at: str
 
 
-@dataclass(frozen=True)
-class Stats:
+class Stats(msgspec.Struct, frozen=True):
     batches: int = 0
     parts: int = 0
     rows: int = 0
     bytes: int = 0
 
 
-@dataclass(frozen=True)
-class CommitInfo:
-    """Who committed what, when: the entry ``shardsink log`` shows."""
+class CommitInfo(msgspec.Struct, frozen=True):
+    """Who committed what, when: the entry ``shardsink log`` shows.
 
-    kind: CommitKind
+    ``kind`` is a :data:`CommitKind`; it is typed ``str`` so that a reader tolerates kinds
+    a newer writer adds.
+    """
+
+    kind: str
     at: str
     writer: str
     desc_id: str | None
@@ -215,105 +218,126 @@ def with_rollup(version: Version, rollup: int) -> Version:
     return replace(version, header=replace(version.header, rollup=rollup))
 
 
-# --- JSON codec ---------------------------------------------------------------------
+# --- stored documents ----------------------------------------------------------------
+#
+# The JSON layout of state versions and rollups, as typed structs. Unknown fields are
+# ignored on decode (msgspec's default), so a newer writer's additions do not break an
+# older reader; a missing or mistyped field is a CorruptionError naming the object.
+
+
+class FieldDoc(msgspec.Struct, frozen=True):
+    name: str
+    type: str
+    nullable: bool
+
+
+class SchemaDoc(msgspec.Struct, frozen=True):
+    """A readable list of fields (for humans and other tools) and the exact Arrow schema."""
+
+    fields: tuple[FieldDoc, ...]
+    arrow: str  # base64 of the Arrow IPC schema message
+
+
+class HeaderDoc(msgspec.Struct, frozen=True, kw_only=True):
+    upper: int | None
+    since: int
+    schema: SchemaDoc
+    rollup: int
+    recent: tuple[tuple[str, int], ...]
+    writers: tuple[WriterRecord, ...]
+    stats: Stats
+
+
+class VersionDoc(msgspec.Struct, frozen=True, kw_only=True):
+    format: int
+    seqno: int
+    header: HeaderDoc
+    added: tuple[BatchMeta, ...]
+    removed: tuple[str, ...]
+    commit: CommitInfo
+
+
+class RollupDoc(msgspec.Struct, frozen=True, kw_only=True):
+    format: int
+    seqno: int
+    batches: tuple[BatchMeta, ...]
+
+
+#: Canonical JSON: keys sorted at every level, no spaces (the bytes format 1 always had).
+_ENCODER = msgspec.json.Encoder(order="sorted")
+
+
+class _Format(msgspec.Struct):
+    format: int | None = None
+
+
+def schema_doc(schema: pa.Schema) -> SchemaDoc:
+    return SchemaDoc(
+        tuple(FieldDoc(f.name, str(f.type), f.nullable) for f in schema),
+        base64.b64encode(schema.serialize().to_pybytes()).decode(),
+    )
 
 
 def schema_to_json(schema: pa.Schema) -> dict[str, Any]:
-    return {
-        "fields": [{"name": f.name, "type": str(f.type), "nullable": f.nullable} for f in schema],
-        "arrow": base64.b64encode(schema.serialize().to_pybytes()).decode(),
-    }
+    """The schema as plain JSON values (for specs and CLI output)."""
+    out: dict[str, Any] = msgspec.to_builtins(schema_doc(schema))
+    return out
 
 
 def schema_from_json(d: Mapping[str, Any]) -> pa.Schema:
-    return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(d["arrow"])))
+    return _schema_from_arrow(str(d["arrow"]))
 
 
-def _part_json(p: PartMeta) -> dict[str, Any]:
-    return {"key": p.key, "rows": p.rows, "bytes": p.bytes, "min_time": p.min_time, "max_time": p.max_time}
+@functools.lru_cache(maxsize=64)
+def _schema_from_arrow(arrow: str) -> pa.Schema:
+    # Every version repeats the schema: decode each distinct one once.
+    return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(arrow)))
 
 
-def _batch_json(b: BatchMeta) -> dict[str, Any]:
-    return {
-        "desc_id": b.desc_id,
-        "lower": b.lower,
-        "upper": b.upper,
-        "seqno": b.seqno,
-        "parts": [_part_json(p) for p in b.parts],
-    }
-
-
-def _batch(d: Mapping[str, Any]) -> BatchMeta:
-    parts = tuple(PartMeta(p["key"], p["rows"], p["bytes"], p["min_time"], p["max_time"]) for p in d["parts"])
-    return BatchMeta(d["desc_id"], d["lower"], d["upper"], d["seqno"], parts)
-
-
-def _dumps(obj: Any) -> bytes:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
+def _decode_doc(data: bytes, kind: type[msgspec.Struct], *, what: str, where: str) -> msgspec.Struct:
+    """Decode a stored document; CorruptionError naming ``where`` if unreadable or too new."""
+    try:
+        fmt = msgspec.json.decode(data, type=_Format).format
+    except msgspec.DecodeError as e:
+        raise CorruptionError(f"{where}: unreadable {what} ({e})") from e
+    if fmt is None or fmt > FORMAT:
+        raise CorruptionError(
+            f"{where}: unsupported {what} format {fmt!r} (this shardsink reads formats 1..{FORMAT}; "
+            "a newer shardsink wrote it: upgrade)"
+        )
+    try:
+        return msgspec.json.decode(data, type=kind)
+    except msgspec.DecodeError as e:
+        raise CorruptionError(f"{where}: unreadable {what} ({e})") from e
 
 
 def encode_version(v: Version) -> bytes:
     h = v.header
-    return _dumps(
-        {
-            "format": FORMAT,
-            "seqno": h.seqno,
-            "header": {
-                "upper": h.upper,
-                "since": h.since,
-                "schema": schema_to_json(h.schema),
-                "rollup": h.rollup,
-                "recent": [list(r) for r in h.recent],
-                "writers": [vars(w) for w in h.writers],
-                "stats": vars(h.stats),
-            },
-            "added": [_batch_json(b) for b in v.added],
-            "removed": list(v.removed),
-            "commit": vars(v.commit),
-        }
-    )
+    header = HeaderDoc(upper=h.upper, since=h.since, schema=schema_doc(h.schema), rollup=h.rollup,
+                       recent=h.recent, writers=h.writers, stats=h.stats)
+    doc = VersionDoc(format=FORMAT, seqno=h.seqno, header=header, added=v.added, removed=v.removed,
+                     commit=v.commit)
+    return _ENCODER.encode(doc)
 
 
 def decode_version(data: bytes, *, where: str) -> Version:
     """Parse a state version, raising CorruptionError naming ``where`` if it is unreadable."""
+    d = _decode_doc(data, VersionDoc, what="state version", where=where)
+    assert isinstance(d, VersionDoc)
+    h = d.header
     try:
-        d = json.loads(data)
-        if d.get("format") != FORMAT:
-            raise CorruptionError(f"{where}: unsupported state format {d.get('format')!r} (expected {FORMAT})")
-        h = d["header"]
-        header = Header(
-            seqno=int(d["seqno"]),
-            upper=h["upper"],
-            since=int(h["since"]),
-            schema=schema_from_json(h["schema"]),
-            rollup=int(h["rollup"]),
-            recent=tuple((str(a), int(b)) for a, b in h["recent"]),
-            writers=tuple(WriterRecord(**w) for w in h["writers"]),
-            stats=Stats(**h["stats"]),
-        )
-        return Version(
-            header,
-            tuple(_batch(b) for b in d["added"]),
-            tuple(d["removed"]),
-            CommitInfo(**d["commit"]),
-        )
-    except CorruptionError:
-        raise
+        schema = _schema_from_arrow(h.schema.arrow)
     except Exception as e:
-        raise CorruptionError(f"{where}: unreadable state version ({type(e).__name__}: {e})") from e
+        raise CorruptionError(f"{where}: unreadable schema in state version ({type(e).__name__}: {e})") from e
+    header = Header(d.seqno, h.upper, h.since, schema, h.rollup, h.recent, h.writers, h.stats)
+    return Version(header, d.added, d.removed, d.commit)
 
 
 def encode_rollup(seqno: int, batches: Sequence[BatchMeta]) -> bytes:
-    return _dumps({"format": FORMAT, "seqno": seqno, "batches": [_batch_json(b) for b in batches]})
+    return _ENCODER.encode(RollupDoc(format=FORMAT, seqno=seqno, batches=tuple(batches)))
 
 
 def decode_rollup(data: bytes, *, where: str) -> tuple[int, tuple[BatchMeta, ...]]:
-    try:
-        d = json.loads(data)
-        if d.get("format") != FORMAT:
-            raise CorruptionError(f"{where}: unsupported rollup format {d.get('format')!r}")
-        return int(d["seqno"]), tuple(_batch(b) for b in d["batches"])
-    except CorruptionError:
-        raise
-    except Exception as e:
-        raise CorruptionError(f"{where}: unreadable rollup ({type(e).__name__}: {e})") from e
+    d = _decode_doc(data, RollupDoc, what="rollup", where=where)
+    assert isinstance(d, RollupDoc)
+    return d.seqno, d.batches

@@ -25,7 +25,6 @@ cleaned up.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import uuid
@@ -33,6 +32,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
+
+import msgspec
 
 from shardsink.core.fate import STAGED_PREFIXES, CannotCommit, Committed, delete_staged
 from shardsink.core.shard import AppendResult, Shard, StagedBatch, default_writer
@@ -43,6 +44,7 @@ from shardsink.sources.base import Seal, Source
 
 log = logging.getLogger("shardsink.sinks")
 
+#: Format of manifests: readers accept this or older and ignore unknown fields.
 MANIFEST_FORMAT = 1
 #: How far back (in commits) late-data checks look for the commit that sealed a time.
 SEAL_HISTORY = 200
@@ -172,23 +174,46 @@ def manifest_key(desc_id: str, slot: int) -> str:
     return f"{STAGED_PREFIXES[1].format(desc_id)}slot-{slot}.json"
 
 
+class ManifestDoc(msgspec.Struct, frozen=True, kw_only=True):
+    """``staging/<desc_id>/slot-<i>.json``: what one writer slot staged for a description."""
+
+    format: int
+    desc_id: str
+    lower: int
+    upper: int
+    attempt: int
+    slot: int
+    slots: int
+    rows: int
+    parts: tuple[PartMeta, ...]
+    inputs: tuple[dict[str, Any], ...] = ()
+    writer: str = ""
+    written_at: str = ""
+
+
 def write_manifest(
     shard: Shard, desc: Description, *, slot: int, slots: int, parts: Sequence[PartMeta],
     inputs: Sequence[dict[str, Any]] = (),
 ) -> dict[str, Any]:
-    """Publish what slot ``slot`` staged. A plain put: a retried write attempt replaces it."""
-    doc = {
-        "format": MANIFEST_FORMAT,
-        **desc.to_dict(),
-        "slot": slot,
-        "slots": slots,
-        "rows": sum(p.rows for p in parts),
-        "parts": [asdict(p) for p in parts],
-        "inputs": list(inputs),
-        "writer": default_writer(),
-        "written_at": datetime.now().astimezone().isoformat(timespec="milliseconds"),
-    }
-    shard.blob.put(manifest_key(desc.desc_id, slot), json.dumps(doc, sort_keys=True).encode())
+    """Publish what slot ``slot`` staged (a plain put: a retried write attempt replaces it);
+    returns the manifest as plain values."""
+    doc = ManifestDoc(
+        format=MANIFEST_FORMAT, desc_id=desc.desc_id, lower=desc.lower, upper=desc.upper, attempt=desc.attempt,
+        slot=slot, slots=slots, rows=sum(p.rows for p in parts), parts=tuple(parts), inputs=tuple(inputs),
+        writer=default_writer(), written_at=datetime.now().astimezone().isoformat(timespec="milliseconds"),
+    )
+    shard.blob.put(manifest_key(desc.desc_id, slot), _MANIFESTS.encode(doc))
+    out: dict[str, Any] = msgspec.to_builtins(doc)
+    return out
+
+
+_MANIFESTS = msgspec.json.Encoder(order="sorted")
+
+
+def _decode_manifest(data: bytes) -> ManifestDoc:
+    doc = msgspec.json.decode(data, type=ManifestDoc)
+    if doc.format > MANIFEST_FORMAT:
+        raise ValueError(f"format {doc.format} is newer than this shardsink reads ({MANIFEST_FORMAT})")
     return doc
 
 
@@ -208,22 +233,20 @@ def read_manifests(shard: Shard, desc: Description, slots: int) -> list[StagedBa
             problems.append(f"slot {slot}: manifest {key} is missing (its write task did not finish)")
             continue
         try:
-            doc = json.loads(got.data)
-            parts = tuple(PartMeta(**p) for p in doc["parts"])
-            same = (doc["desc_id"], doc["lower"], doc["upper"], doc["slot"], doc["slots"]) == (
-                desc.desc_id, desc.lower, desc.upper, slot, slots)
-        except (ValueError, KeyError, TypeError) as e:
+            doc = _decode_manifest(got.data)
+        except (msgspec.DecodeError, ValueError) as e:
             problems.append(f"slot {slot}: manifest {key} is unreadable: {e}")
             continue
-        if not same:
+        if (doc.desc_id, doc.lower, doc.upper, doc.slot, doc.slots) != (desc.desc_id, desc.lower, desc.upper,
+                                                                          slot, slots):
             problems.append(f"slot {slot}: manifest {key} describes another batch or slot layout")
             continue
-        foreign = [p.key for p in parts if not p.key.startswith(f"parts/{desc.desc_id}/")]
-        gone = [p.key for p in parts if p.key not in present]
+        foreign = [p.key for p in doc.parts if not p.key.startswith(f"parts/{desc.desc_id}/")]
+        gone = [p.key for p in doc.parts if p.key not in present]
         if foreign or gone:
             problems.append(f"slot {slot}: parts outside the description {foreign[:3]} or missing {gone[:3]}")
             continue
-        staged.append(StagedBatch(desc.desc_id, desc.lower, desc.upper, parts))
+        staged.append(StagedBatch(desc.desc_id, desc.lower, desc.upper, doc.parts))
     if problems:
         raise CorruptionError(
             f"cannot append description {desc.desc_id} [{desc.lower}, {desc.upper}) to {shard.url}: "
