@@ -316,3 +316,13 @@ class Machine:
                 break
             out.append(v)
         return out
+
+    def delete_version(self, seqno: int) -> None:
+        """GC only: delete state version ``seqno`` (and forget any cached copy).
+
+        SUBTLE: the caller must delete oldest first and only below an anchored version
+        (:meth:`anchor`): the retained versions stay contiguous, which ``core.fate``'s
+        search and ``head()``'s forward probe rely on.
+        """
+        self.blob.delete(version_key(seqno))
+        self._versions.pop(seqno, None)

@@ -69,7 +69,7 @@ from shardsink.core.machine import LATEST, Machine, rollup_key, version_key
 from shardsink.core.parts import TIME
 from shardsink.core.shard import Shard
 from shardsink.errors import CorruptionError, InvalidUsageError, ShardsinkError
-from shardsink.maintenance.history import Listing, batches_at, list_state, referenced
+from shardsink.maintenance.history import Listing, Referenced, batches_at, list_state, referenced
 from shardsink.storage.base import ObjectInfo
 
 log = logging.getLogger("shardsink.maintenance.gc")
@@ -253,7 +253,7 @@ def collect(shard: Shard, opts: GcOptions | None = None) -> GcReport:
             if listing.versions[s].modified > cutoff:  # never younger than grace (cannot happen by the bound)
                 break
             if not dry:
-                machine.blob.delete(version_key(s))
+                machine.delete_version(s)
                 hook("version")
             versions_deleted += 1
             oldest_now = s + 1
@@ -369,11 +369,8 @@ def _collect_parts(shard: Shard, retained_from: int, listing: Listing, *, cutoff
             continue
         sizes = {o.key: o.size for o in doomed}
         try:
-            fate = ft.read_fate(machine, d, lower) if dry else None
             if dry:
-                if isinstance(fate, ft.StillPossible):
-                    raise ft.DeleteRefusedError(f"{d} may still commit")
-                keep = fate.keys if isinstance(fate, ft.Committed) else frozenset()
+                keep = _predicted_keep(machine, head, refs, d, lower)
                 gone = [k for k in sizes if k not in keep]
             else:
                 res = ft.delete_staged(machine, d, lower, only=list(sizes), manifests=bool(old_manifests))
@@ -393,6 +390,18 @@ def _collect_parts(shard: Shard, retained_from: int, listing: Listing, *, cutoff
                 out.parts += 1
                 out.bytes += sizes[k]
     return out
+
+
+def _predicted_keep(machine: Machine, head: st.Version, refs: Referenced, d: str, lower: int) -> frozenset[str]:
+    """Dry run: what delete_staged would keep once the versions below the horizon are gone
+    (DeleteRefusedError if the description may still commit)."""
+    if head.header.committed_seqno(d) is not None:
+        fate = ft.read_fate(machine, d, lower)  # its commit version is retained: the real answer
+        if isinstance(fate, ft.Committed):
+            return fate.keys
+    if head.header.upper is not None and head.header.upper <= lower:
+        raise ft.DeleteRefusedError(f"{d} may still commit")
+    return refs.keys.get(d, frozenset())
 
 
 def _manifest_lower(machine: Machine, objs: list[ObjectInfo]) -> int | None:

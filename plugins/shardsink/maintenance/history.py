@@ -82,15 +82,18 @@ class Referenced:
 
     parts: dict[str, tuple[st.PartMeta, int]]  # key -> (meta, a version referencing it)
     lowers: dict[str, int]  # desc id -> lower of its batch (from any retained version)
+    keys: dict[str, frozenset[str]]  # desc id -> its batch's part keys
 
 
 def referenced(machine: Machine, oldest: int, head: int, listing: Listing) -> Referenced:
     """Union over versions ``oldest..head``: the batches at ``oldest`` plus every batch added after."""
     parts: dict[str, tuple[st.PartMeta, int]] = {}
     lowers: dict[str, int] = {}
+    keys: dict[str, frozenset[str]] = {}
 
     def add(b: st.BatchMeta, seqno: int) -> None:
         lowers.setdefault(b.desc_id, b.lower)
+        keys.setdefault(b.desc_id, frozenset(p.key for p in b.parts))
         for p in b.parts:
             parts.setdefault(p.key, (p, seqno))
 
@@ -99,4 +102,4 @@ def referenced(machine: Machine, oldest: int, head: int, listing: Listing) -> Re
     for v in machine.fetch_many(range(oldest + 1, head + 1)):
         for b in v.added:
             add(b, v.seqno)
-    return Referenced(parts, lowers)
+    return Referenced(parts, lowers, keys)
