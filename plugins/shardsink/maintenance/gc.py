@@ -238,6 +238,7 @@ def collect(shard: Shard, opts: GcOptions | None = None) -> GcReport:
     versions_deleted = 0
     oldest_now = hz.oldest_present
     target = hz.oldest
+    condemned: dict[str, int] = {}
     if target > hz.oldest_present:
         try:
             batches = batches_at(machine, target, listing)
@@ -246,6 +247,8 @@ def collect(shard: Shard, opts: GcOptions | None = None) -> GcReport:
             # its chain is gone, so keep every version this time (nothing is lost).
             log.warning("gc %s: cannot anchor version %d (%s); no versions deleted", shard.url, target, e)
             target = hz.oldest_present
+        if target > hz.oldest_present:
+            condemned = _lowers_below(machine, hz.oldest_present, target, listing)
         if not dry and target > hz.oldest_present:
             machine.anchor(target, batches)
             hook("anchored")
@@ -273,7 +276,7 @@ def collect(shard: Shard, opts: GcOptions | None = None) -> GcReport:
     if not dry:
         hook("rollups")
 
-    parts = _collect_parts(shard, retained_from, listing, cutoff=cutoff, dry=dry, hook=hook)
+    parts = _collect_parts(shard, retained_from, listing, cutoff=cutoff, dry=dry, hook=hook, lowers=condemned)
     if not dry:
         hook("parts")
 
@@ -316,9 +319,25 @@ def _desc_of(key: str) -> str | None:
     return segs[1] if len(segs) >= 3 else None
 
 
+def _lowers_below(machine: Machine, lo: int, hi: int, listing: Listing) -> dict[str, int]:
+    """The lowers of the batches versions ``lo .. hi-1`` knew, read before they are deleted, so
+    that step 4 need not read parts to learn the lower of a batch compacted away in them."""
+    out: dict[str, int] = {}
+    try:
+        for b in batches_at(machine, lo, listing):
+            out.setdefault(b.desc_id, b.lower)
+    except CorruptionError:
+        pass  # an interrupted run left lo without its chain: its added batches still help
+    for v in machine.fetch_many(range(lo + 1, hi)):
+        for b in v.added:
+            out.setdefault(b.desc_id, b.lower)
+    return out
+
+
 def _collect_parts(shard: Shard, retained_from: int, listing: Listing, *, cutoff: float, dry: bool,
-                   hook: StepHook) -> _PartsOutcome:
-    """Step 4: unreferenced parts and manifests older than the grace period, via delete_staged."""
+                   hook: StepHook, lowers: dict[str, int]) -> _PartsOutcome:
+    """Step 4: unreferenced parts and manifests older than the grace period, via delete_staged.
+    ``lowers``: batch lowers known from the versions this run deleted."""
     machine = shard.machine
     out = _PartsOutcome()
     # SUBTLE: list BEFORE reading what is referenced. A part committed after the listing
@@ -359,7 +378,7 @@ def _collect_parts(shard: Shard, retained_from: int, listing: Listing, *, cutoff
         doomed = groups.get(d, []) + old_manifests
         if not doomed:
             continue
-        lower = refs.lowers.get(d)
+        lower = refs.lowers.get(d, lowers.get(d))
         if lower is None:
             lower = _manifest_lower(machine, manifests.get(d, []))
         if lower is None and groups.get(d):
