@@ -121,3 +121,17 @@ def test_a_real_parquet_with_another_row_count_is_caught(shard: Shard, capsys: p
     shard.blob.put(p.key, buf.getvalue())
     code, out = _verify(shard.url, capsys)
     assert code == 4 and out["problems"][0]["object"] == p.key
+
+
+@pytest.mark.usefixtures("small_windows")
+def test_a_version_left_below_a_gap_is_reported_not_crashed_on(shard_url: str,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """What a forked history looks like (a writer re-created a collected version): an old
+    version, a gap, then the retained chain from an anchored rollup."""
+    s = Shard.create(shard_url, SCHEMA)
+    append_days(s, 0, 6)
+    for seqno in (1, 2, 3):
+        s.blob.delete(version_key(seqno))
+    code, out = _verify(s.url, capsys)
+    assert code == 4
+    assert [x["object"] for x in out["problems"]] == [version_key(n) for n in (1, 2, 3)]
