@@ -189,7 +189,8 @@ def horizon(shard: Shard, opts: GcOptions, *, now: float, listing: Listing | Non
     oldest_present = listing.oldest
     if oldest_present is None:
         raise CorruptionError(f"{shard.url}: no state versions listed")
-    gaps = listing.gaps(head.seqno)
+    # Versions committed after the listing are not gaps (they are newer than it).
+    gaps = listing.gaps(min(head.seqno, max(listing.versions)))
     if gaps:
         raise CorruptionError(
             f"{shard.url}: retained history has gaps ({version_key(gaps[0])} is missing); "

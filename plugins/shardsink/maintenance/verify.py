@@ -80,19 +80,24 @@ def verify(shard: Shard, *, check_rows: bool = True, now: float | None = None) -
     m = shard.machine
     problems: list[Problem] = []
     leaks: list[Leak] = []
+    # The head first, then the listing: a version committed in between is listed, not a gap.
+    head_version: st.Version | None = None
+    try:
+        head_version = m.head().version
+    except ShardsinkError as e:
+        problems.append(Problem(LATEST, f"cannot find the head: {e}"))
+    head = head_version.seqno if head_version is not None else None
     listing = list_state(m)
     oldest = listing.oldest
     if oldest is None:
         return VerifyReport(shard.url, None, None, 0, 0, (Problem("state/v/", "no state versions"),), ())
-    try:
-        head = m.head().version.seqno
-    except ShardsinkError as e:
-        problems.append(Problem(LATEST, f"cannot find the head: {e}"))
+    if head is None:
         head = max(listing.versions)
+    while head + 1 in listing.versions:  # committed while we listed
+        head += 1
     for s in listing.gaps(head):
         problems.append(Problem(version_key(s), f"missing from the chain of retained versions [{oldest}, {head}]"))
-    beyond = [s for s in listing.versions if s > head]
-    for s in beyond:
+    for s in sorted(x for x in listing.versions if x > head):
         problems.append(Problem(version_key(s), f"exists beyond the head {head} (after a gap in the chain)"))
 
     versions = _decode_all(shard, oldest, head, listing, problems)
@@ -107,8 +112,8 @@ def verify(shard: Shard, *, check_rows: bool = True, now: float | None = None) -
     for r, o in sorted(listing.rollups.items()):
         if r < oldest:
             leaks.append(Leak(o.key, "rollup", o.size, t - o.modified))
-    if versions and head in versions:
-        base = m.head().version.header.rollup
+    if head_version is not None:
+        base = head_version.header.rollup
         if base > 0 and base not in listing.rollups:
             problems.append(Problem(rollup_key(base), f"missing; the head (version {head}) reads its batches from it"))
 
