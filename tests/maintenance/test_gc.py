@@ -159,3 +159,16 @@ def test_key_helpers_name_the_objects_the_machine_writes(shard_url: str) -> None
     shard = Shard.create(shard_url, SCHEMA)
     append_days(shard, 0, 4)
     assert version_key(4) in keys(shard, "state/v/") and rollup_key(4) in keys(shard, "state/rollup/")
+
+
+def test_retention_sets_how_much_history_is_kept(shard_url: str) -> None:
+    shard = Shard.create(shard_url, SCHEMA)
+    append_days(shard, 0, 30)  # upper 300
+    # No retention (the shard's own, unset): all history stays.
+    keep_all = collect(shard, GcOptions(grace_s=0))
+    assert (keep_all.reason, keep_all.versions_deleted, _versions(shard)[0]) == ("retention", 0, 0)
+    # 50 ms: the oldest kept version is the first whose upper is past 300 - 50 (version 26, upper 260).
+    report = collect(shard, GcOptions(grace_s=0, retention=50))
+    assert (report.reason, report.oldest_after) == ("retention", 26)
+    assert _versions(shard) == list(range(26, 31))
+    assert [s for s, _ in Shard.open(shard_url).log(limit=100)] == list(range(30, 25, -1))
