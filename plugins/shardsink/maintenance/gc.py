@@ -7,7 +7,7 @@
 **What is retained.** The state versions ``[oldest, head]`` with ``oldest`` the minimum of
 
 * ``retention``: the first version whose upper is past ``upper − retention`` (closed
-  shard: past ``since``), so ``shardsink log`` shows every commit that sealed a time
+  shard: its last finite upper), so ``shardsink log`` shows every commit that sealed a time
   inside the time-travel window; ``retention = None`` (the default) keeps all history;
 * ``leases``: for every live lease, the rollup base of version ``lease.seqno`` (the
   reader reads a version ``>= lease.seqno``, whose batch list is its rollup plus the
@@ -20,7 +20,11 @@
 * ``idempotency``: the oldest seqno in ``G``'s idempotency window (``header.recent``),
   so :mod:`shardsink.core.fate` can always fetch the version that committed a recent
   description;
-* ``hint``: the seqno of ``state/LATEST.json`` (readers probe forward from it).
+* ``hint``: the seqno of ``state/LATEST.json`` (readers probe forward from it);
+
+then moved back, if needed, to the rollup the next version builds on, so that every
+retained version's batch list is readable from its own rollup pointer (not only the
+oldest one's, which step 1 anchors).
 
 **Order (crash safety: every step is idempotent and leaves a readable, verifiable
 shard; the next run finishes the job).**
@@ -167,6 +171,22 @@ def _first_past(machine: Machine, lo: int, head: st.Version, floor: int) -> int:
     return hi
 
 
+def _last_upper(machine: Machine, oldest: int, head: st.Version) -> int:
+    """The shard's upper, or for a closed shard the last finite one (the closing commit's lower)."""
+    if head.header.upper is not None:
+        return head.header.upper
+    closing = _must(machine, _first_past(machine, oldest, head, _NEVER))
+    if closing.commit.lower is not None:
+        return closing.commit.lower
+    before = machine.fetch(closing.seqno - 1)
+    if before is not None and before.header.upper is not None:
+        return before.header.upper
+    return head.header.since  # nothing better is retained: keep everything since ``since``
+
+
+_NEVER = 2**63
+
+
 def _must(machine: Machine, seqno: int) -> st.Version:
     v = machine.fetch(seqno)
     if v is None:
@@ -213,10 +233,19 @@ def horizon(shard: Shard, opts: GcOptions, *, now: float, listing: Listing | Non
     if retention is None:
         bounds["retention"] = oldest_present
     else:
-        floor = head.header.upper - retention if head.header.upper is not None else head.header.since
-        bounds["retention"] = _first_past(machine, oldest_present, head, floor)
+        bounds["retention"] = _first_past(machine, oldest_present, head, _last_upper(machine, oldest_present, head)
+                                          - retention)
     reason = min(bounds, key=lambda k: bounds[k])
     oldest = max(oldest_present, min(bounds.values()))
+    # Every retained version must be readable on its own chain: ``full_batches(v)`` starts at
+    # v's rollup pointer (compaction's fate bisects over retained versions that way). Bases
+    # never decrease with seqno, so it is enough that the version after ``oldest`` builds on
+    # a rollup at or above it; if not, move back to its base (usually a no-op or one step).
+    while oldest < head.seqno:
+        nxt = _must(machine, oldest + 1).header.rollup
+        if nxt >= oldest or nxt < oldest_present:
+            break
+        oldest, reason = nxt, f"{reason} (rounded down to rollup {nxt})"
     return Horizon(head.seqno, oldest_present, oldest, reason, bounds)
 
 
