@@ -1,4 +1,4 @@
-"""Example maintenance DAG over the demo's shards: compact, advance since, GC, verify, daily.
+"""Example maintenance DAG over the demo's shards: advance since, compact, GC, verify, daily.
 
 Settings come from the environment with embedded defaults (as in example_ingest.py):
 

@@ -6,7 +6,7 @@ On the embedded default (local folder store, Spark local[2], a SQLite Airflow ho
 upper advancing (``shardsink inspect``), compares per-day row counts with the source,
 shows that re-running a completed interval changes nothing, then runs the example view
 (``dags/example_view.py``, events per user per day) before and after a new day of input,
-and ends with a maintenance run (``dags/example_maintenance.py``: compact, advance since,
+and ends with a maintenance run (``dags/example_maintenance.py``: advance since, compact,
 GC, verify) showing batches and stored objects before and after.
 """
 
@@ -221,7 +221,7 @@ def _maintenance_demo(env: dict[str, str], home: Path, urls: list[str]) -> None:
     before = {u: _footprint(u) for u in urls}
     _cli(env, "verify", urls[0])
     extra = {"SHARDSINK_MAINTENANCE_SHARDS": ",".join(urls), "SHARDSINK_GC_GRACE_S": "0"}
-    _say("\n== airflow dags test example_maintenance 2024-02-03   (compact, advance since, GC, verify; "
+    _say("\n== airflow dags test example_maintenance 2024-02-03   (advance since, compact, GC, verify; "
          "grace 0 s for the demo, 1 h by default)")
     _run_dag({**env, **extra}, home, "example_maintenance", "2024-02-03", "maintenance")
     _say(f"   {'shard':<24}{'batches':>16}{'parts':>14}{'objects':>14}")

@@ -176,3 +176,17 @@ def test_retention_sets_how_much_history_is_kept(shard_url: str) -> None:
     assert (report.reason, report.oldest_after) == ("retention (rounded down to rollup 24)", 24)
     assert _versions(shard) == list(range(24, 31))
     assert [s for s, _ in Shard.open(shard_url).log(limit=100)] == list(range(30, 23, -1))
+
+
+def test_gc_leaves_pending_compaction_output_to_the_compaction_sweep(shard_url: str) -> None:
+    """A compaction's fate depends on its inputs being live (the compaction module decides it);
+    GC must not judge its staged output by upper alone, however old."""
+    shard = Shard.create(shard_url, SCHEMA)
+    append_days(shard, 0, 3)
+    out = shard.stage(rows(0), lower=0, upper=10, desc_id="compact-abc")
+    shard.blob.put("staging/compact-abc/compaction.json", json.dumps(
+        {"format": 1, "kind": "compaction", "compaction_id": "compact-abc", "since": 0,
+         "inputs": [{"desc_id": "d0", "lower": 0, "upper": 10, "seqno": 1}]}).encode())
+    report = collect(shard, GcOptions(grace_s=0))
+    assert {p.key for p in out.parts} <= keys(shard, "parts/") and keys(shard, "staging/")
+    assert any("compact-abc" in x for x in report.skipped)

@@ -24,10 +24,12 @@ def test_maintain_summarises_before_and_after(shard_url: str) -> None:
     # compaction and since come from the compaction module when it is installed, else are skipped
     assert d["steps"]["compact"].startswith(("skipped: shardsink.maintenance.compact", "done"))
     assert d["steps"]["since"].startswith(("skipped: shardsink.maintenance.since", "done"))
+    assert d["steps"]["sweep"].startswith(("skipped: shardsink.maintenance.compact", "done"))
     assert d["objects_deleted"] == 1 and d["before"]["objects"] - d["after"]["objects"] == 1
     assert set(d["before"]) == {"seqno", "since", "upper", "batches", "parts", "bytes", "objects", "object_bytes"}
     off = maintain(shard, MaintenanceOptions(compact=False, advance_since=False, gc=None, verify=False))
-    assert off.steps == {"compact": "disabled", "since": "disabled", "gc": "disabled", "verify": "disabled"}
+    assert off.steps == {"since": "disabled", "compact": "disabled", "sweep": "disabled", "gc": "disabled",
+                         "verify": "disabled"}
 
 
 def test_gc_of_a_closed_shard_keeps_it_readable(shard_url: str) -> None:

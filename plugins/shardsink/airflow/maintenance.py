@@ -1,4 +1,4 @@
-"""``maintenance_dag(...)``: one maintenance task per shard (compact, advance since, GC, verify).
+"""``maintenance_dag(...)``: one maintenance task per shard (advance since, compact, GC, verify).
 
 Graph of one run::
 

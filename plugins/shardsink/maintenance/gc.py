@@ -403,6 +403,11 @@ def _collect_parts(shard: Shard, retained_from: int, listing: Listing, *, cutoff
         manifests[d].append(o)
 
     for d in sorted(set(groups) | set(manifests)):
+        if _is_compaction(machine, manifests.get(d, [])):
+            # Its fate depends on its inputs being live, which only the compaction module
+            # decides (``maintenance.compact.sweep``); a pending one may be mid-commit.
+            out.skipped.append(f"compaction {d}: has a compaction manifest; left to the compaction sweep")
+            continue
         old_manifests = [o for o in manifests.get(d, []) if o.modified <= cutoff]
         out.young += len(manifests.get(d, [])) - len(old_manifests)
         doomed = groups.get(d, []) + old_manifests
@@ -451,6 +456,19 @@ def _predicted_keep(machine: Machine, head: st.Version, refs: Referenced, d: str
     if head.header.upper is not None and head.header.upper <= lower:
         raise ft.DeleteRefusedError(f"{d} may still commit")
     return refs.keys.get(d, frozenset())
+
+
+def _is_compaction(machine: Machine, objs: list[ObjectInfo]) -> bool:
+    for o in objs:
+        got = machine.blob.get(o.key)
+        if got is None:
+            continue
+        try:
+            if json.loads(got.data).get("kind") == "compaction":
+                return True
+        except (ValueError, AttributeError):
+            continue
+    return False
 
 
 def _manifest_lower(machine: Machine, objs: list[ObjectInfo]) -> int | None:

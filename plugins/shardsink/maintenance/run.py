@@ -1,4 +1,4 @@
-"""One maintenance pass over one shard: compact, advance since, GC, verify.
+"""One maintenance pass over one shard: advance since, compact, GC, verify.
 
 ::
 
@@ -7,17 +7,21 @@
 Compaction and since advancement live in :mod:`shardsink.maintenance.compact` and
 :mod:`shardsink.maintenance.since`. This module only needs, if present:
 
-* ``shardsink.maintenance.compact.compact(shard)`` and
 * ``shardsink.maintenance.since.advance_since(shard)``,
+* ``shardsink.maintenance.compact.compact(shard)`` and
+* ``shardsink.maintenance.compact.sweep(shard)`` (leftovers of crashed compactions,
+  whose fate depends on their inputs; GC leaves descriptions with a compaction
+  manifest to it),
 
 each called with the shard alone, committing through ``Machine.commit`` and returning
 anything (its ``str`` is logged and put in the summary). A missing module or function
 is skipped with a log line, so this pass works with or without them.
 
-Order: compaction first (it replaces batches; the replaced parts become garbage once
-the versions referencing them leave retention), then since (retention and leases),
-then GC (deletes what the retained history no longer references), then verify
-(proves the shard is still whole: a problem fails the pass).
+Order: since first (retention and leases; merges then consolidate at the new since),
+then compaction (it replaces batches; the replaced parts become garbage once the
+versions referencing them leave retention) and its sweep, then GC (deletes what the
+retained history no longer references), then verify (proves the shard is still whole:
+a problem fails the pass).
 """
 
 from __future__ import annotations
@@ -102,8 +106,9 @@ def maintain(shard: Shard, options: MaintenanceOptions | None = None) -> Mainten
     opts = options or MaintenanceOptions()
     before = footprint(shard)
     steps: dict[str, str] = {}
-    for step, module, name, enabled in (("compact", "compact", "compact", opts.compact),
-                                        ("since", "since", "advance_since", opts.advance_since)):
+    for step, module, name, enabled in (("since", "since", "advance_since", opts.advance_since),
+                                        ("compact", "compact", "compact", opts.compact),
+                                        ("sweep", "compact", "sweep", opts.compact)):
         if not enabled:
             steps[step] = "disabled"
             continue
