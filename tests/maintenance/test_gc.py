@@ -7,7 +7,7 @@ import time
 
 import pyarrow as pa
 import pytest
-from conftest import SCHEMA, append_days, compact_like, contents, keys, rows
+from gc_helpers import SCHEMA, append_days, compact_like, contents, keys, rows
 
 from shardsink import Shard
 from shardsink.cli import main

@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from conftest import SCHEMA, append_days, compact_like, contents, rows
+from gc_helpers import SCHEMA, append_days, compact_like, contents, rows
 
 from shardsink import Shard, ShardsinkError
 from shardsink.core.machine import Machine, version_key

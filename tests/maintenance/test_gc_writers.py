@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import SCHEMA, append_days, contents
+from gc_helpers import SCHEMA, append_days, contents
 
 from shardsink import Shard
 from shardsink.maintenance.verify import verify

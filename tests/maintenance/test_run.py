@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import SCHEMA, append_days, keys, rows
+from gc_helpers import SCHEMA, append_days, keys, rows
 
 from shardsink import Shard
 from shardsink.maintenance.gc import GcOptions, collect

@@ -9,7 +9,7 @@ from dataclasses import replace
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import SCHEMA, append_days
+from gc_helpers import SCHEMA, append_days
 
 from shardsink import Shard
 from shardsink.cli import main
