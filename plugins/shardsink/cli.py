@@ -2,7 +2,7 @@
 
 Exit codes: 0 success (including *already committed*), 1 any other failure,
 2 invalid usage or bad input (nothing written), 3 upper mismatch (nothing appended;
-stderr names the current upper).
+stderr names the current upper), 4 ``verify`` found problems (each names its object).
 """
 
 from __future__ import annotations
@@ -42,6 +42,22 @@ def parse_time(text: str) -> int:
     return int(dt.timestamp() * 1000)
 
 
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_duration(text: str) -> float:
+    """Seconds, from ``90``, ``90s``, ``15m``, ``1h`` or ``2d``."""
+    t = text.strip().lower()
+    unit = _UNITS.get(t[-1:])
+    try:
+        value = float(t[:-1] if unit is not None else t) * (unit or 1.0)
+    except ValueError:
+        value = -1.0
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration; expected e.g. 3600, 90s, 15m, 1h or 2d")
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="shardsink", description="Exactly-once batch persistence into shards.")
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -70,6 +86,17 @@ def _parser() -> argparse.ArgumentParser:
     lg.add_argument("url")
     lg.add_argument("--limit", type=int, default=20)
     lg.add_argument("--json", action="store_true")
+
+    g = sub.add_parser("gc", help="delete history outside retention and objects nothing references")
+    g.add_argument("url")
+    g.add_argument("--grace", type=parse_duration, default=3600.0, metavar="DURATION",
+                   help="never delete objects younger than this (in-flight writers); default 1h")
+    g.add_argument("--dry-run", action="store_true", help="report what would be deleted; change nothing")
+    g.add_argument("--json", action="store_true")
+
+    vf = sub.add_parser("verify", help="check state chain, parts and multiplicities; list leaked objects")
+    vf.add_argument("url")
+    vf.add_argument("--json", action="store_true")
 
     for name, helptext in (("snapshot", "contents as of a time"), ("changes", "updates in [from, to)")):
         r = sub.add_parser(name, help=helptext)
@@ -158,6 +185,39 @@ def _run(args: argparse.Namespace) -> int:
             cols = ["seqno", "at", "kind", "desc_id", "lower", "upper", "rows", "writer"]
             print(_table([[e[c] for c in cols] for e in entries], cols))
         return 0
+    if args.cmd == "gc":
+        from shardsink.maintenance.gc import GcOptions, collect
+
+        report = collect(shard, GcOptions(grace_s=args.grace, dry_run=args.dry_run))
+        if args.json:
+            print(json.dumps(report.to_dict(), indent=2))
+        else:
+            verb = "would delete" if report.dry_run else "deleted"
+            print(f"{report.url}: head {report.head}, oldest retained version {report.oldest_before} -> "
+                  f"{report.oldest_after} (bound: {report.reason})")
+            print(f"{verb}: {report.versions_deleted} versions, {report.rollups_deleted} rollups, "
+                  f"{report.parts_deleted} parts ({report.part_bytes_deleted} bytes), {report.manifests_deleted} "
+                  f"manifests, {report.leases_expired} expired leases")
+            print(f"kept: {report.young_kept} unreferenced objects younger than {args.grace:g} s, "
+                  f"{len(report.still_possible)} descriptions that may still commit")
+            for line in report.skipped:
+                print(f"skipped: {line}")
+        return 0
+    if args.cmd == "verify":
+        from shardsink.maintenance.verify import EXIT_PROBLEMS, verify
+
+        vr = verify(shard)
+        if args.json:
+            print(json.dumps(vr.to_dict(), indent=2))
+        else:
+            state = "ok" if vr.ok else f"{len(vr.problems)} problems"
+            print(f"{vr.url}: {state}; versions {vr.oldest}..{vr.head} ({vr.versions}), {vr.parts} referenced parts, "
+                  f"{len(vr.leaks)} leaked objects")
+            for p in vr.problems:
+                print(f"PROBLEM {p.object}: {p.message}")
+            for x in vr.leaks:
+                print(f"leak    {x.object} ({x.kind}, {x.bytes} bytes, {x.age_s:.0f} s old)")
+        return 0 if vr.ok else EXIT_PROBLEMS
     if args.cmd in ("snapshot", "changes"):
         if args.cmd == "snapshot":
             t = shard.snapshot(args.as_of)

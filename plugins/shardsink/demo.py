@@ -5,7 +5,9 @@ On the embedded default (local folder store, Spark local[2], a SQLite Airflow ho
 ``dags/example_ingest.py`` with ``airflow dags test`` once per day, shows the shard's
 upper advancing (``shardsink inspect``), compares per-day row counts with the source,
 shows that re-running a completed interval changes nothing, then runs the example view
-(``dags/example_view.py``, events per user per day) before and after a new day of input.
+(``dags/example_view.py``, events per user per day) before and after a new day of input,
+and ends with a maintenance run (``dags/example_maintenance.py``: advance since, compact,
+GC, verify) showing batches and stored objects before and after.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ from shardsink.sources.synthetic import DAY, generate, land_file, landing_table,
 
 DAYS = 3
 START = datetime(2024, 1, 1, tzinfo=UTC)
-_SHOW = ("minted description", "committed:", "nothing to do", "lost the race", "SHARDSINK_WRITE")
+_SHOW = ("minted description", "committed:", "nothing to do", "lost the race", "SHARDSINK_WRITE",
+         "SHARDSINK_MAINTENANCE")
 
 
 def _repo_root() -> Path:
@@ -142,6 +145,7 @@ def main() -> None:
         raise SystemExit("the re-run was not a no-op")
     _say(f"   no-op: shard still at seqno {seqno}, no Spark job started")
     _view_demo(env, home, start_ms)
+    _maintenance_demo(env, home, [url, env["SHARDSINK_VIEW"]])
     _say(f"\ndone in {time.monotonic() - t0:.0f}s. Logs: {home / 'demo-logs'}; shard: {url}; "
          f"view: {env['SHARDSINK_VIEW']}")
 
@@ -197,6 +201,34 @@ def _view_demo(env: dict[str, str], home: Path, start_ms: int) -> None:
     _cli(env, "log", view_url, "--limit", "4")
     if not healed:
         raise SystemExit("the view did not correct the foreign append")
+
+
+def _footprint(url: str) -> tuple[int, int, int]:
+    shard = Shard.open(url)
+    return shard.info().stats.batches, shard.info().stats.parts, sum(1 for _ in shard.blob.list(""))
+
+
+def _maintenance_demo(env: dict[str, str], home: Path, urls: list[str]) -> None:
+    """Maintenance: the leftovers of a crashed writer are collected and the shards verify clean."""
+    events = Shard.open(urls[0])
+    info = events.info()
+    assert info.upper is not None
+    first = events.changes(info.since, info.upper).slice(0, 1)
+    t = first["_time"][0].as_py()
+    _say("\n== a writer crashes after staging a part for a description that can never commit")
+    events.stage(first, lower=t, upper=t + 1, desc_id="crashed-writer")
+    _say(f"   staged parts/crashed-writer/… at [{t}, {t + 1}): the shard's upper is long past it")
+    before = {u: _footprint(u) for u in urls}
+    _cli(env, "verify", urls[0])
+    extra = {"SHARDSINK_MAINTENANCE_SHARDS": ",".join(urls), "SHARDSINK_GC_GRACE_S": "0"}
+    _say("\n== airflow dags test example_maintenance 2024-02-03   (advance since, compact, GC, verify; "
+         "grace 0 s for the demo, 1 h by default)")
+    _run_dag({**env, **extra}, home, "example_maintenance", "2024-02-03", "maintenance")
+    _say(f"   {'shard':<24}{'batches':>16}{'parts':>14}{'objects':>14}")
+    for u in urls:
+        (b0, p0, o0), (b1, p1, o1) = before[u], _footprint(u)
+        _say(f"   {u.rsplit('/', 1)[-1]:<24}{b0:>8} -> {b1:<5}{p0:>7} -> {p1:<4}{o0:>7} -> {o1:<4}")
+    _cli(env, "verify", urls[0])
 
 
 def _cli(env: dict[str, str], *args: str) -> None:

@@ -210,7 +210,9 @@ def delete_staged(machine: Machine, desc_id: str, lower: int, *, only: Collectio
     DeleteRefusedError, nothing deleted. Committed ⇒ deletes only keys its batch does not
     reference. CannotCommit ⇒ deletes everything under its prefixes. ``only`` restricts
     the parts considered to those keys (e.g. one retry's staged parts); keys outside the
-    description's prefix are never touched. ``manifests=False`` keeps ``staging/``.
+    description's prefix are never touched. ``manifests=False`` keeps ``staging/``; with
+    ``only`` given, the manifests considered are likewise restricted to the ``staging/``
+    keys in ``only`` (GC passes exactly the objects it vetted as older than its grace).
     """
     fate = read_fate(machine, desc_id, lower)
     if isinstance(fate, StillPossible):
@@ -229,8 +231,12 @@ def delete_staged(machine: Machine, desc_id: str, lower: int, *, only: Collectio
         machine.blob.delete(key)
     gone_manifests = 0
     if manifests:
-        for o in machine.blob.list(staging_prefix):
-            machine.blob.delete(o.key)
+        if only is None:
+            listed: Sequence[str] = [o.key for o in machine.blob.list(staging_prefix)]
+        else:
+            listed = sorted(k for k in set(only) if k.startswith(staging_prefix))
+        for key in listed:
+            machine.blob.delete(key)
             gone_manifests += 1
     if doomed:
         why = "not in its committed batch" if isinstance(fate, Committed) else "(it can never commit)"

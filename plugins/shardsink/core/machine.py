@@ -270,3 +270,59 @@ class Machine:
             self._publish_hint(st.with_rollup(v, v.seqno), hint_etag)
         except ShardsinkError as e:
             log.warning("rollup at seqno %d skipped: %s", v.seqno, e)
+
+    # --- maintenance --------------------------------------------------------------
+
+    def anchor(self, seqno: int, batches: tuple[st.BatchMeta, ...]) -> st.Version:
+        """Make version ``seqno`` self-contained: GC calls this before deleting anything older.
+
+        Writes the rollup ``state/rollup/<seqno>`` (``batches`` must be the live batch list
+        at ``seqno``; the caller computed it from an intact chain) unless it exists, then
+        rewrites version ``seqno`` with ``header.rollup = seqno`` so that
+        :meth:`full_batches` of it needs no older version. Returns the anchored version.
+
+        SUBTLE: this is the only rewrite of an existing state version. It changes nothing
+        but the rollup pointer, which is a cache (the hint carries newer pointers the same
+        way), so a reader that sees either copy computes the same batch list. The rewrite is
+        a conditional replace on the etag just read: it can never resurrect a version that a
+        concurrent GC deleted (that would open a gap in the retained chain).
+        """
+        key = version_key(seqno)
+        got = self.blob.get(key)
+        if got is None:
+            raise CorruptionError(f"{self.url}/{key}: cannot anchor a missing state version")
+        v = st.decode_version(got.data, where=f"{self.url}/{key}")
+        if self.blob.get(rollup_key(seqno)) is None:
+            self.blob.put(rollup_key(seqno), st.encode_rollup(seqno, batches))
+        if v.header.rollup == seqno:
+            return v
+        anchored = st.with_rollup(v, seqno)
+        self.blob.replace(key, st.encode_version(anchored), etag=got.etag)
+        self._versions[seqno] = anchored
+        return anchored
+
+    def fetch_upto_gap(self, seqnos: Iterable[int]) -> list[st.Version]:
+        """The versions ``seqnos`` (fetched in parallel) up to, not including, the first missing one.
+
+        For history walks newest first: GC deletes versions oldest first, so the history
+        of a collected shard simply ends at the oldest retained version.
+        """
+        wanted = list(seqnos)
+        with ThreadPoolExecutor(max_workers=16) as pool:
+            got = list(pool.map(self.fetch, wanted))
+        out: list[st.Version] = []
+        for v in got:
+            if v is None:
+                break
+            out.append(v)
+        return out
+
+    def delete_version(self, seqno: int) -> None:
+        """GC only: delete state version ``seqno`` (and forget any cached copy).
+
+        SUBTLE: the caller must delete oldest first and only below an anchored version
+        (:meth:`anchor`): the retained versions stay contiguous, which ``core.fate``'s
+        search and ``head()``'s forward probe rely on.
+        """
+        self.blob.delete(version_key(seqno))
+        self._versions.pop(seqno, None)

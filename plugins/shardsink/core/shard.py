@@ -354,9 +354,15 @@ class Shard:
         return leases.min_leased_as_of(self, now=now)
 
     def log(self, *, limit: int = 20) -> list[tuple[int, st.CommitInfo]]:
-        """Commits newest first: ``(seqno, commit info)``."""
+        """Commits newest first: ``(seqno, commit info)``, back to the oldest retained version.
+
+        GC deletes versions oldest first, so the history ends at the first missing one.
+        """
         if limit < 1:
             raise InvalidUsageError(f"--limit {limit} must be at least 1")
         head = self.machine.head().version
         seqnos = range(head.seqno, max(-1, head.seqno - limit), -1)
-        return [(v.seqno, v.commit) for v in self.machine.fetch_many(seqnos)]
+        out = []
+        for v in self.machine.fetch_upto_gap(seqnos):
+            out.append((v.seqno, v.commit))
+        return out

@@ -1,0 +1,1 @@
+"""Shard maintenance on top of core: compaction, since advancement, GC and verify."""

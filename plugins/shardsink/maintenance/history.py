@@ -1,0 +1,105 @@
+"""Reading a shard's retained history as maintenance sees it (GC and verify share this).
+
+The retained state versions are the contiguous range ``[oldest, head]`` (GC deletes
+oldest first). The batch list at any retained version is computed from the newest
+rollup object at or below it whose later diffs are all present: after GC, the oldest
+retained version carries a rollup at itself (``Machine.anchor``), and any rollup object
+is by construction the exact batch list at its seqno.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from shardsink.core import state as st
+from shardsink.core.machine import Machine, rollup_key, version_key
+from shardsink.errors import CorruptionError
+from shardsink.storage.base import ObjectInfo
+
+_VKEY = re.compile(r"^state/v/(\d{20})\.json$")
+_RKEY = re.compile(r"^state/rollup/(\d{20})\.json$")
+
+
+@dataclass(frozen=True)
+class Listing:
+    """The state objects present: seqno -> object (versions and rollups)."""
+
+    versions: dict[int, ObjectInfo]
+    rollups: dict[int, ObjectInfo]
+
+    @property
+    def oldest(self) -> int | None:
+        return min(self.versions, default=None)
+
+    def gaps(self, head: int) -> list[int]:
+        """Seqnos missing between the oldest listed version and ``head``."""
+        lo = self.oldest
+        if lo is None:
+            return []
+        return [s for s in range(lo, head + 1) if s not in self.versions]
+
+
+def list_state(machine: Machine) -> Listing:
+    versions: dict[int, ObjectInfo] = {}
+    rollups: dict[int, ObjectInfo] = {}
+    for o in machine.blob.list("state/"):
+        if m := _VKEY.match(o.key):
+            versions[int(m.group(1))] = o
+        elif m := _RKEY.match(o.key):
+            rollups[int(m.group(1))] = o
+    return Listing(versions, rollups)
+
+
+def batches_at(machine: Machine, seqno: int, listing: Listing) -> tuple[st.BatchMeta, ...]:
+    """The live batches at retained version ``seqno``, from the newest usable rollup.
+
+    Usable: a rollup object ``r <= seqno`` (or the empty list at ``r = 0``) such that
+    versions ``r+1 .. seqno`` are all listed. CorruptionError if there is none.
+    """
+    r = seqno
+    while r > 0 and r not in listing.rollups:
+        if r not in listing.versions:
+            break
+        r -= 1
+    if r > 0 and r not in listing.rollups:
+        raise CorruptionError(
+            f"{machine.url}: no rollup at or below version {seqno} with a complete chain after it "
+            f"(version {version_key(r)} is missing and no rollup covers it)"
+        )
+    base: tuple[st.BatchMeta, ...] = ()
+    if r > 0:
+        got = machine.blob.get(rollup_key(r))
+        if got is None:
+            raise CorruptionError(f"{machine.url}/{rollup_key(r)} vanished while reading")
+        _, base = st.decode_rollup(got.data, where=f"{machine.url}/{rollup_key(r)}")
+    return st.apply_diffs(base, machine.fetch_many(range(r + 1, seqno + 1)))
+
+
+@dataclass(frozen=True)
+class Referenced:
+    """Every part and batch any retained version ``[oldest, head]`` references."""
+
+    parts: dict[str, tuple[st.PartMeta, int]]  # key -> (meta, a version referencing it)
+    lowers: dict[str, int]  # desc id -> lower of its batch (from any retained version)
+    keys: dict[str, frozenset[str]]  # desc id -> its batch's part keys
+
+
+def referenced(machine: Machine, oldest: int, head: int, listing: Listing) -> Referenced:
+    """Union over versions ``oldest..head``: the batches at ``oldest`` plus every batch added after."""
+    parts: dict[str, tuple[st.PartMeta, int]] = {}
+    lowers: dict[str, int] = {}
+    keys: dict[str, frozenset[str]] = {}
+
+    def add(b: st.BatchMeta, seqno: int) -> None:
+        lowers.setdefault(b.desc_id, b.lower)
+        keys.setdefault(b.desc_id, frozenset(p.key for p in b.parts))
+        for p in b.parts:
+            parts.setdefault(p.key, (p, seqno))
+
+    for b in batches_at(machine, oldest, listing):
+        add(b, oldest)
+    for v in machine.fetch_many(range(oldest + 1, head + 1)):
+        for b in v.added:
+            add(b, v.seqno)
+    return Referenced(parts, lowers, keys)

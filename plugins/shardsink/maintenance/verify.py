@@ -1,0 +1,253 @@
+"""``verify``: check a shard's retained state and data end to end, and list leaked objects.
+
+Problems (each names its object; any problem makes ``shardsink verify`` exit 4):
+
+* a retained state version that does not decode, claims another seqno, or is missing
+  from the chain ``[oldest, head]`` (or exists beyond a gap after the head);
+* an upper that moves back, a since that moves back, or ``since > upper``;
+* the hint (``state/LATEST.json``) unreadable or pointing below the oldest version;
+* a rollup the head needs that is missing;
+* a referenced part that is missing, has another byte size or another row count than
+  the state records;
+* a negative multiplicity as of ``since`` (the oldest readable time) or ``upper − 1``.
+
+Leaks (listed, not problems: GC removes them): unreferenced parts, staging manifests,
+rollups below the oldest version, versions below an anchored version left by an
+interrupted GC, expired leases, and objects under no known prefix.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from shardsink.core import leases as ls
+from shardsink.core import state as st
+from shardsink.core.machine import LATEST, rollup_key, version_key
+from shardsink.core.shard import Shard
+from shardsink.errors import CorruptionError, ShardsinkError
+from shardsink.maintenance.history import Listing, batches_at, list_state
+
+#: The exit code of ``shardsink verify`` when it finds problems.
+EXIT_PROBLEMS = 4
+_KNOWN = ("state/", "parts/", "staging/", "leases/")
+
+
+@dataclass(frozen=True)
+class Problem:
+    object: str  # the object key (relative to the shard), or "<url> as_of T"
+    message: str
+
+
+@dataclass(frozen=True)
+class Leak:
+    object: str
+    kind: str  # part | manifest | rollup | version | lease | unknown
+    bytes: int
+    age_s: float
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    url: str
+    head: int | None
+    oldest: int | None
+    versions: int
+    parts: int
+    problems: tuple[Problem, ...]
+    leaks: tuple[Leak, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "url": self.url, "ok": self.ok, "head": self.head, "oldest": self.oldest, "versions": self.versions,
+            "parts": self.parts, "problems": [asdict(p) for p in self.problems],
+            "leaks": [asdict(x) for x in self.leaks],
+        }
+
+
+def verify(shard: Shard, *, check_rows: bool = True, now: float | None = None) -> VerifyReport:
+    """Run every check (module docstring). ``check_rows`` reads each part's footer (one GET each)."""
+    t = time.time() if now is None else now
+    m = shard.machine
+    problems: list[Problem] = []
+    leaks: list[Leak] = []
+    # The head first, then the listing: a version committed in between is listed, not a gap.
+    head_version: st.Version | None = None
+    try:
+        head_version = m.head().version
+    except ShardsinkError as e:
+        problems.append(Problem(LATEST, f"cannot find the head: {e}"))
+    head = head_version.seqno if head_version is not None else None
+    listing = list_state(m)
+    oldest = listing.oldest
+    if oldest is None:
+        return VerifyReport(shard.url, None, None, 0, 0, (Problem("state/v/", "no state versions"),), ())
+    if head is None:
+        head = max(listing.versions)
+    while head + 1 in listing.versions:  # committed while we listed
+        head += 1
+    for s in listing.gaps(head):
+        problems.append(Problem(version_key(s), f"missing from the chain of retained versions [{oldest}, {head}]"))
+    for s in sorted(x for x in listing.versions if x > head):
+        problems.append(Problem(version_key(s), f"exists beyond the head {head} (after a gap in the chain)"))
+
+    versions = _decode_all(shard, oldest, head, listing, problems)
+    _check_chain(versions, problems)
+    _check_hint(shard, oldest, problems)
+
+    start, refs = _referenced(shard, versions, listing, problems)
+    for s in range(oldest, start):
+        if s not in listing.versions:
+            continue  # a gap: reported as a problem above
+        leaks.append(Leak(version_key(s), "version", listing.versions[s].size, t - listing.versions[s].modified))
+    for r, o in sorted(listing.rollups.items()):
+        if r < oldest:
+            leaks.append(Leak(o.key, "rollup", o.size, t - o.modified))
+    if head_version is not None:
+        base = head_version.header.rollup
+        if base > 0 and base not in listing.rollups:
+            problems.append(Problem(rollup_key(base), f"missing; the head (version {head}) reads its batches from it"))
+
+    listed = {o.key: o for o in m.blob.list("parts/")}
+    _check_parts(shard, refs, listed, problems, check_rows=check_rows)
+    for k, o in sorted(listed.items()):
+        if k not in refs:
+            leaks.append(Leak(k, "part", o.size, t - o.modified))
+    for o in m.blob.list("staging/"):
+        leaks.append(Leak(o.key, "manifest", o.size, t - o.modified))
+    for x in ls.all_leases(shard):
+        if x.expires_at + ls.CLOCK_SKEW_S < t:
+            leaks.append(Leak(x.key, "lease", 0, t - x.expires_at))
+    for o in m.blob.list(""):
+        if not o.key.startswith(_KNOWN) and o.key != LATEST:
+            leaks.append(Leak(o.key, "unknown", o.size, t - o.modified))
+
+    if not any(p.object.startswith("parts/") for p in problems) and head in versions:
+        _check_multiplicity(shard, versions[head].header, problems)
+    return VerifyReport(shard.url, head, oldest, len(versions), len(refs), tuple(problems), tuple(leaks))
+
+
+def _decode_all(shard: Shard, oldest: int, head: int, listing: Listing,
+                problems: list[Problem]) -> dict[int, st.Version]:
+    m = shard.machine
+    wanted = [s for s in range(oldest, head + 1) if s in listing.versions]
+
+    def one(s: int) -> tuple[int, st.Version | None]:
+        try:
+            return s, m.fetch(s)
+        except ShardsinkError as e:
+            problems.append(Problem(version_key(s), str(e)))
+            return s, None
+
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        got = list(pool.map(one, wanted))
+    return {s: v for s, v in got if v is not None}
+
+
+def _check_chain(versions: dict[int, st.Version], problems: list[Problem]) -> None:
+    prev: st.Version | None = None
+    for s in sorted(versions):
+        v = versions[s]
+        h = v.header
+        if h.upper is not None and h.since > h.upper:
+            problems.append(Problem(version_key(s), f"since {h.since} is past upper {h.upper}"))
+        if prev is not None and prev.seqno == s - 1:
+            p = prev.header
+            if (p.upper is None and h.upper is not None) or (
+                    p.upper is not None and h.upper is not None and h.upper < p.upper):
+                problems.append(Problem(version_key(s), f"upper moved back from {p.upper} (version {prev.seqno}) "
+                                                        f"to {h.upper}"))
+            if h.since < p.since:
+                problems.append(Problem(version_key(s), f"since moved back from {p.since} to {h.since}"))
+        prev = v
+
+
+def _check_hint(shard: Shard, oldest: int, problems: list[Problem]) -> None:
+    got = shard.machine.blob.get(LATEST)
+    if got is None:
+        return  # readers list the versions; not a problem
+    try:
+        hint = st.decode_version(got.data, where=f"{shard.url}/{LATEST}")
+    except CorruptionError as e:
+        problems.append(Problem(LATEST, str(e)))
+        return
+    if hint.seqno < oldest:
+        problems.append(Problem(LATEST, f"points at version {hint.seqno}, below the oldest retained {oldest}"))
+
+
+def _referenced(shard: Shard, versions: dict[int, st.Version], listing: Listing,
+                problems: list[Problem]) -> tuple[int, dict[str, tuple[st.PartMeta, int]]]:
+    """Parts referenced by the retained versions, from the oldest version whose batch list is
+    computable (an interrupted GC may leave older, condemned versions above a broken chain)."""
+    refs: dict[str, tuple[st.PartMeta, int]] = {}
+    if not versions:
+        return 0, refs
+    lo, hi = min(versions), max(versions)
+    candidates = [lo, *sorted(r for r in listing.rollups if lo < r <= hi)]
+    for start in candidates:
+        try:
+            base = batches_at(shard.machine, start, listing)
+        except CorruptionError as e:
+            last = e
+            continue
+        for b in base:
+            for p in b.parts:
+                refs.setdefault(p.key, (p, start))
+        for s in range(start + 1, hi + 1):
+            v = versions.get(s)
+            for b in v.added if v is not None else ():
+                for p in b.parts:
+                    refs.setdefault(p.key, (p, s))
+        return start, refs
+    problems.append(Problem(version_key(lo), f"no retained version's batch list can be computed: {last}"))
+    return lo, refs
+
+
+def _check_parts(shard: Shard, refs: dict[str, tuple[st.PartMeta, int]], listed: dict[str, Any],
+                 problems: list[Problem], *, check_rows: bool) -> None:
+    def one(item: tuple[str, tuple[st.PartMeta, int]]) -> Problem | None:
+        key, (p, seqno) = item
+        o = listed.get(key)
+        if o is None:
+            return Problem(key, f"missing (referenced by version {seqno})")
+        if o.size != p.bytes:
+            return Problem(key, f"has {o.size} bytes, the state records {p.bytes} (version {seqno})")
+        if not check_rows:
+            return None
+        got = shard.machine.blob.get(key)
+        if got is None:
+            return Problem(key, f"vanished while verifying (referenced by version {seqno})")
+        try:
+            rows = pq.read_metadata(pa.BufferReader(got.data)).num_rows
+        except (pa.ArrowException, OSError) as e:
+            return Problem(key, f"is not readable Parquet ({e})")
+        if rows != p.rows:
+            return Problem(key, f"has {rows} rows, the state records {p.rows} (version {seqno})")
+        return None
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        problems.extend(x for x in pool.map(one, sorted(refs.items())) if x is not None)
+
+
+def _check_multiplicity(shard: Shard, h: st.Header, problems: list[Problem]) -> None:
+    times = []
+    if h.upper is None:
+        times.append(h.since)
+    elif h.since < h.upper:
+        times.extend(sorted({h.since, h.upper - 1}))
+    for t in times:
+        try:
+            shard.snapshot(t)
+        except CorruptionError as e:
+            problems.append(Problem(f"{shard.url} as_of {t}", str(e)))
+        except ShardsinkError as e:
+            problems.append(Problem(f"{shard.url} as_of {t}", f"cannot read: {e}"))

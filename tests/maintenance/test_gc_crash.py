@@ -1,0 +1,116 @@
+"""A GC killed at any step leaves a readable shard that verifies; the next GC finishes the job.
+
+The GC runs in a child OS process that kills itself (``os._exit``) right after the named
+step (through the injected ``after_step`` hook); a second test makes S3 fail the
+deletion of one version with persistent 500s through the fault proxy.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from gc_helpers import SCHEMA, append_days, compact_like, contents, rows
+
+from shardsink import Shard, ShardsinkError
+from shardsink.core.machine import Machine, version_key
+from shardsink.core.retry import COMMIT, STORAGE
+from shardsink.maintenance.gc import GcOptions, collect
+from shardsink.maintenance.history import list_state
+from shardsink.maintenance.verify import verify
+from shardsink.storage.s3 import S3Blob, make_client
+from shardsink.testing import MotoServer
+
+pytestmark = pytest.mark.usefixtures("small_windows")
+
+CHILD = textwrap.dedent("""
+    import os, sys
+    from shardsink import Shard
+    from shardsink.maintenance.gc import GcOptions, collect
+    url, step, nth = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    seen = {}
+    def hook(s):
+        seen[s] = seen.get(s, 0) + 1
+        if s == step and seen[s] == nth:
+            os._exit(17)
+    collect(Shard.open(url), GcOptions(grace_s=0, retention=20, after_step=hook))
+    sys.exit(3)  # the step was never reached
+""")
+#: (step, occurrence): after anchoring, after the first / tenth version, after all versions,
+#: after rollups, after the first description's parts, after all parts.
+KILL_POINTS = [("anchored", 1), ("version", 1), ("version", 10), ("versions", 1), ("rollups", 1), ("desc", 1),
+               ("parts", 1)]
+#: Every point on the local folder; the mid-phase ones on S3 too (each S3 case costs ~10 s).
+CASES = [("local", s, n) for s, n in KILL_POINTS] + [("s3", "version", 10), ("s3", "rollups", 1), ("s3", "desc", 1)]
+
+
+def _history(url: str) -> Shard:
+    shard = Shard.create(url, SCHEMA)
+    append_days(shard, 0, 20)
+    compact_like(shard, ["d0", "d1", "d2", "d3"], "cmp1")
+    append_days(shard, 20, 8)
+    shard.stage(rows(1), lower=10, upper=20, desc_id="lost")
+    shard.stage(rows(3), lower=30, upper=40, desc_id="crashed")
+    return shard
+
+
+def _assert_whole(url: str, before: list[tuple[str, int]]) -> None:
+    fresh = Shard.open(url)
+    report = verify(fresh)
+    assert report.ok, report.problems
+    assert contents(fresh) == before
+
+
+@pytest.mark.parametrize(("backend", "step", "nth"), CASES, ids=[f"{b}-{s}-{n}" for b, s, n in CASES])
+def test_gc_killed_after_any_step_leaves_a_verifiable_shard_and_the_next_run_finishes(
+        shard_url: str, step: str, nth: int) -> None:
+    shard = _history(shard_url)
+    before = contents(shard)
+    r = subprocess.run([sys.executable, "-c", CHILD, shard_url, step, str(nth)], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 17, r.stderr[-3000:]
+    _assert_whole(shard_url, before)
+    # The shard stays writable in between, and the next run completes the collection.
+    append_days(Shard.open(shard_url), 28, 1)
+    before = contents(Shard.open(shard_url))
+    final = collect(Shard.open(shard_url), GcOptions(grace_s=0, retention=20))
+    _assert_whole(shard_url, before)
+    done = verify(Shard.open(shard_url))
+    assert [x.object for x in done.leaks] == []  # nothing left over
+    assert min(list_state(Shard.open(shard_url).machine).versions) == final.oldest_after == 24
+
+
+@pytest.fixture
+def proxied(moto: MotoServer) -> Iterator[tuple[str, object]]:
+    from support.faultproxy import fault_proxy
+
+    with fault_proxy(moto.endpoint) as proxy:
+        yield f"s3://shardsink-test/gc-faults-{uuid.uuid4().hex[:10]}", proxy
+
+
+def test_gc_failing_on_s3_mid_deletion_leaves_a_verifiable_shard(proxied: tuple[str, object],
+                                                                  moto: MotoServer) -> None:
+    url, proxy = proxied
+    prefix = url.split("/", 3)[3]
+    _history(url)
+    before = contents(Shard.open(url))
+    faulty = S3Blob("shardsink-test", prefix, client=make_client(endpoint_url=proxy.url))  # type: ignore[attr-defined]
+    sleeps: list[float] = []
+    machine = Machine(faulty, storage_policy=STORAGE.with_sleep(sleeps.append),
+                      commit_policy=COMMIT.with_sleep(sleeps.append))
+    proxy.add("status_before_forward", method="DELETE", key=version_key(7).replace(".", r"\."),  # type: ignore[attr-defined]
+              status=500, times=None)
+    with pytest.raises(ShardsinkError):  # 500 on a DELETE: the outcome is unknown
+        collect(Shard(url, machine=machine), GcOptions(grace_s=0, retention=20))
+    assert min(list_state(Shard.open(url).machine).versions) == 7  # 0..6 deleted, then the 500s
+    _assert_whole(url, before)
+    proxy.clear_rules()  # type: ignore[attr-defined]
+    collect(Shard.open(url), GcOptions(grace_s=0, retention=20))
+    _assert_whole(url, before)
+    assert verify(Shard.open(url)).leaks == ()
+    assert os.environ.get("AWS_ENDPOINT_URL") == moto.endpoint
