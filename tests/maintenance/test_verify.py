@@ -6,6 +6,7 @@ import io
 import json
 from dataclasses import replace
 
+import msgspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -73,7 +74,8 @@ def test_wrong_byte_size(shard: Shard, capsys: pytest.CaptureFixture[str]) -> No
 def test_wrong_row_count(shard: Shard, capsys: pytest.CaptureFixture[str]) -> None:
     p = _part_of(shard, "d4")  # committed by version 5, after the last rollup
     _rewrite(shard, 5, lambda v: replace(v, added=tuple(
-        replace(b, parts=tuple(replace(x, rows=x.rows + 1) for x in b.parts)) for b in v.added)))
+        msgspec.structs.replace(b, parts=tuple(msgspec.structs.replace(x, rows=x.rows + 1) for x in b.parts))
+        for b in v.added)))
     code, out = _verify(shard.url, capsys)
     assert code == 4
     assert [x["object"] for x in out["problems"]] == [p.key] and "rows" in out["problems"][0]["message"]
