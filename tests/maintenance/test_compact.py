@@ -317,3 +317,22 @@ def test_compacted_part_is_plain_parquet(blob: Blob) -> None:
     got = blob.get(stats.parts[0].key)
     assert got is not None
     assert pq.read_table(io.BytesIO(got.data)).schema.names == ["k", "n", "_time", "_diff"]
+
+
+def test_inputs_replaced_and_collected_while_read_is_a_refusal_not_corruption(shard_url: str, blob: Blob) -> None:
+    shard = Shard.create(shard_url, SCHEMA, blob=blob)
+    model = fill(shard, 4)
+    inputs = shard.batches()
+
+    def rival_wins_and_gc_collects(cid: str) -> None:
+        compact_batches(Shard(shard_url, blob=blob), inputs, since=0)
+        for b in inputs:  # what GC may do to parts no retained version references any more
+            for p in b.parts:
+                blob.delete(p.key)
+
+    loser = compact_batches(shard, inputs, since=0,
+                            options=CompactOptions(hooks=Hooks(after_manifest=rival_wins_and_gc_collects)))
+    assert loser.status == "refused"
+    assert list(blob.list(f"parts/{loser.compaction_id}/")) == [] == list(blob.list(f"staging/{loser.compaction_id}/"))
+    everything = [r for rows in model.values() for r in rows]
+    assert snapshot_counter(shard.snapshot(4 * SPAN - 1)) == contents(everything, 4 * SPAN - 1)

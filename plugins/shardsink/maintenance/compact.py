@@ -160,8 +160,19 @@ def compact_batches(shard: Shard, inputs: Sequence[st.BatchMeta], *, since: int,
     m.blob.put(f"staging/{cid}/{MANIFEST}", _manifest(cid, inputs, since))
     options.hooks.call("after_manifest", cid)
     parts = [p for b in inputs for p in b.parts]
-    stats: MergeStats = merge_parts(m.blob, parts, schema, prefix=f"parts/{cid}", since=since,
-                                    options=options.merge, on_batch=options.hooks.on_batch)
+    try:
+        stats: MergeStats = merge_parts(m.blob, parts, schema, prefix=f"parts/{cid}", since=since,
+                                        options=options.merge, on_batch=options.hooks.on_batch)
+    except CorruptionError:
+        # SUBTLE: a missing input part is corruption only if the inputs are still live; a
+        # rival compaction may have replaced them and GC collected their parts meanwhile.
+        gone = ft.delete_staged(m, cid, inputs[0].lower, inputs=inputs) if _replaced(shard, cid, inputs) else None
+        if gone is None:
+            raise
+        log.info("compaction %s: its inputs were replaced while it read them; deleted %d output parts",
+                 cid, gone.parts)
+        n_in = sum(len(b.parts) for b in inputs)
+        return Merge(cid, tuple(b.desc_id for b in inputs), "refused", None, 0, 0, n_in, 0, gone.parts, False)
     options.hooks.call("after_outputs", cid)
     upper = inputs[-1].upper
     cmd = st.CompactCommand(cid, tuple(b.desc_id for b in inputs), inputs[0].lower, upper, since,
@@ -183,6 +194,10 @@ def compact_batches(shard: Shard, inputs: Sequence[st.BatchMeta], *, since: int,
     seqno = out.seqno if isinstance(out, st.Version | st.AlreadyCommitted) else None
     return Merge(cid, cmd.inputs, status, seqno, stats.rows_in, stats.rows_out, len(parts), len(stats.parts),
                  deleted, stats.streamed)
+
+
+def _replaced(shard: Shard, cid: str, inputs: Sequence[st.BatchMeta]) -> bool:
+    return isinstance(ft.read_fate(shard.machine, cid, inputs[0].lower, inputs=inputs), ft.CannotCommit)
 
 
 @dataclass(frozen=True)
