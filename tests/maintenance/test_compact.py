@@ -199,8 +199,10 @@ compact(Shard(url), options=CompactOptions(hooks=Hooks(**{step: die})))
 
 @pytest.mark.parametrize("step", ["after_manifest", "after_outputs", "after_commit"])
 def test_a_killed_compaction_leaves_a_readable_shard_and_its_leftovers_are_swept(
-    shard_url: str, blob: Blob, tmp_path: Path, step: str
+    shard_url: str, blob: Blob, tmp_path: Path, step: str, backend: str
 ) -> None:
+    if backend == "s3" and step != "after_outputs":
+        pytest.skip("every step runs on the local backend; S3 repeats the riskiest one (suite time)")
     shard = Shard.create(shard_url, SCHEMA, blob=blob)
     model = fill(shard, 6)
     before = reads(shard, 0, 6 * SPAN)
