@@ -35,15 +35,15 @@ from shardsink.storage.s3 import S3Blob, make_client
 from shardsink.testing import FAKE_ENV, MotoServer
 
 BUCKET = "shardsink-test"
-APPENDERS, APPENDS, SPAN, COMPACTORS = 3, 12, 10, 2
+APPENDERS, APPENDS, SPAN, COMPACTORS = 3, 8, 10, 2
 
 APPENDER = r'''
-"""An appender: K appends at whatever the upper is, a lost race retried with a fresh id,
-a short pause between appends (appends arrive over time, compactions run in between)."""
+"""An appender: at least K appends at whatever the upper is (more, until the test saw
+compactions land), a lost race retried with a fresh id, a short pause between appends."""
 import json, os, sys, time, uuid
 import pyarrow as pa
 from shardsink import Shard, UpperMismatchError
-url, wid, k, span, record, ready, go = sys.argv[1:8]
+url, wid, k, span, record, ready, go, enough = sys.argv[1:9]
 k, span = int(k), int(span)
 def table_of(rows):
     cols = {"k": pa.string(), "n": pa.int64(), "_time": pa.int64(), "_diff": pa.int64()}
@@ -55,7 +55,7 @@ while not os.path.exists(go):
     time.sleep(0.002)
 with open(record, "a") as out:
     done = 0
-    while done < k:
+    while done < k or (not os.path.exists(enough) and done < 400):  # keep racing until compactions landed
         lower = shard.info().upper
         desc = f"w{wid}-{uuid.uuid4().hex[:8]}"
         rows = [(f"{desc}:{i}", i, lower + (i * 7) % span, 1) for i in range(3)]
@@ -124,11 +124,11 @@ def test_appends_racing_compactions_in_os_processes_all_commit_and_nothing_is_lo
     url, blob, env = target
     (tmp_path / "appender.py").write_text(APPENDER)
     (tmp_path / "compactor.py").write_text(COMPACTOR)
-    go, stop = tmp_path / "go", tmp_path / "stop"
+    go, stop, enough = tmp_path / "go", tmp_path / "stop", tmp_path / "enough"
     procs: list[tuple[str, subprocess.Popen[bytes], Path]] = []
     for w in range(APPENDERS):
         args = [url, str(w), str(APPENDS), str(SPAN), str(tmp_path / f"a{w}.jsonl"), str(tmp_path / f"a{w}.ready"),
-                str(go)]
+                str(go), str(enough)]
         procs.append(("appender", subprocess.Popen([sys.executable, str(tmp_path / "appender.py"), *args], env=env,
                                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE),
                       tmp_path / f"a{w}.ready"))
@@ -144,6 +144,18 @@ def test_appends_racing_compactions_in_os_processes_all_commit_and_nothing_is_lo
             assert not failed and time.monotonic() < deadline, f"processes did not start: {failed}"
             time.sleep(0.01)
         go.touch()
+        # Appenders keep going until two compactions applied (however slow the machine).
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            try:
+                landed = [r for c in range(COMPACTORS) for r in _records(tmp_path / f"c{c}.jsonl")
+                          if r["status"] == "applied"]
+            except ValueError:  # a line being written
+                landed = []
+            if len(landed) >= 2:
+                break
+            time.sleep(0.05)
+        enough.touch()
         for kind, p, _ in procs:
             if kind == "appender":
                 _, err = p.communicate(timeout=240)
@@ -159,7 +171,7 @@ def test_appends_racing_compactions_in_os_processes_all_commit_and_nothing_is_lo
                 p.kill()
 
     appended = [r for w in range(APPENDERS) for r in _records(tmp_path / f"a{w}.jsonl") if r["event"] == "commit"]
-    assert len(appended) == APPENDERS * APPENDS and all(r["status"] == "committed" for r in appended)
+    assert len(appended) >= APPENDERS * APPENDS and all(r["status"] == "committed" for r in appended)
     model: dict[str, list[Row]] = {r["desc"]: [tuple(x) for x in r["rows"]] for r in appended}
     assert len(model) == len(appended)
     merges = [r for c in range(COMPACTORS) for r in _records(tmp_path / f"c{c}.jsonl")]
