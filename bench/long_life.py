@@ -45,7 +45,7 @@ from typing import Any
 import pyarrow as pa
 
 from shardsink import Shard, StagedBatch
-from shardsink.maintenance import CompactOptions, advance_since, compact, set_retention, sweep
+from shardsink.maintenance import CompactOptions, maintain, set_retention
 from shardsink.storage.s3 import make_client
 from shardsink.testing import moto_server
 
@@ -81,13 +81,11 @@ def gc_step(shard: Shard) -> Any:
 
 
 def maintenance_pass(shard: Shard) -> dict[str, Any]:
-    """One pass: since, compaction, sweep of crashed leftovers, GC (if present)."""
-    s = advance_since(shard)
-    c = compact(shard, options=CompactOptions())
-    swept = sweep(shard, grace_s=3600)
+    """One pass: since, compaction, sweep of crashed leftovers, rollup (``maintain``), then GC (if present)."""
+    m = maintain(shard, options=CompactOptions(), sweep_grace_s=3600)
     g = gc_step(shard)
-    return {"since": s.after, "merges": len(c.merges), "applied": c.applied, "swept": len(swept),
-            "gc": None if g is None else repr(g)[:200]}
+    return {"since": m.since.after, "merges": len(m.compaction.merges), "applied": m.compaction.applied,
+            "swept": len(m.swept), "gc": None if g is None else repr(g)[:200]}
 
 
 def build_local(root: Path, n: int, *, every: int | None, retention: int) -> dict[str, Any]:
@@ -317,7 +315,7 @@ def main() -> int:
            "build": builds, "results": res, "figures": got, "targets": TARGETS, "verdicts": verdicts,
            "wall_s": time.perf_counter() - started, "loadavg_1m_start_end": [load_start[0], os.getloadavg()[0]]}
     RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / "long_life.json"
+    out = RESULTS / ("long_life.json" if n == 20_000 else f"long_life_{n}.json")
     out.write_text(json.dumps(doc, indent=2, default=str))
     print(f"machine load average (1 min) at start/end: {load_start[0]:.1f}/{os.getloadavg()[0]:.1f} "
           f"on {os.cpu_count()} CPUs; wrote {out} ({doc['wall_s']:.0f}s)")

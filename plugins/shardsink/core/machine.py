@@ -272,6 +272,20 @@ class Machine:
 
         return self.commit(with_batches)
 
+    def rollup_now(self) -> int | None:
+        """Maintenance: snapshot the head's batch list now (readers then fetch no diffs).
+
+        Best effort, like the rollup every ROLLUP_EVERY commits: writes the rollup object
+        and moves the hint to it by CAS (lost to a newer commit: harmless). Returns the
+        head's seqno, or None if its rollup is already current or there is no hint.
+        """
+        head = self.head()
+        v = head.version
+        if v.header.rollup >= v.seqno or head.hint_etag is None:
+            return None
+        self._write_rollup(v, head.hint_etag)
+        return v.seqno
+
     def _committed(self, v: st.Version, hint_etag: str | None) -> st.Version:
         etag = self._publish_hint(v, hint_etag)
         if etag is not None and v.seqno - v.header.rollup >= ROLLUP_EVERY:

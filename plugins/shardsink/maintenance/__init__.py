@@ -73,8 +73,11 @@ class Maintained:
 def maintain(shard: Shard, *, options: CompactOptions | None = None, sweep_grace_s: float = 3600.0,
              now: float | None = None) -> Maintained:
     """One maintenance pass: advance since, then compact (so merges consolidate at the new
-    since), then sweep leftovers of crashed compactions older than ``sweep_grace_s``."""
+    since), then sweep leftovers of crashed compactions older than ``sweep_grace_s``, then
+    (if anything merged) write a rollup of the compacted batch list."""
     s = advance_since(shard, now=now)
     c = compact(shard, options=options or CompactOptions())
     swept = tuple(sweep(shard, grace_s=sweep_grace_s, now=now))
+    if c.applied:
+        shard.machine.rollup_now()  # readers get the compacted batch list without replaying diffs
     return Maintained(s, c, swept)
