@@ -140,6 +140,8 @@ def test_maintain_advances_since_then_compacts_at_it(shard_url: str, blob: Blob)
     set_retention(shard, "500ms")
     m = maintain(shard)
     assert m.since.after == 1100 and m.compaction.applied >= 1
+    info = shard.info()
+    assert info.rollup == info.seqno, "after merging, maintain rolls the batch list up: readers replay no diffs"
     for b in shard.batches():
         if b.desc_id.startswith("compact-"):
             assert min(p.min_time for p in b.parts) >= 1100, "the merge did not consolidate at the new since"
