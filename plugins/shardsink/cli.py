@@ -98,6 +98,16 @@ def _parser() -> argparse.ArgumentParser:
     vf.add_argument("url")
     vf.add_argument("--json", action="store_true")
 
+    cp = sub.add_parser("compact", help="merge batches (size-tiered), advancing since by retention and leases first")
+    cp.add_argument("url")
+    cp.add_argument("--no-since", action="store_true", help="only merge; leave since where it is")
+    cp.add_argument("--json", action="store_true")
+
+    rt = sub.add_parser("retention", help="show or set the shard's time-travel window (e.g. 7d, 12h, none)")
+    rt.add_argument("url")
+    rt.add_argument("--set", dest="retention", default=None, metavar="DURATION",
+                    help="new retention: 7d, 12h, 30m, 45s, 500ms, 2w, or 'none' to keep all history")
+
     for name, helptext in (("snapshot", "contents as of a time"), ("changes", "updates in [from, to)")):
         r = sub.add_parser(name, help=helptext)
         r.add_argument("url")
@@ -126,6 +136,7 @@ def inspect_json(shard: Shard) -> dict[str, Any]:
         "upper": info.upper,
         "closed": info.upper is None,
         "since": info.since,
+        "retention": info.retention,
         "batches": info.stats.batches,
         "parts": info.stats.parts,
         "rows": info.stats.rows,
@@ -138,6 +149,44 @@ def inspect_json(shard: Shard) -> dict[str, Any]:
 def _commit_json(c: Any) -> dict[str, Any]:
     return {"at": c.at, "kind": c.kind, "desc_id": c.desc_id, "lower": c.lower, "upper": c.upper,
             "rows": c.rows, "writer": c.writer}
+
+
+def _compact(shard: Shard, args: argparse.Namespace) -> int:
+    from shardsink import maintenance as mt
+
+    since = None if args.no_since else mt.advance_since(shard)
+    res = mt.compact(shard)
+    if args.json:
+        print(json.dumps({
+            "since": None if since is None else {"before": since.before, "after": since.after,
+                                                 "lease_cap": since.lease_cap},
+            "batches_before": res.batches_before, "batches_after": res.batches_after,
+            "merges": [{"compaction_id": m.compaction_id, "status": m.status, "inputs": len(m.inputs),
+                        "seqno": m.seqno, "rows_in": m.rows_in, "rows_out": m.rows_out, "parts_in": m.parts_in,
+                        "parts_out": m.parts_out} for m in res.merges],
+        }, indent=2))
+        return 0
+    if since is not None:
+        moved = f"{since.before} -> {since.after}" if since.after != since.before else f"stays at {since.after}"
+        print(f"since {moved}" + (f" (held by a lease at {since.lease_cap})" if since.lease_cap is not None else ""))
+    print(f"batches {res.batches_before} -> {res.batches_after}: {res.applied} merges applied, "
+          f"{len(res.merges) - res.applied} refused")
+    for m in res.merges:
+        print(f"  {m.status}: {m.compaction_id} {len(m.inputs)} batches, {m.rows_in} -> {m.rows_out} rows, "
+              f"{m.parts_in} -> {m.parts_out} parts")
+    return 0
+
+
+def _retention(shard: Shard, args: argparse.Namespace) -> int:
+    from shardsink import maintenance as mt
+
+    if args.retention is not None:
+        changed = mt.set_retention(shard, args.retention)
+        value = mt.format_duration(mt.retention_of(shard))
+        print(f"retention {'set to' if changed else 'already'} {value}")
+        return 0
+    print(f"retention {mt.format_duration(mt.retention_of(shard))}")
+    return 0
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -166,7 +215,7 @@ def _run(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(d, indent=2))
         else:
-            keys = ["url", "seqno", "upper", "since", "batches", "parts", "rows", "bytes"]
+            keys = ["url", "seqno", "upper", "since", "retention", "batches", "parts", "rows", "bytes"]
             print(_table([[k, d[k]] for k in keys], ["field", "value"]))
             print()
             print(_table([[f["name"], f["type"], f["nullable"]] for f in d["schema"]], ["column", "type", "nullable"]))
@@ -218,6 +267,11 @@ def _run(args: argparse.Namespace) -> int:
             for x in vr.leaks:
                 print(f"leak    {x.object} ({x.kind}, {x.bytes} bytes, {x.age_s:.0f} s old)")
         return 0 if vr.ok else EXIT_PROBLEMS
+
+    if args.cmd == "compact":
+        return _compact(shard, args)
+    if args.cmd == "retention":
+        return _retention(shard, args)
     if args.cmd in ("snapshot", "changes"):
         if args.cmd == "snapshot":
             t = shard.snapshot(args.as_of)

@@ -83,6 +83,20 @@ def test_changes_match_shard(spark: Any, shard: Shard) -> None:
         assert _canon(got, keys) == _canon(shard.changes(lo, hi), keys)
 
 
+def test_changes_from_since_read_earlier_times_as_since_like_the_shard(spark: Any, shard: Shard) -> None:
+    """After since advances, a change feed from since starts with the history before it
+    collapsed at since, whether a batch was compacted (times stored advanced) or not."""
+    from shardsink.maintenance import advance_since, compact_batches
+
+    advance_since(shard, target=15)
+    compact_batches(shard, shard.batches()[:1], since=15)  # b1 alone: its times are now stored as 15
+    keys = [*SCHEMA.names, "_time", "_diff"]
+    for lo, hi in [(15, 30), (15, 16), (16, 30)]:
+        with read_changes(spark, shard.url, lo, hi) as df:
+            got = _spark_table(df)
+        assert _canon(got, keys) == _canon(shard.changes(lo, hi), keys), (lo, hi)
+
+
 def test_format_snapshot_default_as_of_and_repeat(spark: Any, shard: Shard) -> None:
     ds.register(spark)
     raw = spark.read.format("shardsink").load(shard.url)  # as_of = upper - 1 = 29

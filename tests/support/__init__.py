@@ -27,6 +27,8 @@ from shardsink.storage.base import Blob
 
 SCHEMA = pa.schema([("k", pa.string()), ("n", pa.int64())])
 Row = tuple[str, int, int, int]  # (k, n, time, diff)
+#: Commit kinds that change no data: compaction (same updates, times < since advanced), since, retention.
+MAINTENANCE = ("compact", "since", "retention")
 _VKEY = re.compile(r"^state/v/(\d{20})\.json$")
 
 
@@ -112,7 +114,9 @@ def audit(blob: Blob, committed: Mapping[str, Iterable[Row]], *, url: str | None
     * state versions are exactly ``0..n`` (contiguous, none missing, none extra), each
       naming its own seqno; version 0 is the ``create``;
     * every later version is one commit whose lower is the previous upper and whose
-      upper is the new header upper: the upper never decreases;
+      upper is the new header upper: the upper never decreases; or a maintenance commit
+      (compact/since/retention) that keeps the upper, never moves since back, and only
+      removes live batches;
     * each description id appears in exactly one version, and the set of committed
       description ids equals the model's: nothing lost, nothing duplicated, nothing
       phantom;
@@ -138,20 +142,29 @@ def audit(blob: Blob, committed: Mapping[str, Iterable[Row]], *, url: str | None
     live: dict[str, dict[str, Any]] = {}
     for prev, v in itertools.pairwise(versions):
         c, h = v["commit"], v["header"]
-        assert c["kind"] in ("append", "close"), f"seqno {v['seqno']}: unexpected commit kind {c['kind']}"
-        assert c["lower"] == prev["header"]["upper"], (
-            f"seqno {v['seqno']}: batch lower {c['lower']} != previous upper {prev['header']['upper']}"
-        )
-        assert h["upper"] == c["upper"], f"seqno {v['seqno']}: header upper {h['upper']} != commit upper"
-        assert h["upper"] is None or h["upper"] > c["lower"], f"seqno {v['seqno']}: upper went backwards"
-        for gone in v["removed"]:
-            live.pop(gone, None)
+        assert c["kind"] in ("append", "close", *MAINTENANCE), f"seqno {v['seqno']}: unexpected commit kind {c['kind']}"
+        assert h["since"] >= prev["header"]["since"], f"seqno {v['seqno']}: since went backwards"
+        if c["kind"] in MAINTENANCE:
+            # Maintenance never moves the upper; a compaction replaces live batches by one.
+            assert h["upper"] == prev["header"]["upper"], f"seqno {v['seqno']}: {c['kind']} moved the upper"
+            assert c["kind"] == "compact" or not (v["added"] or v["removed"]), f"seqno {v['seqno']}: batches changed"
+            for gone in v["removed"]:
+                assert gone in live, f"seqno {v['seqno']}: compaction removed {gone}, which was not live"
+                live.pop(gone)
+        else:
+            assert not v["removed"], f"seqno {v['seqno']}: an append removed batches"
+            assert c["lower"] == prev["header"]["upper"], (
+                f"seqno {v['seqno']}: batch lower {c['lower']} != previous upper {prev['header']['upper']}"
+            )
+            assert h["upper"] == c["upper"], f"seqno {v['seqno']}: header upper {h['upper']} != commit upper"
+            assert h["upper"] is None or h["upper"] > c["lower"], f"seqno {v['seqno']}: upper went backwards"
         for b in v["added"]:
             assert b["desc_id"] == c["desc_id"] and b["seqno"] == v["seqno"], f"seqno {v['seqno']}: foreign batch"
             assert b["desc_id"] not in live, f"batch {b['desc_id']} added twice"
             live[b["desc_id"]] = b
         uppers.append(h["upper"])
-    commits = [v["commit"] for v in versions[1:]]
+    since = versions[-1]["header"]["since"]
+    commits = [v["commit"] for v in versions[1:] if v["commit"]["kind"] not in MAINTENANCE]
     dup = {d: n for d, n in Counter(c["desc_id"] for c in commits).items() if n > 1}
     assert not dup, f"description ids committed more than once: {dup}"
     in_state = {c["desc_id"] for c in commits}
@@ -171,18 +184,22 @@ def audit(blob: Blob, committed: Mapping[str, Iterable[Row]], *, url: str | None
         assert got is not None, f"part {key} vanished"
         for r in pq.read_table(pa.BufferReader(got.data)).to_pylist():
             assert r["_diff"] != 0, f"part {key} holds a zero diff"
-            stored[(r["k"], r["n"], r["_time"])] += r["_diff"]
+            stored[(r["k"], r["n"], max(r["_time"], since))] += r["_diff"]
     stored = Counter({k: d for k, d in stored.items() if d != 0})
     everything = [row for rows in model.values() for row in rows]
-    assert stored == consolidated(everything), "updates in the parts differ from the model"
+    # Compaction may have advanced times below since to since: compare at that resolution.
+    advanced = [(k, n, max(t, since), d) for k, n, t, d in everything]
+    assert stored == consolidated(advanced), "updates in the parts differ from the model"
 
     # The same, through the library's reads.
     upper, initial = uppers[-1], uppers[0]
     shard = Shard(url or blob.url, blob=blob)
-    if upper is not None and upper > 0:
+    if upper is not None and upper > 0 and since <= upper - 1:
         assert snapshot_counter(shard.snapshot(upper - 1)) == contents(everything, upper - 1)
         assert assert_int(initial) <= upper
-        assert changes_counter(shard.changes(assert_int(initial), upper)) == consolidated(everything)
+        start = max(assert_int(initial), since)
+        assert changes_counter(shard.changes(start, upper)) == consolidated(
+            r for r in advanced if r[2] >= start)
     hint = blob.get("state/LATEST.json")
     if hint is not None:
         assert json.loads(hint.data)["seqno"] <= seqnos[-1], "the hint names a version that does not exist"

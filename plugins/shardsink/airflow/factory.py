@@ -43,6 +43,17 @@ def _millis(span: timedelta | int | None) -> int | None:
     return int(span.total_seconds() * 1000)
 
 
+def retention_spec(retention: timedelta | str | None) -> str | None:
+    """The ``retention=`` option as the spec the append task applies (validated now, at
+    parse time): None leaves the shard's retention alone; ``"none"`` keeps all history."""
+    if retention is None:
+        return None
+    from shardsink.maintenance import parse_duration
+
+    ms = parse_duration(retention)
+    return "none" if ms is None else f"{ms}ms"
+
+
 def _timetable(schedule: Any) -> Any:
     if isinstance(schedule, str) and not schedule.startswith("@once") and schedule not in ("@continuous",):
         return CronDataIntervalTimetable(schedule, timezone="UTC")
@@ -79,6 +90,7 @@ def ingest_dag(
     catchup: bool = False,
     max_active_runs: int = 1,
     tags: list[str] | None = None,
+    retention: timedelta | str | None = None,
     **dag_kwargs: Any,
 ) -> DAG:
     """Build the ingest DAG: each run appends one batch ``[shard upper, min(watermark, interval end,
@@ -91,6 +103,8 @@ def ingest_dag(
     descriptions after lost races, with full-jitter backoff ``retry_backoff * 2^(k-2)``
     seconds capped at ``retry_backoff_cap``. Credentials: the standard AWS environment,
     or ``aws_conn_id`` (copied into the spark-submit environment, never logged or stored).
+    ``retention`` (e.g. ``"7d"`` or a timedelta; ``"none"``: all history) is set on the
+    shard by the append task when it differs; None leaves it alone.
     """
     if writers < 1 or max_attempts < 1:
         raise InvalidUsageError(f"writers ({writers}) and max_attempts ({max_attempts}) must be at least 1")
@@ -105,6 +119,7 @@ def ingest_dag(
         initial_upper=initial_upper if initial_upper is not None else int(start_date.timestamp() * 1000),
         backoff_base=retry_backoff,
         backoff_cap=retry_backoff_cap,
+        retention=retention_spec(retention),
     )
     conf = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2", **(spark_conf or {})}
 

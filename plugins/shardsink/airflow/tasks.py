@@ -54,6 +54,8 @@ class IngestSettings:
     backoff_base: float = 2.0
     backoff_cap: float = 30.0
     sleep: Callable[[float], None] = field(default=time.sleep, compare=False)
+    #: The shard's retention to keep set (a duration spec, "none" = all history); None: unmanaged.
+    retention: str | None = None
 
     def backoff(self, attempt: int) -> float:
         """Full-jitter exponential backoff before attempt ``attempt`` (>= 2)."""
@@ -164,6 +166,7 @@ def append_task(settings: IngestSettings, attempt: int, desc: dict[str, Any], co
         raise AirflowFailException(str(e)) from e
     log.info("%s: description %s [%d, %d) at seqno %d, %d rows", r.status.replace("_", " "), r.desc_id,
              r.lower, r.upper, r.seqno, r.rows)
+    ensure_retention(shard, settings.retention)
     extra = {"shard": shard.url, "lower": r.lower, "upper": r.upper, "seqno": r.seqno, "rows": r.rows,
              "desc_id": r.desc_id}
     context["outlet_events"][asset].extra = extra
@@ -252,3 +255,20 @@ class ShardWriteOperator(SparkSubmitOperator):
         self.log.info("writing slot %d of %d for description %s [%d, %d)", self.slot, self.slots, d.desc_id,
                       d.lower, d.upper)
         super().execute(context)
+
+
+def ensure_retention(shard: Shard, retention: str | None) -> None:
+    """Set the shard's retention to the DAG's ``retention=`` when it differs (a committed
+    state transition; a no-op read otherwise). Best effort after the append: a failure is
+    logged and the next run sets it."""
+    if retention is None:
+        return
+    from shardsink import maintenance
+    from shardsink.errors import ShardsinkError
+
+    try:
+        if maintenance.set_retention(shard, retention, writer="airflow"):
+            log.info("retention of %s set to %s", shard.url,
+                     maintenance.format_duration(maintenance.parse_duration(retention)))
+    except ShardsinkError as e:
+        log.warning("retention of %s not set (the next run retries): %s", shard.url, e)

@@ -26,7 +26,7 @@ from typing import Any, Literal
 from airflow.sdk import DAG, AssetAny
 
 from shardsink.airflow.attempts import attempt_groups
-from shardsink.airflow.factory import _millis, _timetable, shard_asset
+from shardsink.airflow.factory import _millis, _timetable, retention_spec, shard_asset
 from shardsink.airflow.tasks import IngestSettings
 from shardsink.airflow.view import ViewWriteOperator, mint_view_task
 from shardsink.errors import InvalidUsageError
@@ -67,6 +67,7 @@ def view_dag(
     catchup: bool = False,
     max_active_runs: int = 1,
     tags: list[str] | None = None,
+    retention: timedelta | str | None = None,
     **dag_kwargs: Any,
 ) -> DAG:
     """Build the view DAG: each run makes the output shard at ``output_url`` hold ``view``'s
@@ -75,7 +76,7 @@ def view_dag(
     The output shard is created by the first write from the query's schema with upper
     ``initial_upper`` (default: ``start_date``); its schema is fixed from then on (a
     changed query fails its write with a clear message, the shard unchanged). Retries,
-    backoff and credentials work as in :func:`shardsink.airflow.ingest_dag`.
+    backoff, credentials and ``retention`` work as in :func:`shardsink.airflow.ingest_dag`.
     """
     if max_attempts < 1:
         raise InvalidUsageError(f"max_attempts ({max_attempts}) must be at least 1")
@@ -92,6 +93,7 @@ def view_dag(
         initial_upper=initial_upper if initial_upper is not None else int(start_date.timestamp() * 1000),
         backoff_base=retry_backoff,
         backoff_cap=retry_backoff_cap,
+        retention=retention_spec(retention),
     )
     conf = {**VIEW_SPARK_CONF, **(spark_conf or {})}
 

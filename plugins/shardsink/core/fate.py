@@ -35,6 +35,15 @@ right before deleting and
 * keeps every key of the committed batch if it is Committed;
 * deletes everything under the prefixes if it CannotCommit.
 
+**Compactions** have fates too (:func:`gather_compaction`, same :func:`decide`): a
+compaction ``cid`` stages its output under ``parts/<cid>/`` and, when it applies, is
+recorded in ``header.recent`` like a description id, and its output batch is named
+``cid``. It is Committed if the window records it, or its output batch is live, or the
+version that removed one of its inputs is its own; CannotCommit if an input was removed
+by another version (inputs never come back, so it can never apply); StillPossible while
+every input is live. The removal is found by bisection over the versions since the input
+was added (liveness of a batch is one interval of seqnos).
+
 SUBTLE: the fate must come from a single head read. Reading "committed?" from one
 head and "upper?" from a newer one is the twin-append bug: a twin commits between the
 two reads, the second read shows the upper past ``lower``, and the committed batch's
@@ -78,9 +87,10 @@ class CannotCommit:
 
 @dataclass(frozen=True)
 class StillPossible:
-    """Not committed; the shard's ``upper`` has not passed the lower, so it may still commit."""
+    """Not committed; the shard's ``upper`` has not passed the lower (a compaction: every
+    input is still live), so it may still commit. ``upper`` None: a closed shard."""
 
-    upper: int
+    upper: int | None
 
 
 Fate = Committed | CannotCommit | StillPossible
@@ -100,6 +110,8 @@ class Evidence:
     head: st.Header
     crossing: st.Version | None
     horizon: tuple[st.BatchMeta, ...] | None = None
+    #: Compactions only: whether every input batch is live at ``head`` (None: a description).
+    inputs_live: bool | None = None
 
 
 class DeleteRefusedError(InvalidUsageError):
@@ -121,6 +133,8 @@ def decide(ev: Evidence, desc_id: str, lower: int) -> Fate:
         if b.desc_id == desc_id:
             return Committed(b.seqno, frozenset(p.key for p in b.parts), b.rows)
     upper = ev.head.upper
+    if ev.inputs_live is not None:  # a compaction: it can apply only while every input is live
+        return StillPossible(upper) if ev.inputs_live else CannotCommit(upper)
     if _passed(upper, lower):
         return CannotCommit(upper)
     assert upper is not None
@@ -144,9 +158,63 @@ def gather(machine: Machine, desc_id: str, lower: int, *, head: st.Version | Non
     return Evidence(h, crossing, horizon)
 
 
-def read_fate(machine: Machine, desc_id: str, lower: int) -> Fate:
-    """The fate of ``desc_id`` (lower bound ``lower``) from one fresh state read."""
+def read_fate(machine: Machine, desc_id: str, lower: int, *,
+              inputs: Sequence[st.BatchMeta] | None = None) -> Fate:
+    """The fate of ``desc_id`` (lower bound ``lower``) from one fresh state read.
+
+    ``inputs`` given: ``desc_id`` is a compaction id and these are its input batches.
+    """
+    if inputs is not None:
+        return decide(gather_compaction(machine, desc_id, inputs), desc_id, lower)
     return decide(gather(machine, desc_id, lower), desc_id, lower)
+
+
+def gather_compaction(machine: Machine, cid: str, inputs: Sequence[st.BatchMeta], *,
+                      head: st.Version | None = None) -> Evidence:
+    """The evidence about compaction ``cid`` of ``inputs`` from ONE head read."""
+    if not inputs:
+        raise InvalidUsageError(f"compaction {cid} has no inputs")
+    v = head if head is not None else machine.head().version
+    h = v.header
+    s = h.committed_seqno(cid)
+    if s is not None:
+        return Evidence(h, _must_fetch(machine, s, cid))
+    live = machine.full_batches(v)
+    ids = {b.desc_id for b in live}
+    if cid in ids or all(b.desc_id in ids for b in inputs):
+        return Evidence(h, None, live, inputs_live=cid not in ids)
+    gone = next(b for b in inputs if b.desc_id not in ids)
+    removal, at_horizon = _find_removal(machine, v, gone)
+    if at_horizon:
+        # Removed at or below the oldest retained version: committed iff its output is
+        # live there (if not, no retained version references the output at all).
+        return Evidence(h, None, machine.full_batches(removal), inputs_live=False)
+    return Evidence(h, removal, None, inputs_live=False)
+
+
+def _find_removal(machine: Machine, head: st.Version, batch: st.BatchMeta) -> tuple[st.Version, bool]:
+    """The version that removed ``batch`` (live from ``batch.seqno``, gone at ``head``), and
+    whether the removal may be older (the result is the oldest retained version)."""
+
+    def live_at(seqno: int) -> bool | None:
+        got = machine.fetch(seqno)
+        if got is None:
+            return None  # below the oldest retained version
+        return any(b.desc_id == batch.desc_id for b in machine.full_batches(got))
+
+    lo, hi = batch.seqno, head.seqno  # live at lo (unless GC'd), not live at hi
+    lo_known = live_at(lo) is True
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        got = live_at(mid)
+        if got is False:
+            hi = mid
+        else:  # live, or missing (then everything below is missing too)
+            lo, lo_known = mid, got is True
+    found = machine.fetch(hi)
+    if found is None:
+        raise CorruptionError(f"{machine.url}: state version {hi} is missing while looking for a removal")
+    return found, not lo_known
 
 
 def _must_fetch(machine: Machine, seqno: int, desc_id: str) -> st.Version:
@@ -203,7 +271,7 @@ class Deleted:
 
 
 def delete_staged(machine: Machine, desc_id: str, lower: int, *, only: Collection[str] | None = None,
-                  manifests: bool = True) -> Deleted:
+                  manifests: bool = True, inputs: Sequence[st.BatchMeta] | None = None) -> Deleted:
     """Delete the objects ``desc_id`` staged that its fate lets go; the ONLY deleter of them.
 
     Re-derives the fate from one fresh state read first. StillPossible ⇒ raises
@@ -213,12 +281,15 @@ def delete_staged(machine: Machine, desc_id: str, lower: int, *, only: Collectio
     description's prefix are never touched. ``manifests=False`` keeps ``staging/``; with
     ``only`` given, the manifests considered are likewise restricted to the ``staging/``
     keys in ``only`` (GC passes exactly the objects it vetted as older than its grace).
+    ``inputs`` given: ``desc_id`` is a compaction id and these its input batches (its
+    output is deleted only if it can never apply).
     """
-    fate = read_fate(machine, desc_id, lower)
+    fate = read_fate(machine, desc_id, lower, inputs=inputs)
     if isinstance(fate, StillPossible):
+        what = "its inputs are all live" if inputs is not None else f"shard upper {fate.upper}, its lower {lower}"
         raise DeleteRefusedError(
-            f"description {desc_id} may still commit on {machine.url} (shard upper {fate.upper}, its lower "
-            f"{lower}); none of its staged objects were deleted"
+            f"{'compaction' if inputs is not None else 'description'} {desc_id} may still commit on {machine.url} "
+            f"({what}); none of its staged objects were deleted"
         )
     keep = fate.keys if isinstance(fate, Committed) else frozenset()
     parts_prefix, staging_prefix = (p.format(desc_id) for p in STAGED_PREFIXES)

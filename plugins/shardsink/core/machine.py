@@ -63,6 +63,8 @@ class Head:
 
 
 Step = Callable[[st.Header], "st.Version | st.Refusal"]
+#: A step that also needs the live batch list at the header it is applied to (compaction).
+BatchStep = Callable[[st.Header, "tuple[st.BatchMeta, ...]"], "st.Version | st.Refusal"]
 
 
 class Machine:
@@ -132,7 +134,12 @@ class Machine:
 
     def full_batches(self, v: st.Version) -> tuple[st.BatchMeta, ...]:
         """The live batches at version ``v``: its rollup plus the diffs after it."""
-        r = v.header.rollup
+        return self.batches_at(v.header)
+
+    def batches_at(self, header: st.Header) -> tuple[st.BatchMeta, ...]:
+        """The live batches at the version ``header`` belongs to (rollup + later diffs)."""
+        v = header
+        r = v.rollup
         base: tuple[st.BatchMeta, ...] = ()
         if r > 0:
             got = self.blob.get(rollup_key(r))
@@ -193,7 +200,8 @@ class Machine:
 
         This is the only place that performs the conditional put of a state version.
         ``step`` must be pure and deterministic for a given header: after an unknown
-        outcome it is re-applied and must produce the same bytes.
+        outcome it is re-applied and must produce the same bytes. Any refusal other than
+        AlreadyCommitted is returned as is (nothing written).
 
         SUBTLE: after an unknown outcome (timeout, 409, 5xx) the version may exist,
         written by us. We re-read it and compare the commit nonce before deciding; a
@@ -215,7 +223,7 @@ class Machine:
                     if mine is not None and mine.commit.nonce == nonce:
                         return self._committed(mine, head.hint_etag)  # ours, landed unseen
                     return out
-                if isinstance(out, st.UpperMismatch):
+                if not isinstance(out, st.Version):
                     return out
                 nonce = out.commit.nonce
                 try:
@@ -247,6 +255,36 @@ class Machine:
             f"{self.url}: commit did not settle after {policy.attempts} attempts "
             f"(last seen seqno {cur.seqno}); re-read state before retrying"
         )
+
+    def commit_with_batches(self, step: BatchStep) -> st.Version | st.Refusal:
+        """:meth:`commit` for a step that needs the live batches at the header it sees.
+
+        Each attempt (after a lost race, on the fresh head) recomputes the batch list of
+        exactly the version whose header the step receives, so the step can re-check
+        what it depends on (a compaction's inputs being live).
+        """
+        seen: dict[int, tuple[st.BatchMeta, ...]] = {}
+
+        def with_batches(header: st.Header) -> st.Version | st.Refusal:
+            if header.seqno not in seen:
+                seen[header.seqno] = self.batches_at(header)
+            return step(header, seen[header.seqno])
+
+        return self.commit(with_batches)
+
+    def rollup_now(self) -> int | None:
+        """Maintenance: snapshot the head's batch list now (readers then fetch no diffs).
+
+        Best effort, like the rollup every ROLLUP_EVERY commits: writes the rollup object
+        and moves the hint to it by CAS (lost to a newer commit: harmless). Returns the
+        head's seqno, or None if its rollup is already current or there is no hint.
+        """
+        head = self.head()
+        v = head.version
+        if v.header.rollup >= v.seqno or head.hint_etag is None:
+            return None
+        self._write_rollup(v, head.hint_etag)
+        return v.seqno
 
     def _committed(self, v: st.Version, hint_etag: str | None) -> st.Version:
         etag = self._publish_hint(v, hint_etag)

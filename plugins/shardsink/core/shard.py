@@ -120,6 +120,7 @@ class ShardInfo:
     stats: st.Stats
     rollup: int
     last_commit: st.CommitInfo
+    retention: int | None = None  # ms; None: all history
 
 
 class Shard:
@@ -159,7 +160,7 @@ class Shard:
     def info(self) -> ShardInfo:
         h = self.machine.head().version
         return ShardInfo(self.url, h.seqno, h.header.upper, h.header.since, h.header.schema,
-                         h.header.stats, h.header.rollup, h.commit)
+                         h.header.stats, h.header.rollup, h.commit, h.header.retention)
 
     @property
     def schema(self) -> pa.Schema:
@@ -207,6 +208,8 @@ class Shard:
             return AppendResult("committed", desc_id, out.seqno, expected_upper, new_upper, rows)
         if isinstance(out, st.AlreadyCommitted):
             return AppendResult("already_committed", desc_id, out.seqno, expected_upper, new_upper, rows)
+        if not isinstance(out, st.UpperMismatch):  # compare_and_append refuses with nothing else
+            raise AssertionError(f"unexpected refusal of an append: {out}")
         fate = ft.read_fate(self.machine, desc_id, expected_upper)
         if isinstance(fate, ft.Committed):  # landed long ago, beyond the headers' idempotency window
             return AppendResult("already_committed", desc_id, fate.seqno, expected_upper, new_upper, fate.rows)
@@ -330,14 +333,26 @@ class Shard:
         return summed.filter(pc.greater(summed[pt.COUNT], 0))
 
     def changes(self, lower: int, upper: int) -> pa.Table:
-        """The consolidated updates with ``lower <= _time < upper`` (requires since <= lower)."""
+        """The consolidated updates with ``lower <= _time < upper`` (requires since <= lower).
+
+        Times are read advanced by ``since`` (a time ``t < since`` reads as ``since``), as
+        compaction may have stored them: so ``changes(since, x)`` starts with the whole
+        history before ``since`` collapsed at ``since``, and the result is the same before
+        and after any compaction.
+        """
         v = self.machine.head().version
         h = v.header
         check_changes(self.url, h, lower, upper)
+        from_start = lower <= h.since
         wanted = [
-            p for b in self.machine.full_batches(v) for p in b.parts if p.max_time >= lower and p.min_time < upper
+            p for b in self.machine.full_batches(v) for p in b.parts
+            if (from_start or p.max_time >= lower) and p.min_time < upper
         ]
         data = pt.read_parts(self.blob, wanted, h.schema)
+        if from_start and data.num_rows:
+            i = data.schema.get_field_index(pt.TIME)
+            data = data.set_column(i, data.schema.field(i),
+                                   pc.max_element_wise(data[pt.TIME], pa.scalar(h.since, pa.int64())))
         data = data.filter(pc.and_(pc.greater_equal(data[pt.TIME], lower), pc.less(data[pt.TIME], upper)))
         return pt.consolidate(data, [*h.schema.names, pt.TIME])
 

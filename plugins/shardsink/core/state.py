@@ -13,7 +13,12 @@ the diffs of versions ``r+1 .. n`` applied. Committing reads and writes headers 
 diffs only, so its cost is constant in the length of the history.
 
 :func:`compare_and_append` is the commit rule of DESIGN.md as a pure function:
-(header, command) → the next version, or a typed refusal.
+(header, command) → the next version, or a typed refusal. The maintenance
+transitions sit beside it, equally pure: :func:`apply_compaction` (replace live
+input batches by their merge; refused unless every input is still live),
+:func:`advance_since` and :func:`set_retention`. All of them are committed by the same
+conditional put (``Machine.commit``), so maintenance never blocks appends: a lost race
+re-applies the step on the fresh head.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from typing import Any, Literal
 import msgspec
 import pyarrow as pa
 
-from shardsink.errors import CorruptionError
+from shardsink.errors import CorruptionError, InvalidUsageError
 
 #: Format of state versions and rollups. Readers accept documents of this format or older
 #: and ignore fields they do not know (a newer writer may add fields without bumping it);
@@ -38,7 +43,7 @@ RECENT_DESCS = 128
 #: How many writers' last commits each header remembers.
 WRITERS = 64
 
-CommitKind = Literal["create", "append", "close"]
+CommitKind = Literal["create", "append", "close", "compact", "since", "retention"]
 
 
 class PartMeta(msgspec.Struct, frozen=True):
@@ -86,6 +91,8 @@ class Stats(msgspec.Struct, frozen=True):
 class CommitInfo(msgspec.Struct, frozen=True):
     """Who committed what, when: the entry ``shardsink log`` shows.
 
+    ``lower``/``upper`` are the batch bounds for append/close/compact, the old and new
+    ``since`` for a since advance, the old and new retention (ms) for a retention change.
     ``kind`` is a :data:`CommitKind`; it is typed ``str`` so that a reader tolerates kinds
     a newer writer adds.
     """
@@ -107,9 +114,12 @@ class Header:
     since: int
     schema: pa.Schema = field(compare=False)
     rollup: int
-    recent: tuple[tuple[str, int], ...]  # (desc_id, seqno), oldest first
+    recent: tuple[tuple[str, int], ...]  # (desc_id or compaction id, seqno), oldest first
     writers: tuple[WriterRecord, ...]
     stats: Stats
+    #: Time-travel window in ms (None: keep all history): maintenance keeps
+    #: ``since <= upper - retention``. Stored field, added last (codec default None).
+    retention: int | None = None
 
     def committed_seqno(self, desc_id: str) -> int | None:
         for d, s in self.recent:
@@ -160,7 +170,72 @@ class UpperMismatch:
     current: int | None
 
 
-Refusal = AlreadyCommitted | UpperMismatch
+@dataclass(frozen=True)
+class InputsGone:
+    """A compaction refused: these input batches are no longer live (another compaction
+    replaced them). It can never apply; its output must be deleted by its fate."""
+
+    missing: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Unchanged:
+    """A maintenance command that would change nothing (``since`` already there, same
+    retention): no version is written."""
+
+    reason: str
+
+
+Refusal = AlreadyCommitted | UpperMismatch | InputsGone | Unchanged
+
+
+@dataclass(frozen=True)
+class CompactCommand:
+    """Replace the live, adjacent batches ``inputs`` by one batch of ``parts``.
+
+    ``compaction_id`` names the output (its parts live under ``parts/<compaction_id>/``)
+    and is recorded in ``header.recent`` like a description id, so the compaction's fate
+    is decidable (``core.fate``). ``since`` is the frontier the output was consolidated
+    at: every time below it was advanced to it; it must not exceed the shard's since.
+    ``lower``/``upper`` are the merged bounds (the first input's lower, the last's upper).
+    """
+
+    compaction_id: str
+    inputs: tuple[str, ...]
+    lower: int
+    upper: int | None
+    since: int
+    parts: tuple[PartMeta, ...]
+    writer: str
+    at: str
+    nonce: str
+
+
+@dataclass(frozen=True)
+class SinceCommand:
+    """Advance ``since`` to ``min(upper - retention, lease_cap, target)`` (never backwards).
+
+    ``lease_cap`` is the lowest ``as_of`` of the live leases listed just before the
+    commit (None: no lease). ``target`` is an explicit ceiling (None: retention only).
+    With no retention and no target nothing moves. ``since`` never passes ``upper - 1``
+    while the shard is open, so the newest time stays readable.
+    """
+
+    lease_cap: int | None
+    target: int | None
+    writer: str
+    at: str
+    nonce: str
+
+
+@dataclass(frozen=True)
+class RetentionCommand:
+    """Set the shard's time-travel window to ``retention`` ms (None: keep all history)."""
+
+    retention: int | None
+    writer: str
+    at: str
+    nonce: str
 
 
 def initial_version(*, schema: pa.Schema, upper: int, writer: str, at: str, nonce: str) -> Version:
@@ -200,10 +275,106 @@ def compare_and_append(header: Header, cmd: AppendCommand) -> Version | Refusal:
     return Version(new, added, (), info)
 
 
+def _bumped(header: Header, seqno: int, entry: str, writer: str, at: str) -> Header:
+    """``header`` at ``seqno`` with ``entry`` recorded in ``recent`` and ``writer``'s record."""
+    writers = tuple(w for w in header.writers if w.writer != writer)
+    writers = (*writers, WriterRecord(writer, entry, seqno, at))[-WRITERS:]
+    return replace(header, seqno=seqno, recent=(*header.recent, (entry, seqno))[-RECENT_DESCS:], writers=writers)
+
+
+def apply_compaction(header: Header, batches: Sequence[BatchMeta], cmd: CompactCommand) -> Version | Refusal:
+    """The compaction rule: ``batches`` are the live batches at ``header``.
+
+    Applies only if every input is still live, adjacent and in order (then they are
+    replaced, in place, by one batch named ``compaction_id``, or by nothing if the merge
+    consolidated to no updates). The upper never changes. Refusals: AlreadyCommitted
+    (``compaction_id`` in the idempotency window), InputsGone (an input was replaced by
+    another compaction: this one can never apply).
+    """
+    done = header.committed_seqno(cmd.compaction_id)
+    if done is not None:
+        return AlreadyCommitted(done)
+    ids = [b.desc_id for b in batches]
+    missing = tuple(i for i in cmd.inputs if i not in ids)
+    if missing:
+        return InputsGone(missing)
+    first = ids.index(cmd.inputs[0])
+    if tuple(ids[first:first + len(cmd.inputs)]) != cmd.inputs:
+        # Live but no longer adjacent cannot happen (batches only ever leave the list, and
+        # a merge takes an adjacent run's place): treat a foreign layout as a lost race.
+        return InputsGone(())
+    if cmd.since > header.since:
+        raise InvalidUsageError(
+            f"compaction {cmd.compaction_id} was consolidated at since {cmd.since}, above the shard's {header.since}"
+        )
+    gone = batches[first:first + len(cmd.inputs)]
+    seqno = header.seqno + 1
+    added = (BatchMeta(cmd.compaction_id, cmd.lower, cmd.upper, seqno, cmd.parts),) if cmd.parts else ()
+    s = header.stats
+    stats = Stats(
+        s.batches - len(gone) + len(added),
+        s.parts - sum(len(b.parts) for b in gone) + len(cmd.parts),
+        s.rows - sum(b.rows for b in gone) + sum(p.rows for p in cmd.parts),
+        s.bytes - sum(b.bytes for b in gone) + sum(p.bytes for p in cmd.parts),
+    )
+    new = replace(_bumped(header, seqno, cmd.compaction_id, cmd.writer, cmd.at), stats=stats)
+    rows = sum(p.rows for p in cmd.parts)
+    info = CommitInfo("compact", cmd.at, cmd.writer, cmd.compaction_id, cmd.lower, cmd.upper, rows, cmd.nonce)
+    return Version(new, added, cmd.inputs, info)
+
+
+def since_target(header: Header, cmd: SinceCommand) -> int:
+    """Where :func:`advance_since` would put ``since`` (may be <= the current since)."""
+    caps = [c for c in (cmd.lease_cap, cmd.target) if c is not None]
+    if header.upper is not None:
+        if header.retention is not None:
+            caps.append(header.upper - max(1, header.retention))
+        elif cmd.target is None:
+            return header.since
+        caps.append(header.upper - 1)
+    elif header.retention is None and cmd.target is None:
+        return header.since
+    return min(caps) if caps else header.since
+
+
+def advance_since(header: Header, cmd: SinceCommand) -> Version | Refusal:
+    """The since rule (DESIGN.md "Retention and grace"): never backwards, never past a lease."""
+    new_since = since_target(header, cmd)
+    if new_since <= header.since:
+        return Unchanged(f"since stays at {header.since} (target {new_since})")
+    seqno = header.seqno + 1
+    new = replace(header, seqno=seqno, since=new_since)
+    info = CommitInfo("since", cmd.at, cmd.writer, None, header.since, new_since, 0, cmd.nonce)
+    return Version(new, (), (), info)
+
+
+def set_retention(header: Header, cmd: RetentionCommand) -> Version | Refusal:
+    """Record the shard's retention (ms, or None for all history); Unchanged if it is already so."""
+    if cmd.retention is not None and cmd.retention < 1:
+        raise InvalidUsageError(f"retention {cmd.retention} ms must be at least 1")
+    if header.retention == cmd.retention:
+        return Unchanged(f"retention is already {cmd.retention}")
+    seqno = header.seqno + 1
+    new = replace(header, seqno=seqno, retention=cmd.retention)
+    info = CommitInfo("retention", cmd.at, cmd.writer, None, header.retention, cmd.retention, 0, cmd.nonce)
+    return Version(new, (), (), info)
+
+
 def apply_diffs(batches: Sequence[BatchMeta], versions: Iterable[Version]) -> tuple[BatchMeta, ...]:
-    """The live batch list after applying ``versions`` (consecutive seqnos) in order."""
+    """The live batch list after applying ``versions`` (consecutive seqnos) in order.
+
+    Appends go to the end; a compaction's output takes the place of its first input, so
+    the list stays in time order.
+    """
     out = list(batches)
     for v in versions:
+        if v.removed and v.commit.kind == "compact":
+            gone = set(v.removed)
+            at = next((i for i, b in enumerate(out) if b.desc_id in gone), len(out))
+            out = [b for b in out[:at] if b.desc_id not in gone] + list(v.added) + [
+                b for b in out[at:] if b.desc_id not in gone
+            ]
+            continue
         if v.removed:
             gone = set(v.removed)
             out = [b for b in out if b.desc_id not in gone]
@@ -246,6 +417,7 @@ class HeaderDoc(msgspec.Struct, frozen=True, kw_only=True):
     recent: tuple[tuple[str, int], ...]
     writers: tuple[WriterRecord, ...]
     stats: Stats
+    retention: int | None = None  # the time-travel window (ms); None keeps all history
 
 
 class VersionDoc(msgspec.Struct, frozen=True, kw_only=True):
@@ -314,7 +486,7 @@ def _decode_doc(data: bytes, kind: type[msgspec.Struct], *, what: str, where: st
 def encode_version(v: Version) -> bytes:
     h = v.header
     header = HeaderDoc(upper=h.upper, since=h.since, schema=schema_doc(h.schema), rollup=h.rollup,
-                       recent=h.recent, writers=h.writers, stats=h.stats)
+                       recent=h.recent, writers=h.writers, stats=h.stats, retention=h.retention)
     doc = VersionDoc(format=FORMAT, seqno=h.seqno, header=header, added=v.added, removed=v.removed,
                      commit=v.commit)
     return _ENCODER.encode(doc)
@@ -329,7 +501,7 @@ def decode_version(data: bytes, *, where: str) -> Version:
         schema = _schema_from_arrow(h.schema.arrow)
     except Exception as e:
         raise CorruptionError(f"{where}: unreadable schema in state version ({type(e).__name__}: {e})") from e
-    header = Header(d.seqno, h.upper, h.since, schema, h.rollup, h.recent, h.writers, h.stats)
+    header = Header(d.seqno, h.upper, h.since, schema, h.rollup, h.recent, h.writers, h.stats, h.retention)
     return Version(header, d.added, d.removed, d.commit)
 
 

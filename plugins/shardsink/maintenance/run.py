@@ -1,39 +1,28 @@
-"""One maintenance pass over one shard: advance since, compact, GC, verify.
+"""One maintenance pass over one shard: advance since, compact, sweep, GC, verify.
 
 ::
 
     summary = maintain(shard, MaintenanceOptions(gc=GcOptions(grace_s=3600)))
-
-Compaction and since advancement live in :mod:`shardsink.maintenance.compact` and
-:mod:`shardsink.maintenance.since`. This module only needs, if present:
-
-* ``shardsink.maintenance.since.advance_since(shard)``,
-* ``shardsink.maintenance.compact.compact(shard)`` and
-* ``shardsink.maintenance.compact.sweep(shard)`` (leftovers of crashed compactions,
-  whose fate depends on their inputs; GC leaves descriptions with a compaction
-  manifest to it),
-
-each called with the shard alone, committing through ``Machine.commit`` and returning
-anything (its ``str`` is logged and put in the summary). A missing module or function
-is skipped with a log line, so this pass works with or without them.
+    done = compaction_pass(shard)      # since, compaction, sweep, rollup only (no GC)
 
 Order: since first (retention and leases; merges then consolidate at the new since),
 then compaction (it replaces batches; the replaced parts become garbage once the
-versions referencing them leave retention) and its sweep, then GC (deletes what the
-retained history no longer references), then verify (proves the shard is still whole:
-a problem fails the pass).
+versions referencing them leave retention) and the sweep of crashed compactions'
+leftovers (whose fate depends on their inputs; GC leaves descriptions with a compaction
+manifest to it), then GC (deletes what the retained history no longer references),
+then verify (proves the shard is still whole: a problem fails the pass).
 """
 
 from __future__ import annotations
 
-import importlib
 import logging
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from shardsink.core.shard import Shard
+from shardsink.maintenance.compact import CompactionResult, CompactOptions, Swept, compact, sweep
 from shardsink.maintenance.gc import GcOptions, GcReport, collect
+from shardsink.maintenance.since import SinceResult, advance_since
 from shardsink.maintenance.verify import VerifyReport, verify
 
 log = logging.getLogger("shardsink.maintenance")
@@ -43,8 +32,34 @@ log = logging.getLogger("shardsink.maintenance")
 class MaintenanceOptions:
     compact: bool = True
     advance_since: bool = True
+    compact_options: CompactOptions = field(default_factory=CompactOptions)
+    #: leftovers of crashed compactions younger than this are left to a later pass
+    sweep_grace_s: float = 3600.0
     gc: GcOptions | None = field(default_factory=GcOptions)  # None: no GC
     verify: bool = True
+
+
+@dataclass(frozen=True)
+class Maintained:
+    """What :func:`compaction_pass` did (None: the step was disabled)."""
+
+    since: SinceResult | None
+    compaction: CompactionResult | None
+    swept: tuple[Swept, ...]
+
+
+def compaction_pass(shard: Shard, options: MaintenanceOptions | None = None, *,
+                    now: float | None = None) -> Maintained:
+    """Advance since, then compact (so merges consolidate at the new since), then sweep
+    leftovers of crashed compactions, then (if anything merged) write a rollup of the
+    compacted batch list. No GC, no verify: see :func:`maintain`."""
+    opts = options or MaintenanceOptions()
+    s = advance_since(shard, now=now) if opts.advance_since else None
+    c = compact(shard, options=opts.compact_options) if opts.compact else None
+    swept = tuple(sweep(shard, grace_s=opts.sweep_grace_s, now=now)) if opts.compact else ()
+    if c is not None and c.applied:
+        shard.machine.rollup_now()  # readers get the compacted batch list without replaying diffs
+    return Maintained(s, c, swept)
 
 
 @dataclass(frozen=True)
@@ -92,34 +107,18 @@ def footprint(shard: Shard) -> Footprint:
                      len(objs), sum(o.size for o in objs))
 
 
-def _optional(module: str, name: str) -> Callable[[Shard], Any] | None:
-    try:
-        mod = importlib.import_module(f"shardsink.maintenance.{module}")
-    except ImportError:
-        return None
-    fn = getattr(mod, name, None)
-    return fn if callable(fn) else None
-
-
 def maintain(shard: Shard, options: MaintenanceOptions | None = None) -> MaintenanceSummary:
     """Run the pass (module docstring) and return its summary; errors of a step propagate."""
     opts = options or MaintenanceOptions()
     before = footprint(shard)
-    steps: dict[str, str] = {}
-    for step, module, name, enabled in (("since", "since", "advance_since", opts.advance_since),
-                                        ("compact", "compact", "compact", opts.compact),
-                                        ("sweep", "compact", "sweep", opts.compact)):
-        if not enabled:
-            steps[step] = "disabled"
-            continue
-        fn = _optional(module, name)
-        if fn is None:
-            steps[step] = f"skipped: shardsink.maintenance.{module}.{name} is not available"
-            log.info("maintenance %s: %s", shard.url, steps[step])
-            continue
-        result = fn(shard)
-        steps[step] = f"done: {result}"
-        log.info("maintenance %s: %s %s", shard.url, step, result)
+    m = compaction_pass(shard, opts)
+    steps: dict[str, str] = {
+        "since": f"done: {m.since}" if m.since is not None else "disabled",
+        "compact": f"done: {m.compaction}" if m.compaction is not None else "disabled",
+        "sweep": f"done: {len(m.swept)} settled" if opts.compact else "disabled",
+    }
+    for step in ("since", "compact", "sweep"):
+        log.info("maintenance %s: %s %s", shard.url, step, steps[step])
     report = collect(shard, opts.gc) if opts.gc is not None else None
     steps["gc"] = "done" if report is not None else "disabled"
     checked = verify(shard) if opts.verify else None

@@ -21,7 +21,9 @@ the global sum to a Spark aggregation:
   does the ``groupBy`` (whose map-side partial aggregation is the per-partition
   consolidation), names the sum ``_count`` like :meth:`Shard.snapshot`, and fails the
   job on a negative sum (corruption).
-* ``mode=changes``: user columns + ``_time`` + ``_diff`` for ``from <= _time < to``. Each
+* ``mode=changes``: user columns + ``_time`` + ``_diff`` for ``from <= _time < to``, times
+  below ``since`` read as ``since`` (as :meth:`Shard.changes`; compaction may store them
+  either way). Each
   part is consolidated per ``(row, _time)``, but parts staged by several Spark tasks for
   one batch may repeat a ``(row, _time)``; :func:`~shardsink.spark.read.read_changes`
   consolidates globally.
@@ -83,6 +85,8 @@ class ReadPlan:
     partition_bytes: int
     min_partitions: int
     batch_rows: int = BATCH_ROWS
+    #: changes from at or below since: times below it read as it (as Shard.changes does)
+    advance_to: int | None = None
 
     @property
     def user_schema(self) -> pa.Schema:
@@ -137,12 +141,14 @@ def plan_read(options: Mapping[str, str]) -> ReadPlan:
             raise InvalidUsageError("mode=changes needs both options 'from' and 'to' (times, [from, to))")
         check_changes(url, h, lo, hi)
         lower, upper = lo, hi
-        parts = [p for b in batches for p in b.parts if p.max_time >= lo and p.min_time < hi]
+        advance_to = h.since if lo <= h.since else None
+        parts = [p for b in batches for p in b.parts
+                 if (advance_to is not None or p.max_time >= lo) and p.min_time < hi]
     size = _int_option(options, "partitionBytes") or DEFAULT_PARTITION_BYTES
     spread = _int_option(options, "minPartitions") or 1
     rows = _int_option(options, "batchRows") or BATCH_ROWS
     return ReadPlan(url, mode, v.seqno, lower, upper, h.schema.serialize().to_pybytes(), tuple(parts), size, spread,
-                    rows)
+                    rows, advance_to if mode == "changes" else None)
 
 
 class PartGroup(InputPartition):
@@ -196,10 +202,15 @@ class ShardReader(DataSourceReader):
 
 def _batches(f: pq.ParquetFile, part: PartMeta, plan: ReadPlan, wire: pa.Schema) -> Iterator[pa.RecordBatch]:
     """The part's updates within the plan's time bounds, cast to the wire schema."""
+    advance = plan.advance_to is not None and part.min_time < plan.advance_to
     filtered = part.min_time < plan.lower or part.max_time >= plan.upper
     out_names = wire.names
     cols = list(dict.fromkeys([*out_names, pt.TIME])) if filtered else out_names
     for batch in f.iter_batches(batch_size=plan.batch_rows, columns=cols):
+        if advance:  # times below since read as since (they may be stored either way)
+            i = batch.schema.get_field_index(pt.TIME)
+            batch = batch.set_column(i, batch.schema.field(i),
+                                     pc.max_element_wise(batch.column(i), pa.scalar(plan.advance_to, pa.int64())))
         if filtered:
             t = batch.column(pt.TIME)
             batch = batch.filter(pc.and_(pc.greater_equal(t, plan.lower), pc.less(t, plan.upper)))

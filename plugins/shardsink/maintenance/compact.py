@@ -1,0 +1,236 @@
+"""Compaction: merge runs of adjacent live batches into one consolidated batch each.
+
+One compaction of inputs ``B1..Bk`` (adjacent, live)::
+
+    1. write staging/<cid>/compaction.json   (its inputs: lets a later sweep decide its fate)
+    2. merge their parts (streaming, bounded memory) into parts/<cid>/…, times < since → since
+    3. commit state.apply_compaction by the one conditional put (Machine.commit_with_batches);
+       a lost race re-applies it on the fresh head, re-checking that every input is live
+    4. applied ⇒ delete the manifest; refused (an input is gone) ⇒ delete its output;
+       both through core.fate.delete_staged, which re-derives the fate first
+
+It never blocks appends: appends racing it commit, and it re-applies on top of them
+(the upper is not touched). The inputs' parts stay referenced by older state versions;
+deleting them is GC's job.
+
+Crash safety: a crash before 3 leaves unreferenced output that can never be read (no
+version references it); :func:`sweep` deletes it once its fate is CannotCommit (a later
+compaction replaced an input) and the manifest is older than the grace period. A crash
+after 3 leaves only the manifest (the sweep finds the compaction Committed and keeps its
+parts). An unknown outcome at 3 deletes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Literal
+
+import pyarrow as pa
+
+from shardsink.core import fate as ft
+from shardsink.core import state as st
+from shardsink.core.shard import Shard, default_writer
+from shardsink.errors import CorruptionError, ShardsinkError, UnknownOutcomeError
+from shardsink.maintenance.merge import MergeOptions, MergeStats, OnBatch, merge_parts
+from shardsink.maintenance.plan import PlanOptions, plan_merges
+
+log = logging.getLogger(__name__)
+
+MANIFEST = "compaction.json"
+#: Default age below which :func:`sweep` leaves a compaction's leftovers alone.
+GRACE_S = 3600.0
+
+
+@dataclass(frozen=True)
+class Hooks:
+    """Test hooks (injected by tests, never read from the environment): called at the
+    steps of one compaction; raising from one simulates a crash there."""
+
+    after_manifest: Callable[[str], None] | None = None
+    after_outputs: Callable[[str], None] | None = None
+    after_commit: Callable[[str], None] | None = None
+    on_batch: OnBatch | None = None
+
+    def call(self, name: Literal["after_manifest", "after_outputs", "after_commit"], cid: str) -> None:
+        fn = getattr(self, name)
+        if fn is not None:
+            fn(cid)
+
+
+@dataclass(frozen=True)
+class CompactOptions:
+    plan: PlanOptions = field(default_factory=PlanOptions)
+    merge: MergeOptions = field(default_factory=MergeOptions)
+    writer: str | None = None
+    hooks: Hooks = field(default_factory=Hooks)
+
+
+@dataclass(frozen=True)
+class Merge:
+    """One compaction's outcome."""
+
+    compaction_id: str
+    inputs: tuple[str, ...]
+    status: Literal["applied", "refused", "unknown"]
+    seqno: int | None
+    rows_in: int
+    rows_out: int
+    parts_in: int
+    parts_out: int
+    deleted: int
+    streamed: bool
+
+
+@dataclass(frozen=True)
+class CompactionResult:
+    """What :func:`compact` did. ``batches_before`` counts live batches when it started,
+    ``batches_after`` the same minus what its applied merges removed (appends racing it
+    are not counted)."""
+
+    batches_before: int
+    batches_after: int
+    merges: tuple[Merge, ...] = field(default=())
+
+    @property
+    def applied(self) -> int:
+        return sum(1 for m in self.merges if m.status == "applied")
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+def _manifest(cid: str, inputs: Sequence[st.BatchMeta], since: int) -> bytes:
+    return json.dumps({
+        "format": 1, "kind": "compaction", "compaction_id": cid, "since": since,
+        "inputs": [{"desc_id": b.desc_id, "lower": b.lower, "upper": b.upper, "seqno": b.seqno} for b in inputs],
+    }, sort_keys=True).encode()
+
+
+def _inputs_of(data: bytes, where: str) -> tuple[str, tuple[st.BatchMeta, ...]]:
+    try:
+        d = json.loads(data)
+        return str(d["compaction_id"]), tuple(
+            st.BatchMeta(str(b["desc_id"]), int(b["lower"]), b["upper"], int(b["seqno"]), ()) for b in d["inputs"]
+        )
+    except (ValueError, KeyError, TypeError) as e:
+        raise CorruptionError(f"compaction manifest {where} is unreadable: {type(e).__name__}: {e}") from e
+
+
+def compact(shard: Shard, *, options: CompactOptions = CompactOptions()) -> CompactionResult:
+    """Merge the runs of batches the size-tiered plan picks; one commit per run.
+
+    Reads ``since`` once: outputs are consolidated at it (``since`` only grows, so it
+    stays valid whatever happens meanwhile). Raises UnknownOutcomeError only after
+    finishing what it could; refusals are normal (a racing compactor won).
+    """
+    head = shard.machine.head().version
+    batches = shard.machine.full_batches(head)
+    since = head.header.since
+    merges = []
+    unknown: UnknownOutcomeError | None = None
+    for group in plan_merges(batches, options.plan):
+        try:
+            merges.append(compact_batches(shard, group, since=since, schema=head.header.schema, options=options))
+        except UnknownOutcomeError as e:
+            unknown = e
+    after = len(batches) - sum(len(x.inputs) - (1 if x.parts_out else 0) for x in merges if x.status == "applied")
+    if unknown is not None:
+        raise unknown
+    return CompactionResult(len(batches), after, tuple(merges))
+
+
+def compact_batches(shard: Shard, inputs: Sequence[st.BatchMeta], *, since: int, schema: pa.Schema | None = None,
+                    options: CompactOptions = CompactOptions()) -> Merge:
+    """Merge ``inputs`` (adjacent live batches) into one batch and commit the replacement.
+
+    ``since`` must not exceed the shard's since (the outputs' times are advanced to it).
+    """
+    m = shard.machine
+    cid = f"compact-{uuid.uuid4().hex}"
+    inputs = tuple(inputs)
+    if schema is None:
+        schema = m.head().version.header.schema
+    m.blob.put(f"staging/{cid}/{MANIFEST}", _manifest(cid, inputs, since))
+    options.hooks.call("after_manifest", cid)
+    parts = [p for b in inputs for p in b.parts]
+    try:
+        stats: MergeStats = merge_parts(m.blob, parts, schema, prefix=f"parts/{cid}", since=since,
+                                        options=options.merge, on_batch=options.hooks.on_batch)
+    except CorruptionError:
+        # SUBTLE: a missing input part is corruption only if the inputs are still live; a
+        # rival compaction may have replaced them and GC collected their parts meanwhile.
+        gone = ft.delete_staged(m, cid, inputs[0].lower, inputs=inputs) if _replaced(shard, cid, inputs) else None
+        if gone is None:
+            raise
+        log.info("compaction %s: its inputs were replaced while it read them; deleted %d output parts",
+                 cid, gone.parts)
+        n_in = sum(len(b.parts) for b in inputs)
+        return Merge(cid, tuple(b.desc_id for b in inputs), "refused", None, 0, 0, n_in, 0, gone.parts, False)
+    options.hooks.call("after_outputs", cid)
+    upper = inputs[-1].upper
+    cmd = st.CompactCommand(cid, tuple(b.desc_id for b in inputs), inputs[0].lower, upper, since,
+                            tuple(stats.parts), options.writer or default_writer(), _now(), uuid.uuid4().hex)
+    out = m.commit_with_batches(lambda header, live: st.apply_compaction(header, live, cmd))
+    if isinstance(out, st.Version | st.AlreadyCommitted):
+        options.hooks.call("after_commit", cid)
+    deleted = 0
+    try:
+        gone = ft.delete_staged(m, cid, inputs[0].lower, inputs=inputs, only=[p.key for p in stats.parts])
+        deleted = gone.parts
+        status: Literal["applied", "refused", "unknown"] = (
+            "applied" if isinstance(gone.fate, ft.Committed) else "refused"
+        )
+    except ft.DeleteRefusedError:  # still possible: the commit's outcome was not what it said
+        status = "unknown"
+    if status == "refused":
+        log.info("compaction %s refused (%s); deleted its %d output parts", cid, out, deleted)
+    seqno = out.seqno if isinstance(out, st.Version | st.AlreadyCommitted) else None
+    return Merge(cid, cmd.inputs, status, seqno, stats.rows_in, stats.rows_out, len(parts), len(stats.parts),
+                 deleted, stats.streamed)
+
+
+def _replaced(shard: Shard, cid: str, inputs: Sequence[st.BatchMeta]) -> bool:
+    return isinstance(ft.read_fate(shard.machine, cid, inputs[0].lower, inputs=inputs), ft.CannotCommit)
+
+
+@dataclass(frozen=True)
+class Swept:
+    compaction_id: str
+    fate: str
+    deleted: int
+
+
+def sweep(shard: Shard, *, grace_s: float = GRACE_S, now: float | None = None) -> list[Swept]:
+    """Settle leftovers of crashed compactions: for each manifest older than ``grace_s``,
+    delete its output if it can never apply, or just the manifest if it applied.
+
+    Still-possible compactions (all inputs live) are left alone. Cost: one LIST of
+    ``staging/`` plus, per old manifest, one fate read.
+    """
+    t = time.time() if now is None else now
+    out = []
+    for o in list(shard.blob.list("staging/")):
+        if not o.key.endswith(f"/{MANIFEST}") or not o.key.startswith("staging/compact-") or o.modified > t - grace_s:
+            continue
+        got = shard.blob.get(o.key)
+        if got is None:
+            continue
+        cid, inputs = _inputs_of(got.data, f"{shard.url}/{o.key}")
+        if not inputs:
+            continue
+        try:
+            gone = ft.delete_staged(shard.machine, cid, inputs[0].lower, inputs=inputs)
+        except ft.DeleteRefusedError:
+            continue
+        except ShardsinkError as e:
+            log.warning("sweeping compaction %s failed: %s", cid, e)
+            continue
+        out.append(Swept(cid, type(gone.fate).__name__, gone.total))
+    return out
