@@ -182,7 +182,10 @@ def compact_batches(shard: Shard, inputs: Sequence[st.BatchMeta], *, since: int,
         options.hooks.call("after_commit", cid)
     deleted = 0
     try:
-        gone = ft.delete_staged(m, cid, inputs[0].lower, inputs=inputs, only=[p.key for p in stats.parts])
+        # ``only`` names exactly our objects: the output parts and the manifest (restricted
+        # like the parts, see delete_staged).
+        gone = ft.delete_staged(m, cid, inputs[0].lower, inputs=inputs,
+                                only=[*(p.key for p in stats.parts), f"staging/{cid}/{MANIFEST}"])
         deleted = gone.parts
         status: Literal["applied", "refused", "unknown"] = (
             "applied" if isinstance(gone.fate, ft.Committed) else "refused"
