@@ -15,7 +15,7 @@ from af_helpers import DAY, START, VENV_BIN, Env, assert_no_leaks, ok, source_up
 
 from shardsink import Shard
 from shardsink.errors import ShardNotFoundError
-from shardsink.sources.synthetic import generate
+from shardsink_dev.synthetic import generate
 
 VIEW_DAG = "example_view"
 
@@ -109,7 +109,7 @@ def _append_events(shard: Shard, rows: list[tuple[str, str, int, int, int]], low
 
 def test_s3_unchanged_rerun_writes_nothing_then_changes_and_a_foreign_append_are_corrected(
         af: Env, moto: object, tmp_path: Path) -> None:
-    from shardsink.testing import MotoServer
+    from shardsink_dev.testing import MotoServer
 
     assert isinstance(moto, MotoServer)
     moto.make_bucket("e2e-view")

@@ -90,7 +90,9 @@ def ingest_dag(
     append (a retried task never duplicates data); ``max_attempts`` bounds fresh
     descriptions after lost races, with full-jitter backoff ``retry_backoff * 2^(k-2)``
     seconds capped at ``retry_backoff_cap``. Credentials: the standard AWS environment,
-    or ``aws_conn_id`` (copied into the spark-submit environment, never logged or stored).
+    or ``aws_conn_id``, an ``aws`` connection resolved by the amazon provider's hook for every
+    task and for spark-submit's environment, never logged or stored
+    (:mod:`shardsink.airflow.credentials`).
     """
     if writers < 1 or max_attempts < 1:
         raise InvalidUsageError(f"writers ({writers}) and max_attempts ({max_attempts}) must be at least 1")
@@ -105,6 +107,7 @@ def ingest_dag(
         initial_upper=initial_upper if initial_upper is not None else int(start_date.timestamp() * 1000),
         backoff_base=retry_backoff,
         backoff_cap=retry_backoff_cap,
+        aws_conn_id=aws_conn_id,
     )
     conf = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2", **(spark_conf or {})}
 

@@ -92,6 +92,7 @@ def view_dag(
         initial_upper=initial_upper if initial_upper is not None else int(start_date.timestamp() * 1000),
         backoff_base=retry_backoff,
         backoff_cap=retry_backoff_cap,
+        aws_conn_id=aws_conn_id,
     )
     conf = {**VIEW_SPARK_CONF, **(spark_conf or {})}
 

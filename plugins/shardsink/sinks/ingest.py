@@ -34,11 +34,11 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
+from shardsink import hooks
 from shardsink.core.fate import STAGED_PREFIXES, CannotCommit, Committed, delete_staged
 from shardsink.core.shard import AppendResult, Shard, StagedBatch, default_writer
 from shardsink.core.state import PartMeta
 from shardsink.errors import CorruptionError, InvalidUsageError, ShardNotFoundError, UpperMismatchError
-from shardsink.sinks import faults
 from shardsink.sources.base import Seal, Source
 
 log = logging.getLogger("shardsink.sinks")
@@ -273,16 +273,13 @@ def append_from_manifests(shard: Shard, desc: Description, slots: int, *, writer
         if committed(shard, desc) is not None:  # a twin committed and cleaned up under our feet
             return _landed(shard, desc)
         raise
-    faults.wait_until("append_wait", attempt=desc.attempt)
+    hooks.fire("append.before_commit", desc_id=desc.desc_id, attempt=desc.attempt)
     try:
         result = shard.compare_and_append(staged, expected_upper=desc.lower, new_upper=desc.upper,
                                           desc_id=desc.desc_id, writer=writer)
     except UpperMismatchError:
         return _settle_loss(shard, desc)
-    if faults.fire("append_ack_lost", attempt=desc.attempt):
-        from shardsink.errors import UnknownOutcomeError
-
-        raise UnknownOutcomeError(f"injected fault: the acknowledgement of {desc.desc_id} was lost")
+    hooks.fire("append.committed", desc_id=desc.desc_id, attempt=desc.attempt, seqno=result.seqno)
     cleanup(shard, desc)
     return result
 
