@@ -10,11 +10,11 @@ subprocesses, through a ``sitecustomize`` module the test puts on their ``PYTHON
 Points and their context (keyword arguments):
 
 * ``write.staged``: a write job staged its parts, before it publishes its manifest
-  (``slot``, ``attempt``, ``desc_id``, ``parts``).
+  (``shard_url``, ``slot``, ``attempt``, ``desc_id``, ``parts``).
 * ``append.before_commit``: an append verified its manifests, before compare-and-append
-  (``desc_id``, ``attempt``).
+  (``shard_url``, ``desc_id``, ``attempt``).
 * ``append.committed``: compare-and-append committed, before the staged leftovers are
-  cleaned up and the answer returned (``desc_id``, ``attempt``, ``seqno``).
+  cleaned up and the answer returned (``shard_url``, ``desc_id``, ``attempt``, ``seqno``).
 
 A hook may block, raise (the step fails as if the error happened there) or end the
 process; what it may not do is change data.

@@ -185,7 +185,8 @@ def test_schema_change_and_missing_input_fail_clearly_output_unchanged(af: Env, 
     assert r.returncode != 0
     assert "InvalidUsageError: the desired DataFrame does not match the schema of output shard" in out
     assert "fixed at creation" in out and "unexpected columns ['extra']" in out
-    assert "the view or its input is invalid (not retried)" in out
+    assert "invalid input, not retried: InvalidUsageError:" in out
+    assert out.count("Spark-Submit cmd") == 1, "an invalid view was retried"
 
     r = _dags_test(af, "ghost_view", "2024-02-01")
     out = r.stdout + r.stderr

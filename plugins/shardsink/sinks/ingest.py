@@ -273,13 +273,14 @@ def append_from_manifests(shard: Shard, desc: Description, slots: int, *, writer
         if committed(shard, desc) is not None:  # a twin committed and cleaned up under our feet
             return _landed(shard, desc)
         raise
-    hooks.fire("append.before_commit", desc_id=desc.desc_id, attempt=desc.attempt)
+    hooks.fire("append.before_commit", shard_url=shard.url, desc_id=desc.desc_id, attempt=desc.attempt)
     try:
         result = shard.compare_and_append(staged, expected_upper=desc.lower, new_upper=desc.upper,
                                           desc_id=desc.desc_id, writer=writer)
     except UpperMismatchError:
         return _settle_loss(shard, desc)
-    hooks.fire("append.committed", desc_id=desc.desc_id, attempt=desc.attempt, seqno=result.seqno)
+    hooks.fire("append.committed", shard_url=shard.url, desc_id=desc.desc_id, attempt=desc.attempt,
+               seqno=result.seqno)
     cleanup(shard, desc)
     return result
 

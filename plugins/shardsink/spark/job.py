@@ -63,7 +63,8 @@ def write_slot(job: IngestWriteJob) -> dict[str, Any]:
                                       schema=schema, seals=seals(shard))
         parts = stage_dataframe(df, shard_url=job.shard_url, schema=schema, lower=desc.lower, upper=desc.upper,
                                 desc_id=desc.desc_id)
-        hooks.fire("write.staged", slot=job.slot, attempt=desc.attempt, desc_id=desc.desc_id, parts=len(parts))
+        hooks.fire("write.staged", shard_url=job.shard_url, slot=job.slot, attempt=desc.attempt, desc_id=desc.desc_id,
+                   parts=len(parts))
         doc = write_manifest(shard, desc, slot=job.slot, slots=job.slots, parts=parts, inputs=inputs)
     finally:
         spark.stop()

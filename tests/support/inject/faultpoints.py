@@ -4,7 +4,8 @@ A fault spec (JSON-able) names faults and when they apply::
 
     {"write_kill": {"slot": 1, "once": "/tmp/x/killed"},        # SIGKILL a write job after staging
      "append_ack_lost": {"once": "/tmp/x/lost"},                 # commit, then raise UnknownOutcomeError
-     "append_wait": {"attempt": 1, "until": "/tmp/x/go"}}        # hold an append before its commit
+     "append_wait": {"attempt": 1, "until": "/tmp/x/go"},        # hold an append before its commit
+     "copy_staged": {"to": "/tmp/x/staged"}}                     # copy the manifests an append is about to commit
 
 Keys other than ``once``/``until``/``timeout`` must equal the hook's context values
 (``slot``, ``attempt``). ``once`` is a marker path: the fault fires only if the marker
@@ -76,6 +77,20 @@ def install(spec: Mapping[str, Mapping[str, Any]]) -> Callable[[], None]:
                 raise UnknownOutcomeError(f"injected fault: the acknowledgement of {ctx['desc_id']} was lost")
 
         removers.append(hooks.register("append.committed", append_ack_lost))
+
+    if (copy := spec.get("copy_staged")) is not None:
+        def copy_staged(**ctx: Any) -> None:
+            from shardsink.storage.url import open_blob
+
+            blob = open_blob(ctx["shard_url"])  # in the task's store access (credentials of its connection)
+            target = Path(copy["to"]) / ctx["desc_id"]
+            target.mkdir(parents=True, exist_ok=True)
+            for o in blob.list(f"staging/{ctx['desc_id']}/"):
+                got = blob.get(o.key)
+                if got is not None:
+                    (target / o.key.rsplit("/", 1)[-1]).write_bytes(got.data)
+
+        removers.append(hooks.register("append.before_commit", copy_staged))
 
     def remove() -> None:
         for r in removers:
