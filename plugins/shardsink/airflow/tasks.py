@@ -187,6 +187,8 @@ class ShardWriteOperator(SparkSubmitOperator):
     rebuilds the shardsink error from it and applies :func:`shardsink.airflow.failures.for_airflow`
     (invalid input and corruption fail at once; storage errors are retried). No record
     (the JVM or driver died first): the spark-submit failure is raised as is (retried).
+    The result file is local to the worker, so the driver must run there (client deploy
+    mode); in cluster deploy mode no record arrives and every failure is retried.
 
     Credentials: ``aws_conn_id`` is resolved by the amazon provider's hook
     (:mod:`shardsink.airflow.credentials`); the committed check uses a client built from
