@@ -14,10 +14,12 @@ from __future__ import annotations
 import json
 import shutil
 import sqlite3
+import subprocess
+import textwrap
 import uuid
 from pathlib import Path
 
-from af_helpers import DAY, START, Env, assert_exactly_once, assert_no_leaks, ok
+from af_helpers import DAY, START, VENV_BIN, Env, assert_exactly_once, assert_no_leaks, ok
 from support.inject.faultpoints import fault_env
 
 from shardsink import Shard
@@ -93,3 +95,32 @@ def test_credentials_only_in_the_connection_reach_tasks_and_spark_and_leak_nowhe
     assert any(k.startswith("shards/events/state/") for k in keys)
     leaked = [k for k in keys if needle in s3.get_object(Bucket=bucket, Key=k)["Body"].read()]
     assert leaked == [], f"the secret is in store objects {leaked}"
+
+
+def test_store_access_uses_the_hooks_session_and_leaves_os_environ_alone(af: Env) -> None:
+    """In a task process: clients built inside ``store_access`` carry the connection's keys,
+    region and endpoint; ``os.environ`` is byte-for-byte unchanged; no repr shows the secret."""
+    script = textwrap.dedent("""
+        import os
+        before = dict(os.environ)
+        from shardsink.airflow.credentials import store_access
+        from shardsink.storage.s3 import make_client
+        with store_access("conn_unit") as access:
+            c = make_client()
+            creds = c._request_signer._credentials
+            assert (creds.access_key, creds.secret_key) == ("AKIAUNIT", "UnitSecret42"), creds.access_key
+            assert c.meta.endpoint_url == "http://127.0.0.1:9" and c.meta.region_name == "eu-west-1"
+            assert "UnitSecret42" not in repr(access) + repr(access.s3())
+            assert access.spark_env()["AWS_SECRET_ACCESS_KEY"] == "UnitSecret42"
+        outside = make_client()._request_signer._credentials
+        assert outside is None or outside.access_key != "AKIAUNIT"
+        assert dict(os.environ) == before, "os.environ changed"
+        print("STORE_ACCESS_OK")
+    """)
+    env = {k: v for k, v in af.env.items() if not k.startswith("AWS_")}
+    env["AIRFLOW_CONN_CONN_UNIT"] = json.dumps({"conn_type": "aws", "login": "AKIAUNIT", "password": "UnitSecret42",
+                                                "extra": {"endpoint_url": "http://127.0.0.1:9",
+                                                          "region_name": "eu-west-1"}})
+    out = ok(subprocess.run([str(VENV_BIN / "python"), "-c", script], env=env, capture_output=True, text=True,
+                            timeout=120))
+    assert "STORE_ACCESS_OK" in out
