@@ -36,17 +36,17 @@ java:
 	fi
 
 run: venv java
-	@$(PY) -m shardsink.demo
+	@PYTHONPATH=. $(PY) -m shardsink_dev.demo
 
 test: venv java
 	@$(PY) -m pytest -q tests
 
 lint: venv
-	@$(VENV)/bin/ruff check plugins tests bench dags spark_jobs
+	@$(VENV)/bin/ruff check plugins tests bench dags spark_jobs shardsink_dev
 	@$(VENV)/bin/mypy
 
 bench: venv java
-	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+	@for b in bench/[!_]*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
 
 clean:
 	rm -rf .airflow .demo .pytest_cache

@@ -22,6 +22,7 @@ from typing import Any
 
 from airflow.sdk import Asset, TaskGroup, TriggerRule, get_current_context, task
 
+from shardsink.airflow.credentials import store_access
 from shardsink.airflow.tasks import IngestSettings, append_task
 
 #: ``mint(settings, attempt, context) -> description dict`` (or skip the rest of the run).
@@ -41,14 +42,16 @@ def attempt_groups(*, settings: IngestSettings, asset: Asset, mint_body: MintBod
 
             @task(task_id="mint", trigger_rule=rule, **retry)
             def mint(attempt: int = k) -> dict[str, Any]:
-                return mint_body(settings, attempt, dict(get_current_context()))
+                with store_access(settings.aws_conn_id):
+                    return mint_body(settings, attempt, dict(get_current_context()))
 
             desc = mint()
             write = make_write(desc)
 
             @task(task_id="append", outlets=[asset], **retry)
             def append(d: Any, attempt: int = k) -> dict[str, Any]:
-                return append_task(settings, attempt, d, dict(get_current_context()), asset)
+                with store_access(settings.aws_conn_id):
+                    return append_task(settings, attempt, d, dict(get_current_context()), asset)
 
             done = append(desc)
             write >> done

@@ -102,7 +102,9 @@ def ingest_dag(
     append (a retried task never duplicates data); ``max_attempts`` bounds fresh
     descriptions after lost races, with full-jitter backoff ``retry_backoff * 2^(k-2)``
     seconds capped at ``retry_backoff_cap``. Credentials: the standard AWS environment,
-    or ``aws_conn_id`` (copied into the spark-submit environment, never logged or stored).
+    or ``aws_conn_id``, an ``aws`` connection resolved by the amazon provider's hook for every
+    task and for spark-submit's environment, never logged or stored
+    (:mod:`shardsink.airflow.credentials`).
     ``retention`` (e.g. ``"7d"`` or a timedelta; ``"none"``: all history) is set on the
     shard by the append task when it differs; None leaves it alone.
     """
@@ -120,6 +122,7 @@ def ingest_dag(
         backoff_base=retry_backoff,
         backoff_cap=retry_backoff_cap,
         retention=retention_spec(retention),
+        aws_conn_id=aws_conn_id,
     )
     conf = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2", **(spark_conf or {})}
 

@@ -38,6 +38,7 @@ import pyarrow.parquet as pq
 from shardsink.core import parts as pt
 from shardsink.core.state import schema_from_json, schema_to_json
 from shardsink.errors import InvalidUsageError
+from shardsink.outcome import carry_errors
 from shardsink.sources.base import Seal
 from shardsink.storage.base import Blob, ObjectInfo
 from shardsink.storage.url import ShardUrl, open_blob, parse_url
@@ -166,6 +167,7 @@ class LandingSource:
         spec, time_column, seal_list = self.spec(), self.time_column, list(seals)
         schema_bytes = schema.serialize().to_pybytes()
 
+        @carry_errors  # late or malformed files reach the driver as typed records
         def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             # Runs on executors: rebuild what it needs from plain values.
             src = LandingSource.from_spec(spec)
@@ -264,5 +266,6 @@ def check_late(t: pa.Table, f: LandingFile, *, lower: int, seals: Sequence[Seal]
         raise LateDataError(
             f"late file {root}/{f.key}: its earliest event time {tmin} was sealed by commit seqno {seal.seqno} "
             f"(times [{seal.lower}, {seal.upper})) before the file appeared; it cannot be ingested exactly once. "
-            "Move it out of the landing zone or re-land its rows with current times."
+            "Move it out of the landing zone or re-land its rows with current times.",
+            value=tmin,
         )
