@@ -22,6 +22,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException, D
 
 from shardsink.core.shard import Shard
 from shardsink.errors import CorruptionError, ShardClosedError
+from shardsink.provider.operators import ShardTaskMixin
 from shardsink.sinks.ingest import (
     Committed,
     Description,
@@ -190,7 +191,7 @@ def aws_env_from_connection(conn_id: str) -> dict[str, str]:
     return {k: v for k, v in env.items() if v}
 
 
-class ShardWriteOperator(SparkSubmitOperator):
+class ShardWriteOperator(ShardTaskMixin, SparkSubmitOperator):
     """spark-submit of the write job for one writer slot of a minted description.
 
     Mapped over the slots; ``desc`` is the mint task's XCom (templated, resolved at run
@@ -199,6 +200,7 @@ class ShardWriteOperator(SparkSubmitOperator):
     """
 
     template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "desc")
+    shard_role = "write"
 
     def __init__(self, *, shard_url: str, source_spec: dict[str, Any], slots: int, desc: Any, slot: int,
                  aws_conn_id: str | None = None, **kwargs: Any) -> None:

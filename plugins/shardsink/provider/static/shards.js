@@ -42,8 +42,22 @@
   function runLink(c) {
     if (!c || !c.dag_id) return el("span", { class: "muted mono" }, c ? c.writer : "—");
     const href = root + "dags/" + encodeURIComponent(c.dag_id) + "/runs/" + encodeURIComponent(c.run_id);
-    return el("a", { href, target: "_top", class: "dagrun mono", title: "open this DAG run in Airflow" },
+    const a = el("a", { href, target: "_top", class: "dagrun mono", title: "open this DAG run in Airflow" },
       c.dag_id + " / " + c.run_id);
+    a.addEventListener("click", (ev) => openInAirflow(ev, href));
+    return a;
+  }
+  // Inside the Airflow UI the page is an iframe sandboxed WITHOUT allow-top-navigation, so a
+  // target=_top link is blocked. The frame is same-origin: hand the path to the UI's router
+  // (history.pushState + popstate on the top window), as a click inside the UI would.
+  function openInAirflow(ev, href) {
+    try {
+      const top = window.top;
+      if (top === window || top.location.origin !== location.origin) return;  // not embedded: plain link
+      ev.preventDefault();
+      top.history.pushState({}, "", href);
+      top.dispatchEvent(new PopStateEvent("popstate", { state: {} }));
+    } catch (e) { /* cross-origin top: fall back to the plain link */ }
   }
   async function getJSON(path) {
     const r = await fetch(new URL(path, api), { credentials: "same-origin", headers: { Accept: "application/json" } });
@@ -69,7 +83,7 @@
         el("td", { class: "num" }, s.parts), el("td", { class: "num" }, bytes(s.bytes)),
         el("td", {}, duration(s.retention_ms)), el("td", { class: "num" }, s.leases),
         el("td", { class: "num" + (s.leaked ? " warn" : "") }, s.leaked),
-        el("td", {}, when(c.at)), el("td", {}, runLink(c)));
+        el("td", {}, when(c.at)), el("td", { class: "wrap" }, runLink(c)));
     });
     const title = dag && run ? "Shards written by this DAG run" : "Shards";
     const sub = dag && run ? dag + " / " + run : "Every shard the DAGs write or read, and the ones configured in [shardsink] shard_urls.";
@@ -130,7 +144,7 @@
         el("td", { class: "num" }, c.seqno), el("td", {}, when(c.at)), el("td", {}, c.kind),
         el("td", { class: "mono" }, c.kind === "append" || c.kind === "close" ? "[" + when(c.lower_time) + ", " + (c.upper === null ? "∅" : when(c.upper_time)) + ")" : "—"),
         el("td", { class: "num" }, c.rows), el("td", {}, c.shard_upper === null ? "closed" : when(new Date(c.shard_upper).toISOString())),
-        el("td", {}, when(new Date(c.shard_since).toISOString())), el("td", {}, runLink(c)), el("td", { class: "mono muted" }, c.desc_id || "—")))));
+        el("td", {}, when(new Date(c.shard_since).toISOString())), el("td", { class: "wrap" }, runLink(c)), el("td", { class: "mono muted wrap" }, c.desc_id || "—")))));
   }
 
   function simpleTable(id, cols, rows, empty) {
