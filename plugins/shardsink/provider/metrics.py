@@ -11,8 +11,9 @@ where the backend supports tags — StatsD without tags gets the plain names):
 ``shardsink.staged_rows``                  counter  rows of committed batches
 ``shardsink.staged_bytes``                 counter  bytes of committed batches' parts
 ``shardsink.task.<role>.duration``         timer    ms spent in a shardsink task's execute, role =
-                                                    mint | write | append | view_mint | view_write |
-                                                    maintenance tasks' roles
+                                                    mint | write | append (ingest and view DAGs alike;
+                                                    the dag_id tag tells them apart), or the
+                                                    ``shard_role`` another task declares
 =========================================  =======  ==================================================
 
 Metrics never fail a task: a broken backend is logged and ignored.
