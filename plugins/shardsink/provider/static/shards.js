@@ -138,13 +138,14 @@
   }
 
   function commitsTable(commits) {
-    const head = el("tr", {}, ["Seqno", "Committed at", "Kind", "Batch [lower, upper)", "Rows", "Upper after", "Since after", "DAG run / writer", "Description"].map((h) => el("th", {}, h)));
+    const head = el("tr", {}, ["Seqno", "Committed at", "Kind", "DAG run / writer", "Rows", "Batch [lower, upper)", "Upper after", "Since after", "Description"].map((h) => el("th", {}, h)));
     return el("table", { id: "commits" }, el("thead", {}, head), el("tbody", {}, commits.map((c) =>
       el("tr", { class: "commit", "data-seqno": c.seqno },
         el("td", { class: "num" }, c.seqno), el("td", {}, when(c.at)), el("td", {}, c.kind),
+        el("td", { class: "wrap" }, runLink(c)), el("td", { class: "num" }, c.rows),
         el("td", { class: "mono" }, c.kind === "append" || c.kind === "close" ? "[" + when(c.lower_time) + ", " + (c.upper === null ? "∅" : when(c.upper_time)) + ")" : "—"),
-        el("td", { class: "num" }, c.rows), el("td", {}, c.shard_upper === null ? "closed" : when(new Date(c.shard_upper).toISOString())),
-        el("td", {}, when(new Date(c.shard_since).toISOString())), el("td", { class: "wrap" }, runLink(c)), el("td", { class: "mono muted wrap" }, c.desc_id || "—")))));
+        el("td", {}, c.shard_upper === null ? "closed" : when(new Date(c.shard_upper).toISOString())),
+        el("td", {}, when(new Date(c.shard_since).toISOString())), el("td", { class: "mono muted wrap" }, c.desc_id || "—")))));
   }
 
   function simpleTable(id, cols, rows, empty) {
