@@ -180,6 +180,12 @@ def test_shards_api_lists_the_dag_shard_with_its_frontiers_and_last_dag_run(stac
     assert (row["upper"], row["seqno"], row["rows"]) == (info.upper, info.seqno, 120)
     assert row["upper_time"] == "2024-01-02T00:00:00.000Z" and row["leaked"] == 0
     assert (row["last_commit"]["dag_id"], row["last_commit"]["run_id"]) == ("example_ingest", stack.run_id)
+    # The DAG run's "Shards" tab: the shards this run committed to.
+    q = urllib.parse.urlencode({"dag_id": "example_ingest", "run_id": stack.run_id})
+    [mine] = json.loads(stack.get(f"/shardsink/api/shards?{q}", token=stack.token("viewer"))[1])["shards"]
+    assert mine["url"] == stack.shard_url and [c["seqno"] for c in mine["run_commits"]] == [1]
+    q = urllib.parse.urlencode({"dag_id": "example_ingest", "run_id": "manual__other"})
+    assert json.loads(stack.get(f"/shardsink/api/shards?{q}", token=stack.token("viewer"))[1])["shards"] == []
     status, body = stack.get(f"/shardsink/api/shards/{row['id']}/snapshot?as_of={info.upper - 1}",
                              token=stack.token("viewer"))
     snap = json.loads(body)
