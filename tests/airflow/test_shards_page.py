@@ -114,6 +114,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, airflow_template: Path) -> I
         "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps({"type": "file", "log_file_path": str(tmp / "lineage.jsonl"),
                                                        "append": True}),
         "AIRFLOW__OPENLINEAGE__NAMESPACE": "shardsink-test",
+        "AIRFLOW__SHARDSINK__SHARD_URLS": f"{(tmp / 'configured').as_uri()}, relative/path s3://Bad_Bucket/x",
         "AIRFLOW__METRICS__STATSD_ON": "True",
         "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
         "AIRFLOW__METRICS__STATSD_PORT": str(listener.port),
@@ -175,7 +176,11 @@ def test_every_plugin_route_refuses_missing_or_invalid_credentials(stack: Stack)
 def test_shards_api_lists_the_dag_shard_with_its_frontiers_and_last_dag_run(stack: Stack) -> None:
     status, body = stack.get("/shardsink/api/shards", token=stack.token("viewer"))
     assert status == 200
-    [row] = [r for r in json.loads(body)["shards"] if r["url"] == stack.shard_url]
+    rows = json.loads(body)["shards"]
+    [row] = [r for r in rows if r["url"] == stack.shard_url]
+    # [shardsink] shard_urls: listed before its shard exists; invalid entries are ignored.
+    assert [(r["url"].rsplit("/", 1)[1], r["exists"]) for r in rows if r["url"] != stack.shard_url] == [
+        ("configured", False)]
     info = Shard.open(stack.shard_url).info()
     assert (row["upper"], row["seqno"], row["rows"]) == (info.upper, info.seqno, 120)
     assert row["upper_time"] == "2024-01-02T00:00:00.000Z" and row["leaked"] == 0

@@ -22,7 +22,11 @@ def configured_urls() -> list[str]:
     from airflow.configuration import conf
 
     raw = conf.get("shardsink", "shard_urls", fallback="") or ""
-    return _normalised(u for u in re.split(r"[\s,]+", raw) if u)
+    entries = [u for u in re.split(r"[\s,]+", raw) if u]
+    for u in entries:
+        if "://" not in u:  # a bare path would resolve against the api-server's working directory
+            log.warning("[shardsink] shard_urls entry %r ignored: expected file:///abs/path or s3://bucket/prefix", u)
+    return _normalised(u for u in entries if "://" in u)
 
 
 def leak_grace_seconds() -> float:
