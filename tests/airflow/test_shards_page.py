@@ -232,7 +232,7 @@ def test_browser_logs_in_sees_the_shard_page_and_opens_the_commits_dag_run(stack
         d.get(f"{stack.base}/plugin/shards")  # Browse → Shards: the page inside the Airflow UI
         wait.until(ec.frame_to_be_available_and_switch_to_it((By.CSS_SELECTOR, "iframe[src*='/shardsink/ui/']")))
         row = wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "tr[data-shard-row]")))
-        assert "2024-01-02 00:00:00 UTC" in row.find_element(By.CSS_SELECTOR, "td.upper").text
+        assert row.find_element(By.CSS_SELECTOR, "td.upper").text == "2024-01-02 00:00:00"  # column: Upper (UTC)
         row.find_element(By.CSS_SELECTOR, "a[data-shard]").click()
 
         wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "#snapshot tbody tr")))

@@ -71,19 +71,20 @@
     const dag = params.get("dag_id"), run = params.get("run_id");
     const q = dag && run ? "?dag_id=" + encodeURIComponent(dag) + "&run_id=" + encodeURIComponent(run) : "";
     const data = await getJSON("shards" + q); root = data.airflow_root || "/";
-    const head = el("tr", {}, ["Shard", "Upper", "Since", "Seqno", "Batches", "Parts", "Bytes", "Retention",
-      "Leases", "Leaked", "Last commit", "By DAG run"].map((h) => el("th", {}, h)));
+    const head = el("tr", {}, ["Shard", "Upper (UTC)", "Since (UTC)", "Seqno", "Batches", "Parts", "Bytes", "Retention",
+      "Leases", "Leaked", "Last commit (UTC)", "By DAG run"].map((h) => el("th", {}, h)));
+    const utc = (iso) => when(iso).replace(" UTC", "");
     const rows = data.shards.map((s) => {
       if (s.error) return el("tr", {}, el("td", {}, shardLink(s)), el("td", { colspan: 11, class: "err" }, s.error));
       if (!s.exists) return el("tr", {}, el("td", {}, shardLink(s)), el("td", { colspan: 11, class: "muted" }, "not created yet"));
       const c = s.last_commit;
       return el("tr", { "data-shard-row": s.id },
-        el("td", {}, shardLink(s)), el("td", { class: "upper" }, frontier(s.upper, s.upper_time, s.closed)),
-        el("td", {}, when(s.since_time)), el("td", { class: "num" }, s.seqno), el("td", { class: "num" }, s.batches),
+        el("td", { class: "wrap" }, shardLink(s)), el("td", { class: "upper" }, s.closed ? "closed (∅)" : utc(s.upper_time)),
+        el("td", {}, utc(s.since_time)), el("td", { class: "num" }, s.seqno), el("td", { class: "num" }, s.batches),
         el("td", { class: "num" }, s.parts), el("td", { class: "num" }, bytes(s.bytes)),
         el("td", {}, duration(s.retention_ms)), el("td", { class: "num" }, s.leases),
         el("td", { class: "num" + (s.leaked ? " warn" : "") }, s.leaked),
-        el("td", {}, when(c.at)), el("td", { class: "wrap" }, runLink(c)));
+        el("td", {}, utc(c.at)), el("td", { class: "wrap" }, runLink(c)));
     });
     const title = dag && run ? "Shards written by this DAG run" : "Shards";
     const sub = dag && run ? dag + " / " + run : "Every shard the DAGs write or read, and the ones configured in [shardsink] shard_urls.";
