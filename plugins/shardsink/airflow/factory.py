@@ -63,9 +63,15 @@ def _timetable(schedule: Any) -> Any:
 
 
 def shard_asset(shard_url: str) -> Asset:
-    """The Airflow asset of a shard (name and URI are the normalised shard URL)."""
+    """The Airflow asset of a shard (name and URI are the normalised shard URL).
+
+    Its ``extra`` names the shard's page in the Airflow UI (the Shards page of
+    :mod:`shardsink.provider`), shown on the asset's page.
+    """
+    from shardsink.provider.links import page_path
+
     url = str(parse_url(shard_url))
-    return Asset(name=url, uri=url)
+    return Asset(name=url, uri=url, extra={"shardsink_page": page_path(url)})
 
 
 def ingest_dag(

@@ -22,6 +22,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException, D
 
 from shardsink.core.shard import Shard
 from shardsink.errors import CorruptionError, ShardClosedError
+from shardsink.provider.operators import ShardTaskMixin
 from shardsink.sinks.ingest import (
     Committed,
     Description,
@@ -178,7 +179,7 @@ def append_task(settings: IngestSettings, attempt: int, desc: dict[str, Any], co
     return result
 
 
-class ShardWriteOperator(SparkSubmitOperator):
+class ShardWriteOperator(ShardTaskMixin, SparkSubmitOperator):
     """spark-submit of the write job for one writer slot of a minted description.
 
     Mapped over the slots; ``desc`` is the mint task's XCom (templated, resolved at run
@@ -201,6 +202,7 @@ class ShardWriteOperator(SparkSubmitOperator):
     """
 
     template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "desc")
+    shard_role = "write"
 
     def __init__(self, *, shard_url: str, source_spec: dict[str, Any], slots: int, desc: Any, slot: int,
                  aws_conn_id: str | None = None, **kwargs: Any) -> None:
