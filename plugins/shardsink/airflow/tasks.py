@@ -22,6 +22,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException, D
 
 from shardsink.core.shard import Shard
 from shardsink.errors import CorruptionError, ShardClosedError
+from shardsink.reclock.source import after_commit
 from shardsink.sinks.ingest import (
     Committed,
     Description,
@@ -166,6 +167,7 @@ def append_task(settings: IngestSettings, attempt: int, desc: dict[str, Any], co
              r.lower, r.upper, r.seqno, r.rows)
     extra = {"shard": shard.url, "lower": r.lower, "upper": r.upper, "seqno": r.seqno, "rows": r.rows,
              "desc_id": r.desc_id}
+    after_commit(settings.source_spec, shard.url)  # reclocked sources publish their resumption frontier
     context["outlet_events"][asset].extra = extra
     result = {"status": r.status, **extra}
     context["ti"].xcom_push(key="return_value", value=result)

@@ -1,0 +1,20 @@
+"""Spark for the reclock tests: the same local[2] session as tests/spark and tests/sinks."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shardsink.testing import MotoServer, local_spark
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+
+@pytest.fixture(scope="session")
+def spark(moto: MotoServer) -> Iterator[Any]:
+    with local_spark() as session:
+        yield session

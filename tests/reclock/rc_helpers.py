@@ -1,0 +1,125 @@
+"""Helpers of the reclock tests: landing files with known ids, one library-level run, audits.
+
+``run_once`` is the ingest DAG's three steps as library calls (mint, the write job's
+read/stage/manifest per slot with real Spark, append), exactly as the Airflow tasks and
+the spark-submit job make them. The audit counts ids in the shard against the ids the
+test itself wrote to the source (an independent record, not read back through shardsink).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections import Counter
+from collections.abc import Iterable
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from shardsink import Shard
+from shardsink.sinks.ingest import (
+    Description,
+    NoOp,
+    append_from_manifests,
+    mint,
+    open_or_create,
+    seals,
+    write_manifest,
+)
+from shardsink.sources.base import Source
+from shardsink.spark.stage import stage_dataframe
+from shardsink.storage.url import open_blob
+
+DAY = 86_400_000
+START = 1_704_067_200_000  # 2024-01-01T00:00:00Z
+SCHEMA = pa.schema([("id", pa.int64()), ("route", pa.string()), ("v", pa.string())])
+
+
+def land(root: str, key: str, ids: Iterable[int], *, route: str = "a") -> list[int]:
+    """Write ids as one file (format from the suffix); return the ids written."""
+    ids = list(ids)
+    t = pa.table({"id": pa.array(ids, pa.int64()), "route": [route] * len(ids), "v": [f"v{i}" for i in ids]})
+    fmt = key.rsplit(".", 1)[-1]
+    if fmt == "parquet":
+        buf = io.BytesIO()
+        pq.write_table(t, buf)
+        data = buf.getvalue()
+    elif fmt == "csv":
+        data = ("id,route,v\n" + "".join(f"{i},{route},v{i}\n" for i in ids)).encode()
+    else:
+        data = "".join(json.dumps(r) + "\n" for r in t.to_pylist()).encode()
+    open_blob(root).put(key, data)
+    return ids
+
+
+def write_slots(spark: Any, shard: Shard, source: Source, d: Description, *, slots: int) -> None:
+    """The write job of every slot of ``d`` (what each spark-submit does), in this Spark session."""
+    for slot in range(slots):
+        df, inputs = source.read_slot(spark, lower=d.lower, upper=d.upper, slot=slot, slots=slots,
+                                      schema=shard.schema, seals=seals(shard))
+        parts = stage_dataframe(df, shard_url=shard.url, schema=shard.schema, lower=d.lower, upper=d.upper,
+                                desc_id=d.desc_id)
+        write_manifest(shard, d, slot=slot, slots=slots, parts=parts, inputs=inputs)
+
+
+def mint_desc(shard_url: str, source: Source, *, interval_end: int, initial_upper: int = START,
+              run_id: str = "r", attempt: int = 1) -> Description | NoOp:
+    shard = open_or_create(shard_url, source, initial_upper=initial_upper)
+    return mint(shard, source, interval_end=interval_end, max_span=None, dag_id="rc", run_id=run_id, attempt=attempt)
+
+
+def run_once(spark: Any, shard_url: str, source: Source, *, interval_end: int, slots: int = 2,
+             run_id: str = "r") -> Description | NoOp:
+    """mint -> write (every slot) -> append; returns what mint produced."""
+    d = mint_desc(shard_url, source, interval_end=interval_end, run_id=run_id)
+    if isinstance(d, NoOp):
+        return d
+    shard = Shard.open(shard_url)
+    write_slots(spark, shard, source, d, slots=slots)
+    append_from_manifests(shard, d, slots)
+    return d
+
+
+def id_counts(shard_url: str) -> Counter[int]:
+    """Multiplicity of every id in the shard (all times below the upper)."""
+    shard = Shard.open(shard_url)
+    info = shard.info()
+    if info.upper is None or info.upper <= info.since:
+        return Counter()
+    t = shard.changes(info.since, info.upper)
+    out: Counter[int] = Counter()
+    for i, d in zip(t["id"].to_pylist(), t["_diff"].to_pylist(), strict=True):
+        out[i] += d
+    return out
+
+
+def times_of(shard_url: str) -> dict[int, int]:
+    """id -> the shard time it was stamped with."""
+    shard = Shard.open(shard_url)
+    info = shard.info()
+    assert info.upper is not None
+    t = shard.changes(info.since, info.upper)
+    return dict(zip(t["id"].to_pylist(), t["_time"].to_pylist(), strict=True))
+
+
+def assert_exactly_once(shard_url: str, expected: Iterable[int]) -> None:
+    got = id_counts(shard_url)
+    want = Counter(expected)
+    dup = sorted(i for i, c in got.items() if c > 1)[:10]
+    gaps = sorted(set(want) - {i for i, c in got.items() if c >= 1})[:10]
+    extra = sorted(set(got) - set(want))[:10]
+    assert not dup and not gaps and not extra, f"duplicates {dup}, gaps {gaps}, unknown {extra}"
+
+
+def assert_no_leaks(shard_url: str) -> None:
+    shard = Shard.open(shard_url)
+    referenced = {p.key for b in shard.batches() for p in b.parts}
+    present = {o.key for o in shard.blob.list("parts/")}
+    assert present == referenced, f"leaked {sorted(present - referenced)[:5]}"
+    assert not list(shard.blob.list("staging/")), "staging manifests left behind"
+
+
+def filter_time(t: pa.Table, lo: int, hi: int) -> pa.Table:
+    return t.filter(pc.and_(pc.greater_equal(t["_time"], lo), pc.less(t["_time"], hi)))
