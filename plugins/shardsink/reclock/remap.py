@@ -72,7 +72,8 @@ class RemapShard:
 
     @classmethod
     def open(cls, url: str) -> RemapShard:
-        return cls(Shard.open(url))
+        """A handle; the first read raises ShardNotFoundError if there is no remap shard (no request now)."""
+        return cls(Shard(url))
 
     @classmethod
     def open_or_create(cls, url: str, *, initial_upper: int) -> RemapShard:
@@ -86,14 +87,19 @@ class RemapShard:
                 return cls(Shard.open(url))
 
     def bindings(self) -> Bindings:
-        """Every binding below the remap upper (one state read plus the remap's parts)."""
-        info = self.shard.info()
-        upper = info.upper if info.upper is not None else 2**63 - 1
-        if upper <= info.since:
-            return Bindings(upper=upper, since=info.since)
-        t = self.shard.changes(info.since, upper)
+        """Every binding below the remap upper, from ONE state read plus the remap's parts.
+
+        Cost: the state head, the versions since the last rollup, and one part per
+        binding since the last compaction of the remap shard.
+        """
+        m = self.shard.machine
+        v = m.head().version
+        h = v.header
+        upper = h.upper if h.upper is not None else 2**63 - 1
+        parts = [p for b in m.full_batches(v) for p in b.parts]
+        t = pt.read_parts(m.blob, parts, h.schema)
         cols = [t.column(c).to_pylist() for c in ("partition", "offset", "name", "size", pt.TIME, pt.DIFF)]
-        return replay(zip(*cols, strict=True), upper=upper, since=info.since)
+        return replay(zip(*cols, strict=True), upper=upper, since=h.since)
 
     def bind_through(self, target: int, propose: Callable[[Bindings], Proposal], *,
                      writer: str | None = None) -> BindResult:
