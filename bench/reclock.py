@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
+sys.path[:0] = [str(REPO / "tests"), str(REPO / "tests" / "reclock")]
 RESULTS = Path(__file__).resolve().parent / "results"
 DAY = 86_400_000
 START = 1_704_067_200_000
@@ -80,7 +80,7 @@ def land_round(root: str, r: int, files: int, rows: int) -> None:
 
 
 def one_run(spark: Any, proxy: Any, shard_url: str, source: Any, *, interval_end: int, slots: int) -> dict[str, Any]:
-    from reclock.rc_helpers import run_once
+    from rc_helpers import run_once
 
     proxy.wait_idle()
     proxy.clear()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 from collections import Counter
 
@@ -28,14 +29,13 @@ def test_each_offset_gets_the_earliest_binding_time_that_covers_it_whatever_the_
     for _ in range(20):  # any cut of the time line into descriptions stamps the same way
         cuts = sorted({100, t + 1, *rnd.sample(range(101, t + 1), 5)})
         got: dict[tuple[str, int], int] = {}
-        for lo, hi in zip(cuts, cuts[1:], strict=False):
-            for slots in (3,):
-                for slot in range(slots):
-                    for s in split(spans(b, lo, hi), slot=slot, slots=slots, chunk=2):
-                        assert lo <= s.time < hi
-                        for o in range(s.start, s.end):
-                            assert (s.partition, o) not in got, "an offset was read twice"
-                            got[(s.partition, o)] = s.time
+        for lo, hi in itertools.pairwise(cuts):
+            for slot in range(3):
+                for s in split(spans(b, lo, hi), slot=slot, slots=3, chunk=2):
+                    assert lo <= s.time < hi
+                    for o in range(s.start, s.end):
+                        assert (s.partition, o) not in got, "an offset was read twice"
+                        got[(s.partition, o)] = s.time
         assert got == want
 
 

@@ -10,7 +10,7 @@ from rc_helpers import DAY, SCHEMA, START, assert_exactly_once, assert_no_leaks,
 
 from shardsink import Shard
 from shardsink.reclock.bindings import FILES
-from shardsink.reclock.health import read, read_sidecar
+from shardsink.reclock.health import read_sidecar, record_failure, status
 from shardsink.reclock.remap import RemapShard
 from shardsink.sinks.ingest import Description, NoOp
 from shardsink.sources.files import FileArrivals
@@ -39,15 +39,18 @@ def test_files_are_ingested_exactly_once_stamped_with_their_binding_time(spark: 
                                                          (START + 2 * DAY - 1, {FILES: 3})]
     assert [f.key for f in b.history[1].files] == ["b/3.jsonl"]
     assert read_sidecar(data) == {"remap": RemapShard.open(remap).url, "source": src.spec()}
-    h = read(remap)
-    assert h is not None and h["status"] == "running" and h["frontier"] == {FILES: 3}
+    r = RemapShard.open(remap)
+    assert status(r, r.bindings())["status"] == "running"
 
     # Nothing new: the next interval seals an empty batch and the source reports idle.
     d3 = run_once(spark, data, src, interval_end=START + 3 * DAY)
     assert isinstance(d3, Description)
     assert Shard.open(data).info().upper == START + 3 * DAY
-    h = read(remap)
-    assert h is not None and h["status"] == "idle"
+    assert status(r, r.bindings())["status"] == "idle"
+    record_failure(remap, "StorageError: listing s3://x failed")
+    assert status(r, r.bindings())["status"] == "failing"
+    run_once(spark, data, src, interval_end=START + 4 * DAY)  # a later binding clears the failure
+    assert status(r, r.bindings())["status"] == "idle"
     # A re-run of a sealed interval does nothing.
     assert isinstance(run_once(spark, data, src, interval_end=START + 2 * DAY), NoOp)
     assert_exactly_once(data, ids)

@@ -1,9 +1,11 @@
 """Source health and the data shard's pointer to its remap shard: two small JSON objects.
 
-* ``health.json`` in the remap shard's root: ``{"status": "running" | "idle" | "failing",
-  "at": ISO time, "error": str | null, "frontier": {...}}``, replaced (plain put) by the
-  mint step: ``running`` when a binding moved the frontier, ``idle`` when the source had
-  nothing new, ``failing`` with the error when reading the source's progress failed.
+* ``health.json`` in the remap shard's root is written only when something fails
+  (reading the source's progress, minting, publishing the Kafka group offsets):
+  ``{"status": "failing", "at": ISO time, "error": str}``. The happy path writes nothing;
+  :func:`status` derives the rest: ``failing`` if that failure is newer than the remap
+  shard's last commit, else ``running`` when the newest sealed binding time moved the
+  frontier, ``idle`` when it did not (the source had nothing new).
 * ``reclock.json`` in every output (data) shard's root: ``{"remap": url, "source": spec}``
   so that ``shardsink inspect`` on a data shard can name its remap shard.
 
@@ -16,25 +18,37 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from shardsink.storage.url import open_blob
 
+if TYPE_CHECKING:
+    from shardsink.reclock.bindings import Bindings
+    from shardsink.reclock.remap import RemapShard
+
 HEALTH_KEY = "health.json"
 SIDECAR_KEY = "reclock.json"
-Status = Literal["running", "idle", "failing"]
 
 
-def record(remap_url: str, status: Status, *, frontier: Mapping[str, int] | None = None,
-           error: str | None = None) -> None:
-    doc = {"status": status, "at": datetime.now(UTC).isoformat(timespec="milliseconds"),
-           "error": None if error is None else error[:2000], "frontier": dict(frontier or {})}
+def record_failure(remap_url: str, error: str) -> None:
+    doc = {"status": "failing", "at": datetime.now(UTC).isoformat(timespec="milliseconds"), "error": error[:2000]}
     open_blob(remap_url).put(HEALTH_KEY, json.dumps(doc, sort_keys=True).encode())
 
 
 def read(remap_url: str) -> dict[str, Any] | None:
     got = open_blob(remap_url).get(HEALTH_KEY)
     return None if got is None else dict(json.loads(got.data))
+
+
+def status(remap: RemapShard, bindings: Bindings) -> dict[str, Any]:
+    """``{"status": running | idle | failing, "at": ..., "error": ...}`` (see the module docstring)."""
+    last = remap.shard.info().last_commit.at
+    failure = read(remap.url)
+    if failure is not None and datetime.fromisoformat(failure["at"]) > datetime.fromisoformat(last):
+        return failure
+    h = bindings.history
+    moved = bool(h) and h[-1].time == bindings.upper - 1
+    return {"status": "running" if moved else "idle", "at": last, "error": None}
 
 
 def write_sidecar(shard_url: str, remap_url: str, spec: Mapping[str, Any]) -> None:

@@ -26,7 +26,8 @@ def reclock_info(shard: Shard) -> dict[str, Any] | None:
     if side is None:
         return None
     remap_url = side["remap"]
-    b = RemapShard.open(remap_url).bindings()
+    remap = RemapShard.open(remap_url)
+    b = remap.bindings()
     outputs = Routing.from_spec(side.get("source", {})).shard_urls(shard.url)
     resume, low = resumption(b, outputs)
     return {
@@ -38,15 +39,16 @@ def reclock_info(shard: Shard) -> dict[str, Any] | None:
         "resume_frontier": resume,
         "resume_from_upper": low,
         "outputs": outputs,
-        "health": health.read(remap_url),
+        "health": health.status(remap, b),
     }
 
 
 def bindings_json(remap_url: str) -> dict[str, Any]:
     """Every binding of the remap shard: time -> frontier, and the files first bound then."""
-    b = RemapShard.open(remap_url).bindings()
+    remap = RemapShard.open(remap_url)
+    b = remap.bindings()
     return {
-        "remap": RemapShard.open(remap_url).url,
+        "remap": remap.url,
         "upper": b.upper,
         "since": b.since,
         "bindings": [
@@ -54,5 +56,5 @@ def bindings_json(remap_url: str) -> dict[str, Any]:
              "files": [{"ordinal": f.ordinal, "key": f.key, "size": f.size} for f in x.files]}
             for x in b.history
         ],
-        "health": health.read(remap_url),
+        "health": health.status(remap, b),
     }

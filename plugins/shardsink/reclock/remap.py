@@ -76,15 +76,20 @@ class RemapShard:
         return cls(Shard(url))
 
     @classmethod
+    def create_if_missing(cls, url: str, *, initial_upper: int) -> RemapShard:
+        """Create it empty at ``initial_upper`` (a creator that loses the race just uses the winner's)."""
+        try:
+            return cls(Shard.create(url, SCHEMA, upper=initial_upper))
+        except ShardExistsError:
+            return cls(Shard(url))
+
+    @classmethod
     def open_or_create(cls, url: str, *, initial_upper: int) -> RemapShard:
         """Open it, or create it empty at ``initial_upper`` (two creators: the loser opens)."""
         try:
             return cls(Shard.open(url))
         except ShardNotFoundError:
-            try:
-                return cls(Shard.create(url, SCHEMA, upper=initial_upper))
-            except ShardExistsError:
-                return cls(Shard.open(url))
+            return cls.create_if_missing(url, initial_upper=initial_upper)
 
     def bindings(self) -> Bindings:
         """Every binding below the remap upper, from ONE state read plus the remap's parts.
@@ -124,7 +129,13 @@ class RemapShard:
                   pt.DIFF: r["diff"]} for r in rows],
                 schema=pa.schema([*SCHEMA, pa.field(pt.TIME, pa.int64()), pa.field(pt.DIFF, pa.int64())]))
             desc_id = f"bind-{target - 1}-{uuid.uuid4().hex[:12]}"
-            self.shard.append(table, lower=b.upper, upper=target, desc_id=desc_id, writer=writer)
+            staged = self.shard.stage(table, lower=b.upper, upper=target, desc_id=desc_id, schema=SCHEMA)
+            try:
+                self.shard.compare_and_append([staged], expected_upper=b.upper, new_upper=target, desc_id=desc_id,
+                                              writer=writer)
+            except UpperMismatchError:
+                self.shard.discard([staged])  # lost the race: the fate check keeps anything committed
+                raise
             minted = True
             log.info("bound %s at time %d on %s (%d new files)", dict(prop.frontier), target - 1, self.url,
                      len(prop.files))

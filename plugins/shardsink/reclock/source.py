@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 from shardsink.core import parts as pt
 from shardsink.core.shard import Shard
 from shardsink.errors import InvalidUsageError, ShardNotFoundError, ShardsinkError
-from shardsink.reclock import health
+from shardsink.reclock import health, plan
 from shardsink.reclock.bindings import Bindings
 from shardsink.reclock.remap import Proposal, RemapShard
 from shardsink.storage.url import parse_url
@@ -174,20 +174,30 @@ class ReclockedBase:
             return None
 
     def bind_through(self, target: int, *, shard_url: str, lower: int) -> int:
-        remap = RemapShard.open_or_create(self.remap_url, initial_upper=lower)
+        """Bind ``target - 1`` if needed; publish the description's read plan; return ``target``.
+
+        Requests on the happy path: the remap shard's state and binding parts, the source
+        listing, and (when minting) one part, one state version, the hint; plus the plan.
+        """
+        remap = RemapShard(Shard(self.remap_url))
         try:
-            got = remap.bind_through(target, self.propose, writer=f"reclock:{self.kind}")
+            try:
+                got = remap.bind_through(target, self.propose, writer=f"reclock:{self.kind}")
+            except ShardNotFoundError:
+                remap = RemapShard.create_if_missing(self.remap_url, initial_upper=lower)
+                got = remap.bind_through(target, self.propose, writer=f"reclock:{self.kind}")
         except ShardsinkError as e:
-            health.record(self.remap_url, "failing", error=f"{type(e).__name__}: {e}")
+            health.record_failure(self.remap_url, f"{type(e).__name__}: {e}")
             raise
-        if got.minted:
-            history = got.bindings.history
-            moved = bool(history) and history[-1].time == target - 1
-            health.record(self.remap_url, "running" if moved else "idle", frontier=got.bindings.latest())
-            if len(history) <= 1:  # the first bindings: tell the output shards where their remap shard is
-                for url in self.routing.shard_urls(shard_url):
-                    health.write_sidecar(url, self.remap_url, self.spec())
+        plan.publish(self.remap_url, got.bindings, lower, target)
+        if got.minted and len(got.bindings.history) <= 1:  # first bindings: point the outputs at their remap
+            for url in self.routing.shard_urls(shard_url):
+                health.write_sidecar(url, self.remap_url, self.spec())
         return target
+
+    def read_plan(self, lower: int, upper: int) -> plan.Plan:
+        """The read plan of the description ``[lower, upper)`` (published by mint, else rebuilt)."""
+        return plan.load(self.remap_url, lower, upper)
 
     def after_commit(self, shard_url: str) -> None:
         """Nothing to publish by default."""
@@ -213,4 +223,4 @@ def after_commit(spec: Mapping[str, Any], shard_url: str) -> None:
         src.after_commit(shard_url)
     except Exception as e:  # the data commit stands; publishing progress upstream is best effort
         log.warning("could not publish the resumption frontier of %s: %s", src.remap_url, e)
-        health.record(src.remap_url, "failing", error=f"publishing the resumption frontier: {type(e).__name__}: {e}")
+        health.record_failure(src.remap_url, f"publishing the resumption frontier: {type(e).__name__}: {e}")

@@ -31,7 +31,7 @@ import pyarrow as pa
 from shardsink.core import parts as pt
 from shardsink.core.state import schema_from_json, schema_to_json
 from shardsink.errors import InvalidUsageError
-from shardsink.reclock.bindings import FILES, Bindings, BoundFile, spans, split
+from shardsink.reclock.bindings import FILES, Bindings, BoundFile, split
 from shardsink.reclock.remap import Proposal
 from shardsink.reclock.source import ReclockedBase, Routing, stamp
 from shardsink.sources.base import Seal
@@ -113,9 +113,8 @@ class FileArrivals(ReclockedBase):
         """
         from pyspark.sql.pandas.types import from_arrow_schema
 
-        b = self.remap().bindings()
-        by_ordinal = b.files()
-        mine = [(by_ordinal[o], s.time) for s in split(spans(b, lower, upper), slot=slot, slots=slots, chunk=1)
+        plan = self.read_plan(lower, upper)
+        mine = [(plan.files[o], s.time) for s in split(plan.spans, slot=slot, slots=slots, chunk=1)
                 for o in range(s.start, s.end)]
         listing = [{"ordinal": f.ordinal, "key": f.key, "size": f.size, "time": t} for f, t in mine]
         spark_schema = from_arrow_schema(pa.schema([*schema, pa.field(pt.TIME, pa.int64())]))

@@ -36,7 +36,7 @@ import pyarrow as pa
 from shardsink.core import parts as pt
 from shardsink.core.state import schema_from_json, schema_to_json
 from shardsink.errors import InvalidUsageError, StorageError
-from shardsink.reclock.bindings import Bindings, Span, spans, split
+from shardsink.reclock.bindings import Bindings, Span, split
 from shardsink.reclock.remap import Proposal
 from shardsink.reclock.source import ReclockedBase, Routing, resumption, stamp
 from shardsink.sources.base import Seal
@@ -222,7 +222,7 @@ class KafkaSource(ReclockedBase):
         """This slot's chunks of the offset ranges bound at times in ``[lower, upper)``, stamped."""
         from pyspark.sql.pandas.types import from_arrow_schema
 
-        mine = split(spans(self.remap().bindings(), lower, upper), slot=slot, slots=slots, chunk=self.chunk)
+        mine = split(self.read_plan(lower, upper).spans, slot=slot, slots=slots, chunk=self.chunk)
         listing = [{"partition": s.partition, "start": s.start, "end": s.end, "time": s.time} for s in mine]
         spark_schema = from_arrow_schema(pa.schema([*schema, pa.field(pt.TIME, pa.int64())]))
         if not mine:
