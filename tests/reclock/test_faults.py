@@ -153,3 +153,20 @@ def test_lost_acknowledgement_of_a_commit_is_resolved_and_ingests_once(
     run_once(spark, data, src, interval_end=START + 2 * DAY)
     assert_exactly_once(data, ids)
     assert [x.time for x in RemapShard.open(remap).bindings().history] == [START + DAY - 1, START + 2 * DAY - 1]
+
+
+def test_a_description_spanning_bindings_of_crashed_runs_stamps_each_record_with_its_own_binding(
+        spark: Any, tmp_path: Path) -> None:
+    root, data, src = setup(tmp_path)
+    ids = land(root, "1.parquet", range(10))
+    for day in (1, 2):  # two runs bind and crash before writing anything
+        p = proc_mint(data, src, START + day * DAY, "--die")
+        p.communicate(timeout=120)
+        assert p.returncode == 137
+        if day == 1:
+            ids += land(root, "2.parquet", range(10, 20))
+    d = run_once(spark, data, src, interval_end=START + 2 * DAY)  # one description over both bindings
+    assert isinstance(d, Description) and (d.lower, d.upper) == (START, START + 2 * DAY)
+    t = times_of(data)
+    assert {t[i] for i in range(10)} == {START + DAY - 1} and {t[i] for i in range(10, 20)} == {START + 2 * DAY - 1}
+    assert_exactly_once(data, ids)
