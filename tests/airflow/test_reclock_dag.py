@@ -10,16 +10,16 @@ from pathlib import Path
 from af_helpers import DAY, START, VENV_BIN, Env, assert_no_leaks, ok
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "reclock"))
-from rc_helpers import assert_exactly_once, land, times_of
+from rc_helpers import assert_exactly_once, create_topic, land, produce, tansu_broker, times_of
 
 COLUMNS = {"id": "int64", "route": "string", "v": "string"}
 
 
-def dags_test(af: Env, day: str, *, home: Path | None = None) -> str:
+def dags_test(af: Env, day: str, *, home: Path | None = None, dag: str = "example_arrivals") -> str:
     env = dict(af.env)
     if home is not None:
         env.update({"AIRFLOW_HOME": str(home), "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db"})
-    return ok(subprocess.run([str(VENV_BIN / "airflow"), "dags", "test", "example_arrivals", day], env=env,
+    return ok(subprocess.run([str(VENV_BIN / "airflow"), "dags", "test", dag, day], env=env,
                              capture_output=True, text=True, timeout=1200))
 
 
@@ -58,3 +58,19 @@ def test_arrivals_dag_ingests_each_file_once_and_a_fresh_metadata_db_loses_nothi
     b = json.loads(r.stdout)
     assert [x["frontier"] for x in b["bindings"]] == [{"files": 2}, {"files": 3}]
     assert [f["key"] for f in b["bindings"][1]["files"]] == ["y/3.csv"]
+
+
+def test_kafka_dag_reads_bound_offsets_on_executors_and_commits_group_offsets(af: Env) -> None:
+    from shardsink.sources.kafka import KafkaSource
+
+    with tansu_broker() as bootstrap:
+        topic = create_topic(bootstrap, 2)
+        shard = (af.root / "shards" / "kafka").as_uri()
+        af.env.update({"SHARDSINK_KAFKA_BOOTSTRAP": bootstrap, "SHARDSINK_KAFKA_TOPIC": topic,
+                       "SHARDSINK_KAFKA_SHARD": shard, "SHARDSINK_COLUMNS": json.dumps(COLUMNS)})
+        ids = produce(bootstrap, topic, range(0, 60), partitions=2)
+        dags_test(af, "2024-01-02", dag="example_kafka")
+        assert_exactly_once(shard, ids)
+        assert_no_leaks(shard)
+        src = KafkaSource(bootstrap, topic, remap=shard + "-remap", group_id=f"shardsink-{topic}")
+        assert src.committed_offsets() == {0: 30, 1: 30}, "the group's offsets are the resumption frontier"
