@@ -59,6 +59,12 @@ class FileArrivals(ReclockedBase):
             raise InvalidUsageError(f"settle_seconds {settle_seconds} must be >= 0")
         self.landing = LandingSource(root)
         self.root = self.landing.root
+        under = self.root.rstrip("/") + "/"
+        inside = [u for u in (self.remap_url, *self.routing.shard_urls(None)) if u.startswith(under)]
+        if inside:
+            raise InvalidUsageError(
+                f"shards {inside} are inside the arrivals folder {self.root}: their parts would be bound as arrivals; "
+                "put the remap and data shards next to it, not under it")
         self.settle_seconds = settle_seconds
         self._schema = schema if schema is not None else (parse_columns(columns) if columns else None)
         self.clock = clock
