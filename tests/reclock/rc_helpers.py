@@ -197,3 +197,83 @@ def produce(bootstrap: str, topic: str, ids: Iterable[int], *, partitions: int,
     finally:
         p.close()
     return ids
+
+
+# --- independent counts and OS processes ---------------------------------------------------
+
+
+def source_id_counts(root: str) -> Counter[int]:
+    """Ids in every data file under the local folder ``root``, read with pyarrow directly
+    (not through shardsink): the independent count the shard is checked against."""
+    import pyarrow.csv as pcsv
+    import pyarrow.json as pjson
+
+    out: Counter[int] = Counter()
+    for f in sorted(Path(root).rglob("*")):
+        if not f.is_file() or f.name.startswith(("_", ".")):
+            continue
+        if f.suffix == ".parquet":
+            t = pq.read_table(f)
+        elif f.suffix == ".csv":
+            t = pcsv.read_csv(f)
+        else:
+            t = pjson.read_json(f)
+        out.update(t["id"].to_pylist())
+    return out
+
+
+def raw_id_counts(shard_url: str) -> Counter[int]:
+    """Multiplicity of every id in a local shard, from its state versions (plain JSON) and the
+    parts they reference (pyarrow), replayed without the library's codec."""
+    root = Path(shard_url.removeprefix("file://"))
+    live: dict[str, list[str]] = {}
+    for v in sorted((root / "state" / "v").glob("*.json")):
+        doc = json.loads(v.read_bytes())
+        for gone in doc["removed"]:
+            live.pop(gone, None)
+        for b in doc["added"]:
+            live[b["desc_id"]] = [p["key"] for p in b["parts"]]
+    out: Counter[int] = Counter()
+    for key in sorted(k for keys in live.values() for k in keys):
+        t = pq.read_table(root / key)
+        for i, d in zip(t["id"].to_pylist(), t["_diff"].to_pylist(), strict=True):
+            out[i] += d
+    return Counter({i: c for i, c in out.items() if c})
+
+
+def assert_matches_source(shard_url: str, want: Counter[int]) -> None:
+    """The shard holds every source id exactly as often as the source does: no duplicate, no gap."""
+    got = raw_id_counts(shard_url)
+    assert set(want.values()) == {1}, "the test's source ids are meant to be unique"
+    dup = sorted(i for i, c in got.items() if c > want.get(i, 0))[:10]
+    gaps = sorted(i for i in want if got.get(i, 0) < want[i])[:10]
+    assert not dup and not gaps, f"duplicates {dup}, gaps {gaps} (shard {len(got)} ids, source {len(want)})"
+    assert got == want
+
+
+def staged_objects(shard_url: str, desc_id: str) -> list[str]:
+    blob = open_blob(shard_url)
+    return [o.key for prefix in (f"parts/{desc_id}/", f"staging/{desc_id}/") for o in blob.list(prefix)]
+
+
+def spawn_ctx() -> Any:
+    import multiprocessing
+
+    return multiprocessing.get_context("spawn")
+
+
+def expect(queue: Any, kind: str, *, timeout: float = 900) -> tuple[Any, ...]:
+    """The next message of a child (see proc_run); a child's traceback fails the test."""
+    msg = queue.get(timeout=timeout)
+    assert msg[0] != "error", f"child failed:\n{msg[1]}"
+    assert msg[0] == kind, msg
+    return tuple(msg[1:])
+
+
+def kill_hard(proc: Any) -> None:
+    """SIGKILL a child process (no cleanup, no atexit) and reap it."""
+    import signal
+
+    proc.kill()
+    proc.join(timeout=60)
+    assert proc.exitcode == -signal.SIGKILL, proc.exitcode

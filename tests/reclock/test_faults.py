@@ -9,23 +9,31 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from threading import BrokenBarrierError
 from typing import Any
 
+import proc_run
 import pytest
 from rc_helpers import (
     DAY,
     SCHEMA,
     START,
     assert_exactly_once,
+    assert_matches_source,
+    assert_no_leaks,
+    expect,
+    kill_hard,
     land,
-    mint_desc,
     run_once,
+    source_id_counts,
+    spawn_ctx,
+    staged_objects,
     times_of,
-    write_slots,
 )
 from support.faultproxy import FaultProxy, fault_proxy
 
 from shardsink import Shard
+from shardsink.core.fate import DeleteRefusedError, delete_staged
 from shardsink.reclock.remap import RemapShard
 from shardsink.sinks.ingest import Description, LostRaceError, append_from_manifests
 from shardsink.sources.files import FileArrivals
@@ -61,21 +69,90 @@ def test_crash_between_binding_and_data_commit_resumes_with_the_same_binding(spa
     assert_exactly_once(data, ids)
 
 
-def test_crash_between_staging_and_append_then_a_fresh_run_commits_once(spark: Any, tmp_path: Path) -> None:
+def test_a_run_sigkilled_between_staging_and_append_leaves_a_fresh_run_exactly_once_and_no_orphans(
+        spark: Any, tmp_path: Path) -> None:
+    """A child OS process mints (binds), stages every slot's parts and manifests, and is
+    SIGKILLed before append. Its description (what XCom would hold) survives it. While the
+    orphan may still commit, the fate-checked deleter refuses to touch it; a fresh run
+    commits the same records once; the killed run's append, retried, loses and removes the
+    orphan's objects through the lost-race cleanup (core.fate.delete_staged)."""
     root, data, src = setup(tmp_path)
-    ids = land(root, "1.parquet", range(30)) + land(root, "2.jsonl", range(30, 45))
-    d = mint_desc(data, src, interval_end=START + DAY, run_id="crashed")
-    assert isinstance(d, Description)
-    write_slots(spark, Shard.open(data), src, d, slots=2)  # staged, manifests written; the run dies here
-    fresh = run_once(spark, data, src, interval_end=START + DAY, run_id="fresh")  # metadata lost: a new run
-    assert isinstance(fresh, Description) and fresh.desc_id != d.desc_id
-    with pytest.raises(LostRaceError):  # the crashed run's append, if it ever comes back, loses and cleans up
-        append_from_manifests(Shard.open(data), d, 2)
-    assert_exactly_once(data, ids)
-    shard = Shard.open(data)
-    referenced = {p.key for b in shard.batches() for p in b.parts}
-    assert not [o for o in shard.blob.list(f"parts/{d.desc_id}/")], "the loser's staged parts were deleted"
-    assert referenced
+    land(root, "1.parquet", range(30))
+    land(root, "2.jsonl", range(30, 45))
+    Shard.create(data, SCHEMA, upper=START)
+    ctx = spawn_ctx()
+    out = ctx.Queue()
+    child = ctx.Process(target=proc_run.stage_and_hang, args=(data, src.spec(), START + DAY, 2, out))
+    child.start()
+    try:
+        (doc,) = expect(out, "staged")
+    finally:
+        kill_hard(child)
+    orphan = Description.from_dict(doc)
+    left = staged_objects(data, orphan.desc_id)
+    assert len([k for k in left if k.startswith("staging/")]) == 2 and any(k.startswith("parts/") for k in left)
+    with pytest.raises(DeleteRefusedError):  # it may still commit: nothing of it may go
+        delete_staged(Shard.open(data).machine, orphan.desc_id, orphan.lower)
+    assert staged_objects(data, orphan.desc_id) == left
+    land(root, "3.csv", range(45, 60))  # arrives after the crash: not in the crashed binding
+    fresh = run_once(spark, data, src, interval_end=START + DAY, run_id="fresh")
+    assert isinstance(fresh, Description) and fresh.desc_id != orphan.desc_id
+    assert (fresh.lower, fresh.upper) == (orphan.lower, orphan.upper), "the fresh run reused the durable binding"
+    assert set(times_of(data)) == set(range(45))
+    with pytest.raises(LostRaceError) as lost:  # the killed run's append task, retried
+        append_from_manifests(Shard.open(data), orphan, 2)
+    assert lost.value.deleted == len(left) and staged_objects(data, orphan.desc_id) == []
+    run_once(spark, data, src, interval_end=START + 2 * DAY)
+    assert_matches_source(data, source_id_counts(root))
+    assert_no_leaks(data)
+
+
+def test_two_complete_runs_racing_in_two_processes_ingest_every_file_once_and_the_loser_leaks_nothing(
+        tmp_path: Path) -> None:
+    """Two OS processes, each with its own Spark, run mint -> write -> append for overlapping
+    target times on the same data and remap shards for several rounds; a barrier releases each
+    round and a second one makes both stage before either appends, so every round has one
+    winner and one loser, which starts a fresh run. Files land between rounds (and one while
+    the racers mint). Checked against the files read directly with pyarrow."""
+    root, data, src = setup(tmp_path)
+    Shard.create(data, SCHEMA, upper=START)
+    rounds = 3
+    ends = {"p0": [START + (r + 1) * DAY for r in range(rounds)],
+            "p1": [START + (r + 1) * DAY + DAY // 2 for r in range(rounds)]}
+    ctx = spawn_ctx()
+    out, barrier = ctx.Queue(), ctx.Barrier(3)
+    procs = [ctx.Process(target=proc_run.racer, args=(n, data, src.spec(), ends[n], 2, barrier, out))
+             for n in ends]
+    for p in procs:
+        p.start()
+    reports: list[tuple[Any, ...]] = []
+    try:
+        for r in range(rounds):
+            land(root, f"r{r}-a.parquet", range(1000 * r, 1000 * r + 40))
+            land(root, f"r{r}-b.csv", range(1000 * r + 40, 1000 * r + 55))
+            barrier.wait(timeout=900)  # go
+            if r < rounds - 1:  # races the listings; bound this round or the next
+                land(root, f"r{r}-late.jsonl", range(1000 * r + 500, 1000 * r + 510))
+            barrier.wait(timeout=900)  # both staged
+            barrier.wait(timeout=900)  # both appended
+            reports += [expect(out, "round") for _ in procs]
+    except BrokenBarrierError:
+        raise AssertionError(f"a racer failed: {out.get(timeout=60)}") from None
+    finally:
+        for p in procs:
+            p.join(timeout=120)
+            if p.is_alive():
+                p.kill()
+    assert [p.exitcode for p in procs] == [0, 0]
+    firsts = {r: [events[0][0] for _, rr, events in reports if rr == r] for r in range(rounds)}
+    assert all(sorted(f) == ["committed", "lost"] for f in firsts.values()), firsts
+    losers = [e for _, _, events in reports for e in events if e[0] == "lost"]
+    for _, desc_id, _, _, deleted in losers:
+        assert isinstance(deleted, int) and deleted > 0
+        assert staged_objects(data, desc_id) == [], f"loser {desc_id} leaked"
+    assert_matches_source(data, source_id_counts(root))
+    assert_no_leaks(data)
+    assert_no_leaks(src.remap_url)  # racing binders discarded their losing binding parts
 
 
 def test_racing_binders_in_separate_processes_mint_one_binding(tmp_path: Path) -> None:
