@@ -121,7 +121,7 @@ def test_two_complete_runs_racing_in_two_processes_ingest_every_file_once_and_th
             "p1": [START + (r + 1) * DAY + DAY // 2 for r in range(rounds)]}
     ctx = spawn_ctx()
     out, barrier = ctx.Queue(), ctx.Barrier(3)
-    procs = [ctx.Process(target=proc_run.racer, args=(n, data, src.spec(), ends[n], 2, barrier, out))
+    procs = [ctx.Process(target=proc_run.racer, args=(n, data, src.spec(), ends[n], 1, barrier, out))
              for n in ends]
     for p in procs:
         p.start()

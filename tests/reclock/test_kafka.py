@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import proc_run
-import pytest
 from rc_helpers import (
     DAY,
     SCHEMA,
@@ -18,14 +17,13 @@ from rc_helpers import (
     produce,
     run_once,
     spawn_ctx,
-    staged_objects,
     times_of,
 )
 
 from shardsink import Shard
 from shardsink.reclock.remap import RemapShard
 from shardsink.reclock.source import Routing
-from shardsink.sinks.ingest import Description, LostRaceError, append_from_manifests
+from shardsink.sinks.ingest import Description
 from shardsink.sources.kafka import KafkaSource
 
 
@@ -108,44 +106,36 @@ def test_two_outputs_routed_by_key_are_each_exactly_once_and_resume_from_the_slo
     assert src.committed_offsets() == {0: 30, 1: 30}
 
 
-@pytest.mark.parametrize("killed", ["after_binding", "after_staging"])
-def test_a_run_sigkilled_after_binding_or_staging_replays_exactly_once_and_group_offsets_equal_the_resumption(
-        spark: Any, kafka: str, tmp_path: Any, killed: str) -> None:
-    """A child OS process mints on a Kafka source (which binds the partitions' offsets) and,
-    for ``after_staging``, also stages every slot's parts read by Spark executors; then it is
-    SIGKILLed before append. The group offsets were never committed past the shard. More
-    records arrive; a replay reuses the durable binding, the killed run's retried append (if
-    it staged) removes its orphan through the lost-race cleanup, and the next run reads the
+def test_a_run_sigkilled_after_binding_replays_exactly_once_and_group_offsets_equal_the_resumption_frontier(
+        spark: Any, kafka: str, tmp_path: Any) -> None:
+    """A child OS process mints on a Kafka source (which binds the partitions' offsets) and is
+    SIGKILLed before writing. The group offsets were never committed past the shard. More
+    records arrive; a replay reads exactly the crashed binding's offsets, the next run the
     rest: exactly once against the records the test produced, and the group's committed
-    offsets equal the resumption frontier."""
+    offsets equal the resumption frontier. (A kill after staging is the file-arrivals test
+    ``test_a_run_sigkilled_between_staging_and_append_...``: the orphan's cleanup does not
+    depend on the source; a Kafka variant with a Spark child passed once in 25 s and was left
+    out to keep the suite lean.)"""
     topic = create_topic(kafka, 2)
     data, remap = (tmp_path / "events").as_uri(), (tmp_path / "remap").as_uri()
     src = KafkaSource(kafka, topic, remap=remap, schema=SCHEMA, chunk=6)
     ids = produce(kafka, topic, range(0, 30), partitions=2)
     ctx = spawn_ctx()
     out = ctx.Queue()
-    staged = killed == "after_staging"
-    child = (ctx.Process(target=proc_run.stage_and_hang, args=(data, src.spec(), START + DAY, 2, out)) if staged
-             else ctx.Process(target=proc_run.mint_and_hang, args=(data, src.spec(), START + DAY, out)))
+    child = ctx.Process(target=proc_run.mint_and_hang, args=(data, src.spec(), START + DAY, out))
     child.start()
     try:
-        (doc,) = expect(out, "staged" if staged else "minted")
+        (doc,) = expect(out, "minted")
     finally:
         kill_hard(child)
     crashed = Description.from_dict(doc)
     assert RemapShard.open(remap).bindings().latest() == {"0": 15, "1": 15}, "the binding is durable"
     assert set(src.committed_offsets().values()) == {None}, "nothing was committed past the shard"
-    orphan = staged_objects(data, crashed.desc_id)
-    assert bool(orphan) == staged
     ids += produce(kafka, topic, range(30, 50), partitions=2)  # after the crash: not in the crashed binding
     d = run_once(spark, data, src, interval_end=START + DAY, run_id="replay")
     assert isinstance(d, Description) and (d.lower, d.upper) == (crashed.lower, crashed.upper)
     assert set(times_of(data)) == set(range(30)), "the replay read the crashed run's bound offsets only"
     assert src.committed_offsets() == {0: 15, 1: 15}
-    if staged:
-        with pytest.raises(LostRaceError) as lost:  # the killed run's append task, retried
-            append_from_manifests(Shard.open(data), crashed, 2)
-        assert lost.value.deleted == len(orphan) and staged_objects(data, crashed.desc_id) == []
     run_once(spark, data, src, interval_end=START + 2 * DAY)
     assert_exactly_once(data, ids)
     assert_no_leaks(data)
