@@ -23,6 +23,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException, D
 from shardsink.core.shard import Shard
 from shardsink.errors import CorruptionError, ShardClosedError
 from shardsink.provider.operators import ShardTaskMixin
+from shardsink.reclock.source import after_commit
 from shardsink.sinks.ingest import (
     Committed,
     Description,
@@ -172,6 +173,7 @@ def append_task(settings: IngestSettings, attempt: int, desc: dict[str, Any], co
     ensure_retention(shard, settings.retention)
     extra = {"shard": shard.url, "lower": r.lower, "upper": r.upper, "seqno": r.seqno, "rows": r.rows,
              "desc_id": r.desc_id}
+    after_commit(settings.source_spec, shard.url)  # reclocked sources publish their resumption frontier
     context["outlet_events"][asset].extra = extra
     result = {"status": r.status, **extra}
     context["ti"].xcom_push(key="return_value", value=result)

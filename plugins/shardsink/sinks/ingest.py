@@ -40,6 +40,7 @@ from shardsink.core.fate import STAGED_PREFIXES, CannotCommit, Committed, delete
 from shardsink.core.shard import AppendResult, Shard, StagedBatch, default_writer
 from shardsink.core.state import PartMeta
 from shardsink.errors import CorruptionError, InvalidUsageError, ShardNotFoundError, UpperMismatchError
+from shardsink.reclock.source import Reclocked, reclocked_upper
 from shardsink.sources.base import Seal, Source
 
 log = logging.getLogger("shardsink.sinks")
@@ -131,7 +132,11 @@ def mint(
     Raises ShardClosedError via the caller's append if the shard is closed.
     """
     lower = shard.info().upper
-    wm = source.watermark()
+    if isinstance(source, Reclocked) and lower is not None:  # offsets, not event times: bind them to times
+        wm: int | None = reclocked_upper(source, shard_url=shard.url, lower=lower, interval_end=interval_end,
+                                         max_span=max_span)
+    else:
+        wm = source.watermark()
     if lower is None:
         return NoOp(f"shard {shard.url} is closed; nothing can be appended", None, wm, interval_end)
     bounds = [b for b in (wm, interval_end, None if max_span is None else lower + max_span) if b is not None]

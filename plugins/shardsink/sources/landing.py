@@ -205,6 +205,34 @@ def _to_millis(col: pa.ChunkedArray, *, where: str, name: str) -> pa.ChunkedArra
     )
 
 
+def read_data_file(blob: Blob, key: str, schema: pa.Schema | None, *, where: str,
+                   size: int | None = None) -> pa.Table:
+    """Read one Parquet / CSV / JSONL file as it is (format from the key's suffix).
+
+    ``schema`` pins the types of the columns it names (CSV, JSONL). ``size``: the size the
+    caller expects; a file of another size was changed in place (refused). Raises
+    MalformedInputError naming ``where``.
+    """
+    got = blob.get(key)
+    if got is None:
+        raise MalformedInputError(f"{where} disappeared while reading; landed files must never be removed")
+    if size is not None and len(got.data) != size:
+        raise MalformedInputError(
+            f"{where} has {len(got.data)} bytes, not the {size} it had when it was bound; landed files must "
+            "never be changed in place")
+    fmt = key.lower().rsplit(".", 1)[-1]
+    try:
+        if fmt == "parquet":
+            return pq.read_table(pa.BufferReader(got.data))
+        if fmt == "csv":
+            types = {c.name: c.type for c in schema} if schema is not None else None
+            return pacsv.read_csv(io.BytesIO(got.data), convert_options=pacsv.ConvertOptions(column_types=types))
+        parse = pajson.ParseOptions(explicit_schema=schema, unexpected_field_behavior="infer") if schema else None
+        return pajson.read_json(io.BytesIO(got.data), parse_options=parse)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OSError) as e:
+        raise MalformedInputError(f"{where} is unreadable as {fmt}: {e}") from e
+
+
 def read_landing_file(
     blob: Blob, f: LandingFile, schema: pa.Schema | None, time_column: str, *, root: str | None = None
 ) -> pa.Table:
@@ -214,21 +242,7 @@ def read_landing_file(
     keeps what the file has (used to infer a schema).
     """
     where = f"{root or blob.url}/{f.key}"
-    got = blob.get(f.key)
-    if got is None:
-        raise MalformedInputError(f"{where} disappeared while reading; landing files must never be removed")
-    fmt = f.key.lower().rsplit(".", 1)[-1]
-    try:
-        if fmt == "parquet":
-            t = pq.read_table(pa.BufferReader(got.data))
-        elif fmt == "csv":
-            types = {c.name: c.type for c in schema} if schema is not None else None
-            t = pacsv.read_csv(io.BytesIO(got.data), convert_options=pacsv.ConvertOptions(column_types=types))
-        else:
-            parse = pajson.ParseOptions(explicit_schema=schema, unexpected_field_behavior="infer") if schema else None
-            t = pajson.read_json(io.BytesIO(got.data), parse_options=parse)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OSError) as e:
-        raise MalformedInputError(f"{where} is unreadable as {fmt}: {e}") from e
+    t = read_data_file(blob, f.key, schema, where=where)
     if time_column not in t.column_names:
         raise MalformedInputError(f"{where} has no event-time column {time_column!r} (columns: {t.column_names})")
     time = _to_millis(t.column(time_column), where=where, name=time_column)
