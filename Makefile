@@ -10,7 +10,7 @@ PY := $(VENV)/bin/python
 REQ_HASH := $(shell cat requirements.txt pyproject.toml 2>/dev/null | sha1sum | cut -c1-12)
 STAMP := $(VENV)/.installed-$(REQ_HASH)
 
-.PHONY: run test venv java lint bench clean
+.PHONY: run ui test venv java chromium lint bench clean
 
 venv: $(STAMP)
 
@@ -21,6 +21,9 @@ $(STAMP):
 	@$(PY) -m pip install -q --upgrade pip
 	@$(PY) -m pip install -q -r requirements.txt
 	@$(PY) -m pip install -q --no-deps -e .
+	@# The editable install leaves plugins/shardsink.egg-info on sys.path: a second copy of the
+	@# entry points, and Airflow would load the shardsink plugin twice. The venv's dist-info is enough.
+	@rm -rf plugins/*.egg-info
 	@rm -f $(VENV)/.installed-* && touch $@
 
 java:
@@ -35,18 +38,41 @@ java:
 	  fi; \
 	fi
 
-run: venv java
-	@$(PY) -m shardsink.demo
+# The browser test (tests/airflow/test_shards_page.py) drives Debian's headless Chromium.
+chromium:
+	@if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "Chromium not found: installing chromium and chromium-driver (the Shards page browser test)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; \
+	  else \
+	    echo "ERROR: chromium and chromedriver are required by the browser test and were not found on PATH."; \
+	    echo "Install them (Debian/Ubuntu: sudo apt-get install chromium chromium-driver) and re-run."; \
+	    exit 1; \
+	  fi; \
+	fi
 
-test: venv java
+run: venv java
+	@PYTHONPATH=. $(PY) -m shardsink_dev.demo
+
+# The Airflow UI on the demo's Airflow home (after `make run`): Browse → Shards. Every user
+# is an admin (simple auth manager's all-admins mode): for a local demo only.
+ui: venv
+	@test -f .airflow/airflow.db || { echo "run 'make run' first (it creates the demo's Airflow home)"; exit 1; }
+	@echo "Airflow UI: http://127.0.0.1:$${PORT:-8080}/plugin/shards  (Ctrl+C stops it)"
+	@AIRFLOW_HOME=$(CURDIR)/.airflow AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=sqlite:///$(CURDIR)/.airflow/airflow.db \
+	  AIRFLOW__CORE__DAGS_FOLDER=$(CURDIR)/dags AIRFLOW__CORE__LOAD_EXAMPLES=False \
+	  AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS=True PYTHONWARNINGS=ignore \
+	  $(VENV)/bin/airflow api-server --port $${PORT:-8080} --workers 1
+
+test: venv java chromium
 	@$(PY) -m pytest -q tests
 
 lint: venv
-	@$(VENV)/bin/ruff check plugins tests bench dags spark_jobs
+	@$(VENV)/bin/ruff check plugins tests bench dags spark_jobs shardsink_dev
 	@$(VENV)/bin/mypy
 
 bench: venv java
-	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+	@for b in bench/[!_]*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
 
 clean:
 	rm -rf .airflow .demo .pytest_cache

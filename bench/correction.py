@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import _path  # noqa: F401  (repo root on sys.path: shardsink_dev)
 import numpy as np
 import pyarrow as pa
 
@@ -41,7 +42,7 @@ from shardsink.core.shard import AppendResult
 from shardsink.sinks.materialize import view
 from shardsink.spark.read import ShardReads
 from shardsink.spark.view import desired_frame, refresh_view
-from shardsink.testing import local_spark
+from shardsink_dev.testing import local_spark
 
 RESULTS = Path(__file__).resolve().parent / "results"
 TARGET_BYTES = 0.02

@@ -25,6 +25,8 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+import _path  # noqa: F401  (repo root on sys.path: shardsink_dev)
+
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 START = 1_704_067_200_000
@@ -102,8 +104,8 @@ def _task_seconds(log: str) -> dict[str, float]:
 def dag_vs_bare(work: Path) -> dict[str, object]:
     from shardsink.sinks.ingest import Description, mint, open_or_create
     from shardsink.sources.landing import LandingSource
-    from shardsink.sources.synthetic import generate
     from shardsink.spark import build_pyfiles_zip, job_path
+    from shardsink_dev.synthetic import generate
 
     env = _env(work)
     generate(env["SHARDSINK_LANDING"], start=START, days=2, files_per_day=3, rows_per_file=2000)

@@ -41,13 +41,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import _path  # noqa: F401  (repo root on sys.path: shardsink_dev)
 import deltalake
 import numpy as np
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 
 from shardsink import Shard
-from shardsink.testing import moto_server
+from shardsink_dev.testing import moto_server
 
 BUCKET = "shardsink-bench"
 RESULTS = Path(__file__).resolve().parent / "results"

@@ -39,13 +39,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import _path  # noqa: F401  (repo root on sys.path: shardsink_dev)
 import pyarrow as pa
 
 from shardsink import Shard, StagedBatch
 from shardsink.maintenance import MaintenanceOptions, compaction_pass, set_retention
 from shardsink.maintenance.gc import GcOptions, GcReport, collect
 from shardsink.storage.s3 import make_client
-from shardsink.testing import moto_server
+from shardsink_dev.testing import moto_server
 
 BUCKET = "shardsink-bench"
 WRITER = "bench-writer"

@@ -32,13 +32,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import _path  # noqa: F401  (repo root on sys.path: shardsink_dev)
 import numpy as np
 import pyarrow as pa
 
 from shardsink import Shard
 from shardsink.spark import datasource as ds
 from shardsink.spark.read import read_snapshot
-from shardsink.testing import local_spark
+from shardsink_dev.testing import local_spark
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SCHEMA = pa.schema([("id", pa.int64()), ("user", pa.string()), ("country", pa.string()), ("amount", pa.float64())])

@@ -12,6 +12,7 @@ Settings come from the environment with embedded defaults, so this one file serv
     SHARDSINK_MAX_ATTEMPTS  fresh descriptions after lost races         [5]
     SHARDSINK_RETRY_BACKOFF base seconds of the jittered backoff        [2]
     SHARDSINK_TASK_RETRIES / SHARDSINK_TASK_RETRY_DELAY_S               [2 / 30]
+    SHARDSINK_AWS_CONN_ID   Airflow ``aws`` connection for S3 stores   [none: the AWS environment]
 """
 
 import os
@@ -37,4 +38,5 @@ dag = ingest_dag(
     task_retries=int(env("SHARDSINK_TASK_RETRIES", "2")),
     task_retry_delay=timedelta(seconds=float(env("SHARDSINK_TASK_RETRY_DELAY_S", "30"))),
     spark_conf={"spark.sql.shuffle.partitions": "2"},
+    aws_conn_id=env("SHARDSINK_AWS_CONN_ID") or None,
 )

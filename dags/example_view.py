@@ -40,4 +40,5 @@ dag = view_dag(
     retry_backoff=float(env("SHARDSINK_RETRY_BACKOFF", "2")),
     task_retries=int(env("SHARDSINK_TASK_RETRIES", "2")),
     task_retry_delay=timedelta(seconds=float(env("SHARDSINK_TASK_RETRY_DELAY_S", "30"))),
+    aws_conn_id=env("SHARDSINK_AWS_CONN_ID") or None,
 )

@@ -12,7 +12,7 @@ import pytest
 
 from shardsink.storage import Blob, open_blob, parse_url
 from shardsink.storage.s3 import S3Blob, make_client
-from shardsink.testing import MotoServer, moto_server
+from shardsink_dev.testing import MotoServer, moto_server
 
 BUCKET = "shardsink-test"
 

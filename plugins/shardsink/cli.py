@@ -82,6 +82,10 @@ def _parser() -> argparse.ArgumentParser:
     i.add_argument("--grace", type=float, default=3600.0, metavar="SECONDS",
                    help="with --leaks: ignore parts younger than this (in-flight writers); default 3600")
 
+    rm = sub.add_parser("remap", help="show a remap shard's bindings (time -> source offsets)")
+    rm.add_argument("url")
+    rm.add_argument("--json", action="store_true")
+
     lg = sub.add_parser("log", help="show commits, newest first")
     lg.add_argument("url")
     lg.add_argument("--limit", type=int, default=20)
@@ -205,8 +209,15 @@ def _run(args: argparse.Namespace) -> int:
         verb = "committed" if r.status == "committed" else "already committed"
         print(f"{verb}: desc {r.desc_id} [{r.lower}, {r.upper}) at seqno {r.seqno}, {r.rows} rows")
         return 0
+    if args.cmd == "remap":
+        return _remap(args)
     if args.cmd == "inspect":
         d = inspect_json(shard)
+        from shardsink.reclock.inspect import reclock_info
+
+        rc = reclock_info(shard)
+        if rc is not None:
+            d["reclock"] = rc
         if args.leaks:
             d["leaked_parts"] = [
                 {"key": o.key, "bytes": o.size, "modified": o.modified}
@@ -219,6 +230,14 @@ def _run(args: argparse.Namespace) -> int:
             print(_table([[k, d[k]] for k in keys], ["field", "value"]))
             print()
             print(_table([[f["name"], f["type"], f["nullable"]] for f in d["schema"]], ["column", "type", "nullable"]))
+            if rc is not None:
+                print()
+                h = rc["health"] or {}
+                rows = [["remap shard", rc["remap"]], ["source frontier", json.dumps(rc["source_frontier"])],
+                        ["resume from", json.dumps(rc["resume_frontier"])],
+                        ["source health", f"{h.get('status')} at {h.get('at')}" + (
+                            f": {h['error']}" if h.get("error") else "")]]
+                print(_table(rows, ["reclock", "value"]))
             if args.leaks:
                 print()
                 leaks = d["leaked_parts"]
@@ -285,6 +304,21 @@ def _run(args: argparse.Namespace) -> int:
         sio.write_table(t, fmt=fmt, output=args.output)
         return 0
     raise InvalidUsageError(f"unknown command {args.cmd!r}")
+
+
+def _remap(args: argparse.Namespace) -> int:
+    from shardsink.reclock.inspect import bindings_json
+
+    d = bindings_json(args.url)
+    if args.json:
+        print(json.dumps(d, indent=2))
+        return 0
+    print(f"remap shard {d['remap']}: upper {d['upper']}, {len(d['bindings'])} bindings")
+    rows = [[b["time"], b["at"], json.dumps(b["frontier"]),
+             ", ".join(f"#{f['ordinal']} {f['key']}" for f in b["files"][:5])
+             + (f" (+{len(b['files']) - 5} more)" if len(b["files"]) > 5 else "")] for b in d["bindings"]]
+    print(_table(rows, ["time", "at", "frontier (next offset per partition)", "files first bound"]))
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

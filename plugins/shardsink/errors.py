@@ -19,9 +19,19 @@ from __future__ import annotations
 
 
 class ShardsinkError(Exception):
-    """Base class of every shardsink error. ``exit_code`` is what the CLI returns."""
+    """Base class of every shardsink error. ``exit_code`` is what the CLI returns.
+
+    ``value`` optionally carries the offending value on its own (the message names it
+    too), so a machine-readable error record (:mod:`shardsink.outcome`) can report it.
+    """
 
     exit_code: int = 1
+    value: str | None = None
+
+    def __init__(self, *args: object, value: object = None) -> None:
+        super().__init__(*args)
+        if value is not None:
+            self.value = str(value)
 
 
 class InvalidUsageError(ShardsinkError):

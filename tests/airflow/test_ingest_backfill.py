@@ -14,8 +14,8 @@ from contextlib import contextmanager
 from af_helpers import DAY, START, VENV_BIN, Env, assert_exactly_once, assert_no_leaks, ok
 
 from shardsink import Shard
-from shardsink.sources.synthetic import generate
-from shardsink.testing import free_port
+from shardsink_dev.synthetic import generate
+from shardsink_dev.testing import free_port
 
 
 @contextmanager

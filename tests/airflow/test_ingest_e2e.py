@@ -9,7 +9,7 @@ from pathlib import Path
 from af_helpers import DAY, START, VENV_BIN, Env, assert_exactly_once, assert_no_leaks, ok
 
 from shardsink import Shard
-from shardsink.sources.synthetic import generate, publish_watermark
+from shardsink_dev.synthetic import generate, publish_watermark
 
 
 def test_every_dag_file_imports_cleanly(af: Env) -> None:
@@ -71,7 +71,7 @@ def test_watermark_that_does_not_move_skips_without_a_jvm(af: Env, tmp_path: Pat
 
 
 def test_s3_landing_and_shard_over_moto(af: Env, moto: object) -> None:
-    from shardsink.testing import MotoServer
+    from shardsink_dev.testing import MotoServer
 
     assert isinstance(moto, MotoServer)
     bucket = "e2e-airflow"

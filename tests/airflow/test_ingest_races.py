@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 import time
 from pathlib import Path
 
 from af_helpers import DAY, START, Env, assert_exactly_once, assert_no_leaks, ok
+from support.inject.faultpoints import fault_env
 
 from shardsink import Shard
 from shardsink.sources.landing import LandingSource, slot_of
-from shardsink.sources.synthetic import generate
+from shardsink_dev.synthetic import generate
 
 
 def _wait_for(pred: object, timeout: float, what: str) -> None:
@@ -34,7 +34,7 @@ def test_two_runs_race_loser_deletes_its_parts_and_retries_fresh(af: Env, tmp_pa
     home_b.mkdir()
     shutil.copy(airflow_template, home_b / "airflow.db")
 
-    run_a = af.popen_dags_test("2024-01-03", extra={"SHARDSINK_FAULTS": json.dumps(faults)})
+    run_a = af.popen_dags_test("2024-01-03", extra=fault_env(faults, af.env))
     parts = Path(af.root / "shards" / "events" / "parts")
     try:
         _wait_for(lambda: parts.is_dir() and any(parts.iterdir()), 300, "run A to stage its first attempt")
@@ -69,7 +69,7 @@ def test_killed_write_and_lost_ack_are_retried_without_duplicates(af: Env, tmp_p
     slot = slot_of(LandingSource(af.landing).files()[0].key, 2)  # a slot that has files to stage
     faults = {"write_kill": {"slot": slot, "once": str(tmp_path / "killed")},
               "append_ack_lost": {"once": str(tmp_path / "ack-lost")}}
-    out = ok(af.dags_test("2024-01-02", extra={"SHARDSINK_FAULTS": json.dumps(faults)}))
+    out = ok(af.dags_test("2024-01-02", extra=fault_env(faults, af.env)))
     assert (tmp_path / "killed").exists() and (tmp_path / "ack-lost").exists()
     assert "SHARDSINK_FAULT write_kill" in out
     assert "injected fault: the acknowledgement" in out

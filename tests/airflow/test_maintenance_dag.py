@@ -11,7 +11,7 @@ from af_helpers import VENV_BIN, Env, ok
 
 from shardsink import Shard
 from shardsink.maintenance.verify import verify
-from shardsink.testing import MotoServer
+from shardsink_dev.testing import MotoServer
 
 SCHEMA = pa.schema([("k", pa.string())])
 

@@ -15,7 +15,7 @@ from af_helpers import DAY, START, VENV_BIN, Env, assert_no_leaks, ok, source_up
 
 from shardsink import Shard
 from shardsink.errors import ShardNotFoundError
-from shardsink.sources.synthetic import generate
+from shardsink_dev.synthetic import generate
 
 VIEW_DAG = "example_view"
 
@@ -109,7 +109,7 @@ def _append_events(shard: Shard, rows: list[tuple[str, str, int, int, int]], low
 
 def test_s3_unchanged_rerun_writes_nothing_then_changes_and_a_foreign_append_are_corrected(
         af: Env, moto: object, tmp_path: Path) -> None:
-    from shardsink.testing import MotoServer
+    from shardsink_dev.testing import MotoServer
 
     assert isinstance(moto, MotoServer)
     moto.make_bucket("e2e-view")
@@ -185,7 +185,8 @@ def test_schema_change_and_missing_input_fail_clearly_output_unchanged(af: Env, 
     assert r.returncode != 0
     assert "InvalidUsageError: the desired DataFrame does not match the schema of output shard" in out
     assert "fixed at creation" in out and "unexpected columns ['extra']" in out
-    assert "the view or its input is invalid (not retried)" in out
+    assert "invalid input, not retried: InvalidUsageError:" in out
+    assert out.count("Spark-Submit cmd") == 1, "an invalid view was retried"
 
     r = _dags_test(af, "ghost_view", "2024-02-01")
     out = r.stdout + r.stderr

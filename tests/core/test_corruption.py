@@ -22,7 +22,7 @@ from shardsink import CorruptionError, Shard
 from shardsink.core import state as st
 from shardsink.core.machine import LATEST, ROLLUP_EVERY, rollup_key, version_key
 from shardsink.storage import Blob, parse_url
-from shardsink.testing import FAKE_ENV, MotoServer
+from shardsink_dev.testing import FAKE_ENV, MotoServer
 
 SCHEMA = pa.schema([("k", pa.string()), ("v", pa.int64())])
 

@@ -36,7 +36,7 @@ from shardsink import (
 from shardsink.core.machine import Machine
 from shardsink.core.retry import COMMIT, STORAGE
 from shardsink.storage.s3 import S3Blob, make_client
-from shardsink.testing import MotoServer
+from shardsink_dev.testing import MotoServer
 
 BUCKET = "shardsink-test"
 #: Client read timeout in the timeout scenarios, and the injected delay beyond it.

@@ -34,7 +34,7 @@ from shardsink import InvalidUsageError, ReadFrontierError, Shard, UpperMismatch
 from shardsink.storage.base import Blob
 from shardsink.storage.local import LocalBlob
 from shardsink.storage.s3 import S3Blob, make_client
-from shardsink.testing import MotoServer
+from shardsink_dev.testing import MotoServer
 
 BUCKET = "shardsink-test"
 KEYS = ("a", "b", "c")

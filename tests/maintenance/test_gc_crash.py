@@ -24,7 +24,7 @@ from shardsink.maintenance.gc import GcOptions, collect
 from shardsink.maintenance.history import list_state
 from shardsink.maintenance.verify import verify
 from shardsink.storage.s3 import S3Blob, make_client
-from shardsink.testing import MotoServer
+from shardsink_dev.testing import MotoServer
 
 pytestmark = pytest.mark.usefixtures("small_windows")
 

@@ -32,7 +32,7 @@ from shardsink import Shard
 from shardsink.storage.base import Blob
 from shardsink.storage.local import LocalBlob
 from shardsink.storage.s3 import S3Blob, make_client
-from shardsink.testing import FAKE_ENV, MotoServer
+from shardsink_dev.testing import FAKE_ENV, MotoServer
 
 BUCKET = "shardsink-test"
 APPENDERS, APPENDS, SPAN, COMPACTORS = 3, 8, 10, 2

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from shardsink.testing import MotoServer, local_spark
+from shardsink_dev.testing import MotoServer, local_spark
 
 
 @pytest.fixture(scope="session")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
+from support.inject.faultpoints import install
 
 from shardsink import Shard
 from shardsink.core.shard import StagedBatch
@@ -19,7 +20,7 @@ from shardsink.sinks.ingest import (
     seals,
     write_manifest,
 )
-from shardsink.sources.synthetic import SCHEMA, publish_watermark
+from shardsink_dev.synthetic import SCHEMA, publish_watermark
 
 DAY = 86_400_000
 
@@ -122,15 +123,17 @@ def test_missing_manifest_is_refused_naming_the_slot(shard_url: str) -> None:
     assert shard.info().seqno == 0
 
 
-def test_lost_ack_then_retry_is_already_committed(shard_url: str, tmp_path: object, monkeypatch: pytest.MonkeyPatch
-                                                  ) -> None:
+def test_lost_ack_then_retry_is_already_committed(shard_url: str, tmp_path: object) -> None:
     shard = Shard.create(shard_url, SCHEMA, upper=0)
     d = desc(shard, DAY)
     stage_slot(shard, d, 0, 1)
-    monkeypatch.setenv("SHARDSINK_FAULTS", f'{{"append_ack_lost": {{"once": "{tmp_path}/m"}}}}')
-    with pytest.raises(UnknownOutcomeError):
-        append_from_manifests(shard, d, 1)
-    r = append_from_manifests(shard, d, 1)
+    remove = install({"append_ack_lost": {"once": f"{tmp_path}/m"}})
+    try:
+        with pytest.raises(UnknownOutcomeError, match="injected fault"):
+            append_from_manifests(shard, d, 1)
+        r = append_from_manifests(shard, d, 1)
+    finally:
+        remove()
     assert r.status == "already_committed" and r.rows == 3 and shard.info().seqno == 1
 
 

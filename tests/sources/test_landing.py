@@ -12,7 +12,7 @@ import pytest
 from shardsink.core import parts as pt
 from shardsink.sources import LandingSource, LateDataError, MalformedInputError, Seal, source_from_spec
 from shardsink.sources.landing import LandingFile, check_late, read_landing_file, slot_of
-from shardsink.sources.synthetic import SCHEMA, generate, land_file, landing_table, publish_watermark
+from shardsink_dev.synthetic import SCHEMA, generate, land_file, landing_table, publish_watermark
 
 DAY = 86_400_000
 

@@ -21,9 +21,9 @@ import pytest
 from shardsink import Shard
 from shardsink.sinks.ingest import Description, append_from_manifests, mint, open_or_create
 from shardsink.sources.landing import LandingSource
-from shardsink.sources.synthetic import generate
 from shardsink.spark import build_pyfiles_zip, job_path
-from shardsink.testing import free_port
+from shardsink_dev.synthetic import generate
+from shardsink_dev.testing import free_port
 
 BIN = Path(sys.executable).parent
 START = 1_704_067_200_000

@@ -20,9 +20,11 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from airflow.sdk import Asset, TaskGroup, TriggerRule, get_current_context, task
+from airflow.sdk import Asset, TaskGroup, TriggerRule, get_current_context
 
+from shardsink.airflow.credentials import store_access
 from shardsink.airflow.tasks import IngestSettings, append_task
+from shardsink.provider.operators import shard_task
 
 #: ``mint(settings, attempt, context) -> description dict`` (or skip the rest of the run).
 MintBody = Callable[[IngestSettings, int, dict[str, Any]], dict[str, Any]]
@@ -34,21 +36,25 @@ def attempt_groups(*, settings: IngestSettings, asset: Asset, mint_body: MintBod
                    task_retries: int, task_retry_delay: timedelta) -> None:
     """Add ``settings.max_attempts`` attempt TaskGroups to the DAG being defined."""
     retry: dict[str, Any] = {"retries": task_retries, "retry_delay": task_retry_delay}
+    # Lineage, the Shard page link and metrics (shardsink.provider.operators).
+    shard: dict[str, Any] = {"shard_url": settings.shard_url, "source_spec": settings.source_spec}
     prev_append = None
     for k in range(1, settings.max_attempts + 1):
         with TaskGroup(group_id=f"attempt_{k}"):
             rule = TriggerRule.ALL_SUCCESS if k == 1 else TriggerRule.NONE_FAILED
 
-            @task(task_id="mint", trigger_rule=rule, **retry)
+            @shard_task(task_id="mint", trigger_rule=rule, shard_role="mint", **shard, **retry)
             def mint(attempt: int = k) -> dict[str, Any]:
-                return mint_body(settings, attempt, dict(get_current_context()))
+                with store_access(settings.aws_conn_id):
+                    return mint_body(settings, attempt, dict(get_current_context()))
 
             desc = mint()
             write = make_write(desc)
 
-            @task(task_id="append", outlets=[asset], **retry)
+            @shard_task(task_id="append", outlets=[asset], shard_role="append", **shard, **retry)
             def append(d: Any, attempt: int = k) -> dict[str, Any]:
-                return append_task(settings, attempt, d, dict(get_current_context()), asset)
+                with store_access(settings.aws_conn_id):
+                    return append_task(settings, attempt, d, dict(get_current_context()), asset)
 
             done = append(desc)
             write >> done

@@ -63,9 +63,15 @@ def _timetable(schedule: Any) -> Any:
 
 
 def shard_asset(shard_url: str) -> Asset:
-    """The Airflow asset of a shard (name and URI are the normalised shard URL)."""
+    """The Airflow asset of a shard (name and URI are the normalised shard URL).
+
+    Its ``extra`` names the shard's page in the Airflow UI (the Shards page of
+    :mod:`shardsink.provider`), shown on the asset's page.
+    """
+    from shardsink.provider.links import page_path
+
     url = str(parse_url(shard_url))
-    return Asset(name=url, uri=url)
+    return Asset(name=url, uri=url, extra={"shardsink_page": page_path(url)})
 
 
 def ingest_dag(
@@ -102,7 +108,9 @@ def ingest_dag(
     append (a retried task never duplicates data); ``max_attempts`` bounds fresh
     descriptions after lost races, with full-jitter backoff ``retry_backoff * 2^(k-2)``
     seconds capped at ``retry_backoff_cap``. Credentials: the standard AWS environment,
-    or ``aws_conn_id`` (copied into the spark-submit environment, never logged or stored).
+    or ``aws_conn_id``, an ``aws`` connection resolved by the amazon provider's hook for every
+    task and for spark-submit's environment, never logged or stored
+    (:mod:`shardsink.airflow.credentials`).
     ``retention`` (e.g. ``"7d"`` or a timedelta; ``"none"``: all history) is set on the
     shard by the append task when it differs; None leaves it alone.
     """
@@ -120,6 +128,7 @@ def ingest_dag(
         backoff_base=retry_backoff,
         backoff_cap=retry_backoff_cap,
         retention=retention_spec(retention),
+        aws_conn_id=aws_conn_id,
     )
     conf = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2", **(spark_conf or {})}
 

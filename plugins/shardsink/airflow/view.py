@@ -21,10 +21,6 @@ from shardsink.sinks.materialize import View, mint_view, open_output
 
 log = logging.getLogger("shardsink.airflow")
 
-#: Exit code of a shardsink spark-submit application for invalid input (InvalidUsageError).
-INVALID_EXIT = 2
-
-
 def mint_view_task(settings: IngestSettings, attempt: int, context: dict[str, Any]) -> dict[str, Any]:
     """Mint attempt ``attempt``'s description of the view, or skip the rest of the run.
 
@@ -59,25 +55,20 @@ def _count_events(context: dict[str, Any]) -> int:
         return 0
 
 
-def view_job_path() -> str:
-    """The spark-submit application of the view write step (a file inside the package)."""
-    import os
-
-    import shardsink.spark
-
-    return os.path.join(os.path.dirname(shardsink.spark.__file__), "_entry", "view_write.py")
-
-
 class ViewWriteOperator(ShardWriteOperator):
-    """spark-submit of the view write job (:mod:`shardsink.spark.view_job`) for a minted description.
+    """spark-submit of the view write job (``spark_jobs/view_write.py``) for a minted description.
 
-    The ingest write operator with three differences: the output shard may not exist yet
-    (the first write creates it), the job gets the view spec, and exit code 2 (invalid
-    input: bad query, schema change) fails the task without Airflow retries.
+    The ingest write operator with two differences: the output shard may not exist yet
+    (the first write creates it), and the job gets the view spec. Failures are decided
+    from the job's outcome record as for ingest (invalid input, e.g. a bad query or a
+    schema change, fails without Airflow retries).
     """
 
     def __init__(self, *, view_spec: dict[str, Any], **kwargs: Any) -> None:
-        kwargs.setdefault("application", view_job_path())
+        from shardsink.spark import view_job_path
+
+        if "application" not in kwargs:
+            kwargs["application"] = view_job_path()
         super().__init__(source_spec=view_spec, slots=1, **kwargs)
 
     def committed_already(self, d: Description) -> Committed | None:
@@ -88,13 +79,3 @@ class ViewWriteOperator(ShardWriteOperator):
         return ["--shard-url", self.shard_url, "--view", json.dumps(self.source_spec, sort_keys=True),
                 "--desc-id", d.desc_id, "--lower", str(d.lower), "--upper", str(d.upper),
                 "--attempt", str(d.attempt)]
-
-    def execute(self, context: Any) -> None:
-        from airflow.exceptions import AirflowException
-
-        try:
-            super().execute(context)
-        except AirflowException as e:
-            if f"Error code is: {INVALID_EXIT}." in str(e):
-                raise AirflowFailException(f"the view or its input is invalid (not retried): {e}") from e
-            raise

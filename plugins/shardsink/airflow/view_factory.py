@@ -94,6 +94,7 @@ def view_dag(
         backoff_base=retry_backoff,
         backoff_cap=retry_backoff_cap,
         retention=retention_spec(retention),
+        aws_conn_id=aws_conn_id,
     )
     conf = {**VIEW_SPARK_CONF, **(spark_conf or {})}
 

@@ -18,9 +18,9 @@ Plan: ``desired`` (+multiplicity) ∪ persisted updates (their ``_diff``, read w
 consolidation, see :mod:`shardsink.spark.datasource`) → one ``groupBy`` over all user
 columns summing both sides apart → ``d - p`` where non-zero. One shuffle; the map-side
 partial aggregation does the per-partition consolidation. The job fails with a
-``shardsink corruption:`` message if a persisted row sums negative (leaving the
-:class:`ShardReads` block turns it into CorruptionError), and with an invalid-input
-message if a desired ``_count`` sums negative.
+CorruptionError record if a persisted row sums negative and an InvalidUsageError
+record if a desired ``_count`` sums negative (:func:`shardsink.spark.read.raise_record`;
+leaving the :class:`ShardReads` block raises the error the record names).
 
 HAZARDS: ``desired`` is evaluated lazily inside the staging job; it must be
 deterministic (re-executed Spark tasks must produce the same rows) and must itself read
@@ -38,7 +38,7 @@ from shardsink.core import parts as pt
 from shardsink.core.shard import Shard
 from shardsink.errors import InvalidUsageError
 from shardsink.spark import types as sty
-from shardsink.spark.read import CORRUPTION_MARK
+from shardsink.spark.read import raise_record
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -92,10 +92,11 @@ def correction_frame(desired: DataFrame, persisted: DataFrame | None, *, schema:
     row = F.to_json(F.struct(*cols))
     d, p = F.col(_D), F.col(_P)
     diff = (
-        F.when(p < 0, F.raise_error(F.concat(F.lit(f"{CORRUPTION_MARK} output shard {where}: negative "
-                                                   "multiplicity "), p.cast("string"), F.lit(" for row "), row)))
-        .when(d < 0, F.raise_error(F.concat(F.lit(f"invalid desired DataFrame for {where}: _count sums to "),
-                                            d.cast("string"), F.lit(" for row "), row)))
+        F.when(p < 0, raise_record("CorruptionError", F.concat(
+            F.lit(f"output shard {where}: negative multiplicity "), p.cast("string"), F.lit(" for row "), row), row))
+        .when(d < 0, raise_record("InvalidUsageError", F.concat(
+            F.lit(f"invalid desired DataFrame for {where}: _count sums to "), d.cast("string"), F.lit(" for row "),
+            row), row))
         .otherwise(d - p)
     )
     out = summed.select(*cols, F.lit(upper - 1).cast("long").alias(pt.TIME), diff.alias(pt.DIFF))

@@ -35,11 +35,12 @@ from typing import Any
 
 import msgspec
 
+from shardsink import hooks
 from shardsink.core.fate import STAGED_PREFIXES, CannotCommit, Committed, delete_staged
 from shardsink.core.shard import AppendResult, Shard, StagedBatch, default_writer
 from shardsink.core.state import PartMeta
 from shardsink.errors import CorruptionError, InvalidUsageError, ShardNotFoundError, UpperMismatchError
-from shardsink.sinks import faults
+from shardsink.reclock.source import Reclocked, reclocked_upper
 from shardsink.sources.base import Seal, Source
 
 log = logging.getLogger("shardsink.sinks")
@@ -131,7 +132,11 @@ def mint(
     Raises ShardClosedError via the caller's append if the shard is closed.
     """
     lower = shard.info().upper
-    wm = source.watermark()
+    if isinstance(source, Reclocked) and lower is not None:  # offsets, not event times: bind them to times
+        wm: int | None = reclocked_upper(source, shard_url=shard.url, lower=lower, interval_end=interval_end,
+                                         max_span=max_span)
+    else:
+        wm = source.watermark()
     if lower is None:
         return NoOp(f"shard {shard.url} is closed; nothing can be appended", None, wm, interval_end)
     bounds = [b for b in (wm, interval_end, None if max_span is None else lower + max_span) if b is not None]
@@ -301,16 +306,14 @@ def append_from_manifests(shard: Shard, desc: Description, slots: int, *, writer
         if isinstance(again, CannotCommit):
             return _settle_loss(shard, desc)
         raise
-    faults.wait_until("append_wait", attempt=desc.attempt)
+    hooks.fire("append.before_commit", shard_url=shard.url, desc_id=desc.desc_id, attempt=desc.attempt)
     try:
         result = shard.compare_and_append(staged, expected_upper=desc.lower, new_upper=desc.upper,
                                           desc_id=desc.desc_id, writer=writer)
     except UpperMismatchError:
         return _settle_loss(shard, desc)
-    if faults.fire("append_ack_lost", attempt=desc.attempt):
-        from shardsink.errors import UnknownOutcomeError
-
-        raise UnknownOutcomeError(f"injected fault: the acknowledgement of {desc.desc_id} was lost")
+    hooks.fire("append.committed", shard_url=shard.url, desc_id=desc.desc_id, attempt=desc.attempt,
+               seqno=result.seqno)
     cleanup(shard, desc)
     return result
 

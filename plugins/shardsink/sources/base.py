@@ -80,7 +80,11 @@ class Source(Protocol):
         ...
 
 
-_KINDS: dict[str, str] = {"landing": "shardsink.sources.landing:LandingSource"}
+_KINDS: dict[str, str] = {
+    "landing": "shardsink.sources.landing:LandingSource",
+    "files": "shardsink.sources.files:FileArrivals",
+    "kafka": "shardsink.sources.kafka:KafkaSource",
+}
 
 
 def register_kind(kind: str, target: str) -> None:

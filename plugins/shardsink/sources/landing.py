@@ -38,6 +38,7 @@ import pyarrow.parquet as pq
 from shardsink.core import parts as pt
 from shardsink.core.state import schema_from_json, schema_to_json
 from shardsink.errors import InvalidUsageError
+from shardsink.outcome import carry_errors
 from shardsink.sources.base import Seal
 from shardsink.storage.base import Blob, ObjectInfo
 from shardsink.storage.url import ShardUrl, open_blob, parse_url
@@ -166,6 +167,7 @@ class LandingSource:
         spec, time_column, seal_list = self.spec(), self.time_column, list(seals)
         schema_bytes = schema.serialize().to_pybytes()
 
+        @carry_errors  # late or malformed files reach the driver as typed records
         def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             # Runs on executors: rebuild what it needs from plain values.
             src = LandingSource.from_spec(spec)
@@ -203,6 +205,34 @@ def _to_millis(col: pa.ChunkedArray, *, where: str, name: str) -> pa.ChunkedArra
     )
 
 
+def read_data_file(blob: Blob, key: str, schema: pa.Schema | None, *, where: str,
+                   size: int | None = None) -> pa.Table:
+    """Read one Parquet / CSV / JSONL file as it is (format from the key's suffix).
+
+    ``schema`` pins the types of the columns it names (CSV, JSONL). ``size``: the size the
+    caller expects; a file of another size was changed in place (refused). Raises
+    MalformedInputError naming ``where``.
+    """
+    got = blob.get(key)
+    if got is None:
+        raise MalformedInputError(f"{where} disappeared while reading; landed files must never be removed")
+    if size is not None and len(got.data) != size:
+        raise MalformedInputError(
+            f"{where} has {len(got.data)} bytes, not the {size} it had when it was bound; landed files must "
+            "never be changed in place")
+    fmt = key.lower().rsplit(".", 1)[-1]
+    try:
+        if fmt == "parquet":
+            return pq.read_table(pa.BufferReader(got.data))
+        if fmt == "csv":
+            types = {c.name: c.type for c in schema} if schema is not None else None
+            return pacsv.read_csv(io.BytesIO(got.data), convert_options=pacsv.ConvertOptions(column_types=types))
+        parse = pajson.ParseOptions(explicit_schema=schema, unexpected_field_behavior="infer") if schema else None
+        return pajson.read_json(io.BytesIO(got.data), parse_options=parse)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OSError) as e:
+        raise MalformedInputError(f"{where} is unreadable as {fmt}: {e}") from e
+
+
 def read_landing_file(
     blob: Blob, f: LandingFile, schema: pa.Schema | None, time_column: str, *, root: str | None = None
 ) -> pa.Table:
@@ -212,21 +242,7 @@ def read_landing_file(
     keeps what the file has (used to infer a schema).
     """
     where = f"{root or blob.url}/{f.key}"
-    got = blob.get(f.key)
-    if got is None:
-        raise MalformedInputError(f"{where} disappeared while reading; landing files must never be removed")
-    fmt = f.key.lower().rsplit(".", 1)[-1]
-    try:
-        if fmt == "parquet":
-            t = pq.read_table(pa.BufferReader(got.data))
-        elif fmt == "csv":
-            types = {c.name: c.type for c in schema} if schema is not None else None
-            t = pacsv.read_csv(io.BytesIO(got.data), convert_options=pacsv.ConvertOptions(column_types=types))
-        else:
-            parse = pajson.ParseOptions(explicit_schema=schema, unexpected_field_behavior="infer") if schema else None
-            t = pajson.read_json(io.BytesIO(got.data), parse_options=parse)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OSError) as e:
-        raise MalformedInputError(f"{where} is unreadable as {fmt}: {e}") from e
+    t = read_data_file(blob, f.key, schema, where=where)
     if time_column not in t.column_names:
         raise MalformedInputError(f"{where} has no event-time column {time_column!r} (columns: {t.column_names})")
     time = _to_millis(t.column(time_column), where=where, name=time_column)
@@ -264,5 +280,6 @@ def check_late(t: pa.Table, f: LandingFile, *, lower: int, seals: Sequence[Seal]
         raise LateDataError(
             f"late file {root}/{f.key}: its earliest event time {tmin} was sealed by commit seqno {seal.seqno} "
             f"(times [{seal.lower}, {seal.upper})) before the file appeared; it cannot be ingested exactly once. "
-            "Move it out of the landing zone or re-land its rows with current times."
+            "Move it out of the landing zone or re-land its rows with current times.",
+            value=tmin,
         )

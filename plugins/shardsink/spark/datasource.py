@@ -57,6 +57,7 @@ from shardsink.core.machine import Machine
 from shardsink.core.shard import check_as_of, check_changes
 from shardsink.core.state import PartMeta
 from shardsink.errors import CorruptionError, InvalidUsageError, ReadFrontierError
+from shardsink.outcome import carry_errors
 from shardsink.spark import types as sty
 from shardsink.storage.url import open_blob, parse_url
 
@@ -186,6 +187,7 @@ class ShardReader(DataSourceReader):
         groups = group_parts(self.plan.parts, self.plan.partition_bytes, self.plan.min_partitions)
         return [PartGroup(i, g) for i, g in enumerate(groups)] or [PartGroup(0, ())]
 
+    @carry_errors  # runs on executors: a missing part reaches the driver as a CorruptionError record
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
         from shardsink.core.retry import RetryingBlob
 

@@ -1,22 +1,33 @@
-"""What every shardsink spark-submit application does around its ``run``: exit codes and log lines.
+"""What every shardsink spark-submit application does around its work: the outcome record,
+exit codes and log lines; and where the applications live.
 
-``report(run, argv, tag=...)`` runs ``run(argv)`` and returns the process exit code:
-0 and one ``<tag> {json summary}`` line on stdout; the error class's exit code (2 for
-invalid input, 1 otherwise) and one ``shardsink: error: <Class>: <message>`` line on
-stderr. Errors raised on executors arrive wrapped in Spark's exceptions; the original
-shardsink error is dug out of the text so the task log names it plainly.
+The applications are thin files in the top-level ``spark_jobs/`` folder (they parse
+arguments and call the library); :func:`job_file` finds them. The library itself ships
+to executors with ``--py-files`` (:mod:`shardsink.spark.pyfiles`).
+
+``run_job(body, result_path=..., tag=...)`` runs ``body()`` and returns the exit code:
+
+* success: 0, one ``<tag> {json summary}`` line on stdout and ``JobOutcome(ok=True)``
+  at ``result_path``;
+* failure: the error class's exit code (2 invalid input, 1 otherwise), one
+  ``shardsink: error: <class> (<raised>): <message>`` line on stderr, and
+  ``JobOutcome(ok=False, error=ErrorRecord(...))`` at ``result_path``
+  (:mod:`shardsink.outcome`). The caller decides from the record, never from the text.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
-import re
+import os
 import signal
 import sys
-from collections.abc import Callable, Sequence
+import traceback
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-_ERR = re.compile(r"(MalformedInputError|LateDataError|InvalidUsageError|ReadFrontierError|CorruptionError): (.+)")
+from shardsink.errors import InvalidUsageError
 
 
 def die_with_parent() -> None:
@@ -30,22 +41,54 @@ def die_with_parent() -> None:
         pass
 
 
-def report(run: Callable[[Sequence[str] | None], dict[str, Any]], argv: Sequence[str] | None, *, tag: str) -> int:
-    """Run ``run(argv)``; print its summary or the error; return the exit code (module docstring)."""
-    from shardsink.errors import InvalidUsageError, ShardsinkError
+def run_job(body: Callable[[], dict[str, Any]], *, result_path: str | None, tag: str) -> int:
+    """Run ``body()``; report its summary or its error (module docstring); return the exit code."""
+    from shardsink.outcome import CLASSES, JobOutcome, record_of, write_outcome
 
     die_with_parent()
     try:
-        summary = run(argv)
-    except ShardsinkError as e:
-        print(f"shardsink: error: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
-        return e.exit_code
+        summary = body()
     except Exception as e:
-        found = _ERR.findall(str(e))
-        if not found:
-            raise
-        kind, msg = found[-1]
-        print(f"shardsink: error: {kind}: {msg}", file=sys.stderr, flush=True)
-        return InvalidUsageError.exit_code if kind != "CorruptionError" else 1
+        rec = record_of(e)
+        if result_path:
+            write_outcome(result_path, JobOutcome(ok=False, error=rec))
+        if rec.error_class == "UnexpectedError":
+            traceback.print_exc()
+        print(f"shardsink: error: {rec.error_class} ({rec.raised}): {rec.message}", file=sys.stderr, flush=True)
+        return CLASSES[rec.error_class].exit_code if rec.error_class != "UnexpectedError" else 1
+    if result_path:
+        write_outcome(result_path, JobOutcome(ok=True, summary=summary))
     print(f"{tag} " + json.dumps(summary, sort_keys=True), flush=True)
     return 0
+
+
+def description_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The arguments every write application takes: the description and the result path."""
+    p.add_argument("--shard-url", required=True)
+    p.add_argument("--desc-id", required=True)
+    p.add_argument("--lower", type=int, required=True)
+    p.add_argument("--upper", type=int, required=True)
+    p.add_argument("--attempt", type=int, default=1)
+    p.add_argument("--result-path", default=None,
+                   help="where to write the JobOutcome record (a local file the caller reads afterwards)")
+    return p
+
+
+def jobs_dir() -> Path:
+    """The ``spark_jobs/`` folder: beside the folder holding the ``shardsink`` package
+    (``<repo>/plugins/shardsink`` → ``<repo>/spark_jobs``; in the compose images
+    ``/opt/airflow/plugins`` → ``/opt/airflow/spark_jobs``)."""
+    import shardsink
+
+    return Path(shardsink.__file__).resolve().parents[2] / "spark_jobs"
+
+
+def job_file(name: str) -> str:
+    """Path of the spark-submit application ``spark_jobs/<name>.py``; InvalidUsageError if absent."""
+    path = jobs_dir() / f"{name}.py"
+    if not path.is_file():
+        raise InvalidUsageError(
+            f"spark-submit application {path} does not exist; deploy the spark_jobs/ folder beside the "
+            "plugins folder, or pass application= to the operator"
+        )
+    return os.fspath(path)

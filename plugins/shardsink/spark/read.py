@@ -40,14 +40,13 @@ from typing import TYPE_CHECKING
 from shardsink.core import parts as pt
 from shardsink.core.leases import DEFAULT_TTL_S, LeaseKeeper
 from shardsink.core.shard import Shard, default_writer
-from shardsink.errors import CorruptionError, InvalidUsageError, ReadFrontierError
+from shardsink.errors import InvalidUsageError, ReadFrontierError, ShardsinkError
+from shardsink.outcome import MARK, ErrorClass, error_from_record, record_of
 from shardsink.spark import datasource as ds
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, DataFrameReader, SparkSession
 
-#: Prefix of the job failure raised for a negative multiplicity.
-CORRUPTION_MARK = "shardsink corruption:"
 
 
 class ShardReads:
@@ -69,8 +68,12 @@ class ShardReads:
         try:
             self.keeper.close()
         finally:
-            if e is not None and not isinstance(e, CorruptionError) and _is_corruption(e):
-                raise CorruptionError(_corruption_message(e)) from e
+            if e is not None and not isinstance(e, ShardsinkError):
+                # A typed record raised inside the job (executor code or a SQL raise_error):
+                # surface the same shardsink error the code raised (see shardsink.outcome).
+                err = error_from_record(record_of(e))
+                if err is not None:
+                    raise err from e
 
     def _shard(self, url: str) -> Shard:
         if not self._open:
@@ -131,26 +134,26 @@ class ShardReads:
 
 
 def _checked_count(cols: list[str], where: str) -> Column:
-    """``_count``, or a job failure naming the row if it is negative."""
+    """``_count``, or a job failure (a CorruptionError record) naming the row if it is negative."""
     from pyspark.sql import functions as F
 
     c = F.col(pt.COUNT)
-    msg = F.concat(F.lit(f"{CORRUPTION_MARK} {where}: negative multiplicity "), c.cast("string"),
-                   F.lit(" for row "), F.to_json(F.struct(*cols)))
-    return F.when(c < 0, F.raise_error(msg)).otherwise(c)
+    row = F.to_json(F.struct(*cols))
+    msg = F.concat(F.lit(f"{where}: negative multiplicity "), c.cast("string"), F.lit(" for row "), row)
+    return F.when(c < 0, raise_record("CorruptionError", msg, row)).otherwise(c)
 
 
-def _is_corruption(e: BaseException) -> bool:
-    text = str(e)
-    return CORRUPTION_MARK in text or "shardsink.errors.CorruptionError" in text
+def raise_record(error_class: ErrorClass, message: Column, value: Column) -> Column:
+    """A SQL ``raise_error`` whose text is a typed error record (:mod:`shardsink.outcome`).
 
+    The record is built by ``to_json`` (proper escaping of any row value), so the driver
+    decodes it exactly instead of matching the message.
+    """
+    from pyspark.sql import functions as F
 
-def _corruption_message(e: BaseException) -> str:
-    text = str(e)
-    for line in text.splitlines():
-        if CORRUPTION_MARK in line or "CorruptionError:" in line:
-            return line.strip()
-    return text.strip().splitlines()[0] if text.strip() else type(e).__name__
+    record = F.to_json(F.struct(F.lit(error_class).alias("error_class"), F.lit(error_class).alias("raised"),
+                                message.alias("message"), value.alias("value")))
+    return F.raise_error(F.concat(F.lit(MARK), record))
 
 
 @contextmanager

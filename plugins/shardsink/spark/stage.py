@@ -21,6 +21,7 @@ import pyarrow as pa
 
 from shardsink.core import parts as pt
 from shardsink.core.state import PartMeta
+from shardsink.outcome import carry_errors
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -60,6 +61,7 @@ def stage_dataframe(
     schema_bytes = schema.serialize().to_pybytes()
     prefix = part_prefix(desc_id)
 
+    @carry_errors  # runs on executors: shardsink errors reach the driver as typed records
     def stage(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from shardsink.storage.url import open_blob
 

@@ -1,7 +1,11 @@
 """S3 backend (``s3://bucket/prefix/shard``), for AWS S3, MinIO and any S3-compatible store.
 
 Endpoint and credentials come from the standard AWS environment (``AWS_ENDPOINT_URL``,
-``AWS_ACCESS_KEY_ID``, profiles, instance roles); nothing is stored by shardsink.
+``AWS_ACCESS_KEY_ID``, profiles, instance roles), or from an explicit :class:`S3Access`
+(a boto3 session + endpoint, e.g. resolved from an Airflow connection) passed to
+:func:`make_client` or made the default for a block of code with :func:`using_s3_access`
+(a context variable: the process environment is never changed). Nothing is stored by
+shardsink.
 
 The conditional create is ``PutObject`` with ``If-None-Match: *``; the conditional
 replace is ``PutObject`` with ``If-Match: <etag>``. Answers are classified per
@@ -19,6 +23,9 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 from typing import Any
 
 import boto3
@@ -40,9 +47,44 @@ _IN_FLIGHT = (
 _NOT_RETRYABLE_CODES = {"AccessDenied", "NoSuchBucket", "InvalidAccessKeyId", "SignatureDoesNotMatch"}
 
 
-def make_client(endpoint_url: str | None = None) -> Any:
-    """A boto3 S3 client with botocore retries off and bounded timeouts."""
-    endpoint = endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+@dataclass(frozen=True)
+class S3Access:
+    """Explicit S3 access: a boto3 session (credentials, region) and an optional endpoint.
+
+    ``repr`` shows neither: the session object holds the secrets and never prints them.
+    """
+
+    session: Any = field(repr=False)
+    endpoint_url: str | None = None
+
+
+_ACCESS: ContextVar[S3Access | None] = ContextVar("shardsink_s3_access", default=None)
+
+
+@contextmanager
+def using_s3_access(access: S3Access | None) -> Iterator[None]:
+    """Make ``access`` the default of every S3 client created in this block (this thread/task).
+
+    SUBTLE: a context variable, not the environment: concurrent tasks in one worker do
+    not see each other's credentials, and nothing leaks into child processes. Blobs
+    keep the client they were built with, so build them inside the block.
+    """
+    token = _ACCESS.set(access)
+    try:
+        yield
+    finally:
+        _ACCESS.reset(token)
+
+
+def make_client(endpoint_url: str | None = None, *, access: S3Access | None = None) -> Any:
+    """A boto3 S3 client with botocore retries off and bounded timeouts.
+
+    Credentials and endpoint: ``access``, else the one set by :func:`using_s3_access`,
+    else the standard AWS environment.
+    """
+    access = access or _ACCESS.get()
+    endpoint = (endpoint_url or (access.endpoint_url if access else None) or os.environ.get("AWS_ENDPOINT_URL_S3")
+                or os.environ.get("AWS_ENDPOINT_URL"))
     config = Config(
         retries={"total_max_attempts": 1},
         connect_timeout=float(os.environ.get("SHARDSINK_S3_CONNECT_TIMEOUT", "5")),
@@ -50,7 +92,8 @@ def make_client(endpoint_url: str | None = None) -> Any:
         s3={"addressing_style": "path" if endpoint else "auto"},
         max_pool_connections=32,
     )
-    return _session(*(os.environ.get(k) for k in _SESSION_ENV)).client("s3", endpoint_url=endpoint, config=config)
+    session = access.session if access is not None else _session(*(os.environ.get(k) for k in _SESSION_ENV))
+    return session.client("s3", endpoint_url=endpoint, config=config)
 
 
 _SESSION_ENV = ("AWS_PROFILE", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_DEFAULT_REGION")

@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 
 from shardsink.core.shard import Shard
 from shardsink.sources.landing import LandingSource, read_landing_file
-from shardsink.sources.synthetic import DAY, generate, land_file, landing_table, publish_watermark
+from shardsink_dev.synthetic import DAY, generate, land_file, landing_table, publish_watermark
 
 DAYS = 3
 START = datetime(2024, 1, 1, tzinfo=UTC)
@@ -34,7 +34,7 @@ _SHOW = ("minted description", "committed:", "nothing to do", "lost the race", "
 
 
 def _repo_root() -> Path:
-    for base in (Path.cwd(), *Path.cwd().parents, Path(__file__).resolve().parents[2]):
+    for base in (Path.cwd(), *Path.cwd().parents, Path(__file__).resolve().parents[1]):
         if (base / "dags" / "example_ingest.py").is_file():
             return base
     raise SystemExit("cannot find dags/example_ingest.py; run `make run` from the shardsink checkout")

@@ -1,0 +1,77 @@
+"""AWS credentials from an Airflow connection, the way Airflow users expect.
+
+``aws_conn_id`` names a connection of the amazon provider's ``aws`` type; its hook
+(:class:`~airflow.providers.amazon.aws.hooks.base_aws.AwsBaseHook`) resolves it: keys,
+session token, profiles, role assumption, region and ``endpoint_url`` (or
+``service_config.s3.endpoint_url``) from the extra. shardsink never parses the
+connection itself and never writes credentials into ``os.environ``:
+
+* tasks running in the worker (mint, append, the write operator's committed check) use
+  an :class:`~shardsink.storage.s3.S3Access` built from the hook's boto3 session, made
+  the default for the task body with :func:`store_access`;
+* spark-submit gets the hook's frozen credentials in ITS process environment only
+  (:meth:`AwsAccess.spark_env`), never on its command line, in XCom, in a rendered
+  template, in state or in a manifest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from shardsink.storage.s3 import S3Access, using_s3_access
+
+
+@dataclass(frozen=True)
+class AwsAccess:
+    """What one ``aws`` connection resolved to. ``repr`` shows no secret."""
+
+    conn_id: str
+    hook: Any = field(repr=False)
+    session: Any = field(repr=False)
+    endpoint_url: str | None
+    region: str | None
+
+    def s3(self) -> S3Access:
+        return S3Access(self.session, self.endpoint_url)
+
+    def spark_env(self) -> dict[str, str]:
+        """Environment variables for the spark-submit process (driver and local executors).
+
+        Frozen credentials: an assumed role's are valid for the session's duration, which
+        bounds how long one write job may run.
+        """
+        creds = self.hook.get_credentials(region_name=self.region)  # the hook masks the secrets in logs
+        env = {"AWS_ACCESS_KEY_ID": creds.access_key, "AWS_SECRET_ACCESS_KEY": creds.secret_key}
+        if creds.token:
+            env["AWS_SESSION_TOKEN"] = creds.token
+        if self.region:
+            env["AWS_DEFAULT_REGION"] = self.region
+        if self.endpoint_url:
+            env["AWS_ENDPOINT_URL"] = self.endpoint_url
+        return env
+
+
+def resolve_aws(conn_id: str) -> AwsAccess:
+    """Resolve ``conn_id`` with the amazon provider's hook (see the module docstring)."""
+    from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
+
+    hook = AwsBaseHook(aws_conn_id=conn_id, client_type="s3")
+    wrapper = hook.conn_config
+    session = hook.get_session(region_name=wrapper.region_name)
+    return AwsAccess(conn_id=conn_id, hook=hook, session=session,
+                     endpoint_url=wrapper.get_service_endpoint_url("s3"),
+                     region=wrapper.region_name or session.region_name)
+
+
+@contextmanager
+def store_access(conn_id: str | None) -> Iterator[AwsAccess | None]:
+    """Within the block, S3 stores are opened with ``conn_id``'s credentials (none: the environment's)."""
+    if not conn_id:
+        yield None
+        return
+    access = resolve_aws(conn_id)
+    with using_s3_access(access.s3()):
+        yield access

@@ -1,0 +1,153 @@
+"""What the Shards page shows, as JSON-able dicts: read from the shards themselves (no Airflow imports).
+
+Every function here only READS shard state (state versions, part and lease listings);
+none writes or deletes anything. Shard URLs name a bucket and a prefix or a local folder,
+never credentials (:mod:`shardsink.storage.url` refuses anything else), so they are safe
+to show.
+
+Cost per shard: ``summary`` = one head read + one listing of ``parts/`` + one of
+``leases/``; ``history`` = one read per state version shown (bounded by ``limit``);
+``preview`` = a full snapshot read (bounded by the shard's size; meant for small/medium
+shards and on-call inspection, not for bulk export).
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import decimal
+import hashlib
+import math
+from typing import Any
+
+from shardsink.core.shard import Shard
+from shardsink.storage.url import parse_url
+
+#: Parts younger than this are not reported as leaked (an in-flight writer may commit them).
+DEFAULT_GRACE_S = 3600.0
+#: Commits shown on a shard's page (newest first); the chart uses the same versions.
+DEFAULT_HISTORY = 200
+#: Rows shown by the snapshot preview.
+PREVIEW_ROWS = 100
+WRITER_PREFIX = "airflow:"
+
+
+def shard_id(url: str) -> str:
+    """A short, URL-safe, stable id of a (normalised) shard URL: the page's address of the shard."""
+    return hashlib.sha256(str(parse_url(url)).encode()).hexdigest()[:16]
+
+
+def iso(ms: int | None) -> str | None:
+    """A time in ms since the epoch as an ISO-8601 UTC string (None stays None: the empty frontier)."""
+    if ms is None:
+        return None
+    try:
+        return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    except (OverflowError, OSError, ValueError):
+        return str(ms)
+
+
+def dag_run_of(writer: str) -> tuple[str, str] | None:
+    """``(dag_id, run_id)`` of a commit written by a DAG run (writer ``airflow:<dag_id>/<run_id>``)."""
+    if not writer.startswith(WRITER_PREFIX) or "/" not in writer:
+        return None
+    dag_id, _, run_id = writer[len(WRITER_PREFIX):].partition("/")
+    return (dag_id, run_id) if dag_id and run_id else None
+
+
+def _commit(seqno: int, c: Any, *, upper: int | None, since: int) -> dict[str, Any]:
+    run = dag_run_of(c.writer)
+    return {
+        "seqno": seqno, "kind": c.kind, "at": c.at, "writer": c.writer, "desc_id": c.desc_id,
+        "lower": c.lower, "upper": c.upper, "lower_time": iso(c.lower), "upper_time": iso(c.upper),
+        "rows": c.rows, "shard_upper": upper, "shard_since": since,
+        "dag_id": run[0] if run else None, "run_id": run[1] if run else None,
+    }
+
+
+def summary(url: str, *, grace_s: float = DEFAULT_GRACE_S) -> dict[str, Any]:
+    """One row of the shard list: frontiers, sizes, retention, leases, leaks and the last commit."""
+    shard = Shard.open(url)
+    v = shard.machine.head().version
+    h = v.header
+    retention = getattr(h, "retention", None)  # added by maintenance; absent on older shards
+    leases = shard.leases()
+    leaked = shard.leaked_parts(grace_seconds=grace_s)
+    return {
+        "id": shard_id(url), "url": shard.url, "exists": True,
+        "seqno": v.seqno, "upper": h.upper, "upper_time": iso(h.upper), "closed": h.upper is None,
+        "since": h.since, "since_time": iso(h.since),
+        "batches": h.stats.batches, "parts": h.stats.parts, "rows": h.stats.rows, "bytes": h.stats.bytes,
+        "retention_ms": retention,
+        "leases": len(leases), "leaked": len(leaked), "leaked_bytes": sum(o.size for o in leaked),
+        "schema": [{"name": f.name, "type": str(f.type)} for f in h.schema],
+        "last_commit": _commit(v.seqno, v.commit, upper=h.upper, since=h.since),
+    }
+
+
+def missing(url: str) -> dict[str, Any]:
+    """The list row of a configured or declared shard that has not been created yet."""
+    return {"id": shard_id(url), "url": str(parse_url(url)), "exists": False}
+
+
+def detail(url: str, *, limit: int = DEFAULT_HISTORY, grace_s: float = DEFAULT_GRACE_S) -> dict[str, Any]:
+    """A shard's page: its summary, the last ``limit`` commits (newest first, each with the shard's
+    upper and since after it: the chart's points), live leases and leaked parts."""
+    out = summary(url, grace_s=grace_s)
+    shard = Shard.open(url)
+    head = out["seqno"]
+    versions = shard.machine.fetch_many(range(head, max(-1, head - limit), -1))
+    out["commits"] = [_commit(v.seqno, v.commit, upper=v.header.upper, since=v.header.since) for v in versions]
+    out["history_complete"] = head - limit < 0
+    out["lease_list"] = [
+        {"lease_id": ls.lease_id, "as_of": ls.as_of, "as_of_time": iso(ls.as_of), "holder": ls.holder,
+         "acquired_at": iso(int(ls.acquired_at * 1000)), "expires_at": iso(int(ls.expires_at * 1000))}
+        for ls in shard.leases()
+    ]
+    out["leaked_list"] = [
+        {"key": o.key, "bytes": o.size, "modified": iso(int(o.modified * 1000))}
+        for o in shard.leaked_parts(grace_seconds=grace_s)
+    ]
+    out["grace_s"] = grace_s
+    return out
+
+
+def commits_by(url: str, writer: str, *, limit: int = 50) -> list[dict[str, Any]]:
+    """The commits among the last ``limit`` whose writer is ``writer`` (newest first)."""
+    shard = Shard.open(url)
+    return [_commit(s, c, upper=c.upper, since=-1) for s, c in shard.log(limit=limit) if c.writer == writer]
+
+
+def _cell(value: Any) -> Any:
+    """A JSON-safe rendering of one Arrow value."""
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode()
+    if isinstance(value, dt.datetime | dt.date | dt.time):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal | dt.timedelta):
+        return str(value)
+    if isinstance(value, list | tuple):
+        return [_cell(x) for x in value]
+    if isinstance(value, dict):
+        return {str(k): _cell(x) for k, x in value.items()}
+    return str(value)
+
+
+def preview(url: str, *, as_of: int | None = None, rows: int = PREVIEW_ROWS) -> dict[str, Any]:
+    """The first ``rows`` rows of the snapshot as of ``as_of`` (default upper - 1), with ``_count``.
+
+    ReadFrontierError (from the shard) if ``as_of`` is outside ``[since, upper)``.
+    """
+    shard = Shard.open(url)
+    table = shard.snapshot(as_of)
+    h = shard.machine.head().version.header
+    used = as_of if as_of is not None else (h.upper - 1 if h.upper is not None else None)
+    head = table.slice(0, rows)
+    return {
+        "as_of": used, "as_of_time": iso(used), "total_rows": table.num_rows, "columns": head.column_names,
+        "rows": [[_cell(r[c]) for c in head.column_names] for r in head.to_pylist()],
+    }

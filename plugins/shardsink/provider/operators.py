@@ -1,0 +1,141 @@
+"""What every shardsink task adds to its operator: lineage, the Shard page link, metrics.
+
+:class:`ShardTaskMixin` goes first in the bases of an operator that writes a shard and
+has ``shard_url`` and ``source_spec`` attributes (the write operators); :func:`shard_task`
+is ``@task`` for the TaskFlow tasks of a sink (mint, append) with the mixin applied.
+
+* OpenLineage: ``get_openlineage_facets_on_start`` / ``_on_complete`` (the methods the
+  OpenLineage provider's default extractor calls) report the source's datasets → the
+  shard, with its schema and, for append, the rows and bytes committed
+  (:mod:`shardsink.provider.lineage`).
+* "Shard page" extra link (:class:`shardsink.provider.links.ShardPageLink`).
+* Metrics (:mod:`shardsink.provider.metrics`): the task's duration; for append, commits,
+  lost races and the committed batch's rows and bytes.
+
+None of this can fail a task: lineage and metrics errors are logged and ignored.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Collection, Mapping
+from typing import Any, ClassVar
+
+from airflow.providers.standard.decorators.python import _PythonDecoratedOperator
+from airflow.sdk import BaseOperatorLink
+from airflow.sdk.bases.decorator import task_decorator_factory
+
+from shardsink.provider import lineage, metrics
+from shardsink.provider.links import ShardPageLink
+
+log = logging.getLogger(__name__)
+
+
+def _lost_race(e: BaseException) -> bool:
+    from shardsink.sinks.ingest import LostRaceError
+
+    return isinstance(e.__cause__, LostRaceError)
+
+
+def _committed_bytes(shard_url: str, seqno: int) -> int | None:
+    """Bytes of the batch committed at ``seqno`` (one state read), None if unknown."""
+    from shardsink.core.shard import Shard
+
+    try:
+        v = Shard.open(shard_url).machine.fetch(seqno)
+        return sum(b.bytes for b in v.added) if v is not None else None
+    except Exception:
+        log.debug("could not read the committed batch's size", exc_info=True)
+        return None
+
+
+class ShardTaskMixin:
+    """Lineage, the Shard page link and metrics for a task that writes the shard ``self.shard_url``."""
+
+    shard_role: ClassVar[str] = "task"
+    operator_extra_links: Collection[BaseOperatorLink] = (ShardPageLink(),)
+    shard_url: str
+    source_spec: Mapping[str, Any]
+    dag_id: str
+
+    def execute(self, context: Any) -> Any:
+        from airflow.sdk.exceptions import DownstreamTasksSkipped
+
+        t0 = time.monotonic()
+        try:
+            result = super().execute(context)  # type: ignore[misc]
+        except DownstreamTasksSkipped:
+            # SUBTLE: append succeeds by raising this (it skips the later attempts) after pushing
+            # its result as XCom; read it back so the metrics and lineage still see the commit.
+            self._record(context["ti"].xcom_pull(task_ids=self.task_id, key="return_value"))  # type: ignore[attr-defined]
+            raise
+        except BaseException as e:
+            if self.shard_role == "append" and _lost_race(e):
+                metrics.lost_race(dag_id=self.dag_id, shard=self.shard_url)
+            raise
+        finally:
+            metrics.timing(f"task.{self.shard_role}.duration", (time.monotonic() - t0) * 1000, dag_id=self.dag_id,
+                           shard=self.shard_url)
+        self._record(result)
+        return result
+
+    def _record(self, result: Any) -> None:
+        """Keep the task's result for lineage; count an append's commit."""
+        self._shard_result = result
+        if self.shard_role == "append" and isinstance(result, Mapping) and result.get("status") == "committed":
+            size = _committed_bytes(self.shard_url, int(result["seqno"]))
+            self._shard_result_bytes = size
+            metrics.committed(dag_id=self.dag_id, shard=self.shard_url, rows=int(result.get("rows", 0)), size=size)
+
+    def _lineage(self, *, complete: bool) -> Any:
+        from shardsink.core.shard import Shard
+        from shardsink.errors import ShardNotFoundError
+
+        try:
+            schema = Shard.open(self.shard_url).schema
+        except ShardNotFoundError:
+            schema = self._source_schema()  # the first mint or write creates the shard
+        rows = size = None
+        result = getattr(self, "_shard_result", None) if complete else None
+        if isinstance(result, Mapping) and "rows" in result:
+            rows, size = int(result["rows"]), getattr(self, "_shard_result_bytes", None)
+        return lineage.operator_lineage(shard_url=self.shard_url, inputs=lineage.source_datasets(self.source_spec),
+                                        schema=schema, rows=rows, size=size)
+
+    def _source_schema(self) -> Any:
+        """The schema the shard will be created with: the ingest source's (a view's is only known to Spark)."""
+        if "inputs" in self.source_spec:
+            return None
+        from shardsink.sources.base import source_from_spec
+
+        try:
+            return source_from_spec(dict(self.source_spec)).schema()
+        except Exception:
+            log.debug("could not read the source's schema for lineage", exc_info=True)
+            return None
+
+    def get_openlineage_facets_on_start(self) -> Any:
+        return self._lineage(complete=False)
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        return self._lineage(complete=True)
+
+
+class ShardTaskOperator(ShardTaskMixin, _PythonDecoratedOperator):
+    """A sink's TaskFlow task (``@shard_task``) with :class:`ShardTaskMixin`."""
+
+    custom_operator_name = "@task"
+
+    def __init__(self, *, shard_role: str, shard_url: str, source_spec: Mapping[str, Any], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.shard_role = shard_role  # type: ignore[misc]
+        self.shard_url = shard_url
+        self.source_spec = dict(source_spec)
+
+
+def shard_task(python_callable: Callable[..., Any] | None = None, **kwargs: Any) -> Any:
+    """``@task`` for a sink's task: ``@shard_task(task_id=..., shard_role="append", shard_url=..., source_spec=...)``
+    (see the module docstring)."""
+    return task_decorator_factory(python_callable=python_callable, decorated_operator_class=ShardTaskOperator,
+                                  **kwargs)

@@ -1,0 +1,145 @@
+"""File arrivals: Parquet / CSV / JSONL files under a folder or S3 prefix, reclocked.
+
+No watermark and no trusted event time: a file's offset is the order in which it was
+first bound (its ordinal), and its rows get the shard time of the binding that bound it
+(:mod:`shardsink.reclock.bindings`). Files are read as the landing source reads them
+(:func:`shardsink.sources.landing.read_data_file`); names starting with ``_`` or ``.``
+are not data.
+
+Binding (on mint): list the root; every data file not bound yet whose last-modified
+time is at least ``settle_seconds`` old gets the next ordinals (ordered by modification
+time, then key), and the remap shard records each bound file's key and size.
+
+SUBTLE (a listing racing uploads): a file that appears after the listing, or is younger
+than the settle delay, is simply not bound now; the next binding takes it. Because the
+remap shard records *what* was bound (not a time cut-off), no file is ever skipped,
+and because a binding is a compare-and-append on the remap shard, two racing mints
+cannot bind the same file twice (the loser re-reads and uses the winner's binding).
+The settle delay only protects against reading a file that is still being written in
+place (a local folder); a file whose size changed after it was bound is refused.
+A file deleted after binding is refused on read (MalformedInputError), never skipped.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from shardsink.core import parts as pt
+from shardsink.core.state import schema_from_json, schema_to_json
+from shardsink.errors import InvalidUsageError
+from shardsink.reclock.bindings import FILES, Bindings, BoundFile, split
+from shardsink.reclock.remap import Proposal
+from shardsink.reclock.source import ReclockedBase, Routing, stamp
+from shardsink.sources.base import Seal
+from shardsink.sources.landing import LandingSource, parse_columns, read_data_file
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+
+class FileArrivals(ReclockedBase):
+    """Files arriving under ``root``, bound to shard times through the remap shard at ``remap``.
+
+    ``columns`` (``{"name": "int64", ...}``) or ``schema`` declares the user columns
+    (else the first file's columns are used to create the shard). ``clock`` is a test
+    hook (epoch seconds); production uses the wall clock.
+    """
+
+    kind = "files"
+
+    def __init__(self, root: str, *, remap: str, settle_seconds: float = 30.0, schema: pa.Schema | None = None,
+                 columns: Mapping[str, str] | None = None, routing: Routing | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        super().__init__(remap=remap, routing=routing or Routing())
+        if settle_seconds < 0:
+            raise InvalidUsageError(f"settle_seconds {settle_seconds} must be >= 0")
+        self.landing = LandingSource(root)
+        self.root = self.landing.root
+        under = self.root.rstrip("/") + "/"
+        inside = [u for u in (self.remap_url, *self.routing.shard_urls(None)) if u.startswith(under)]
+        if inside:
+            raise InvalidUsageError(
+                f"shards {inside} are inside the arrivals folder {self.root}: their parts would be bound as arrivals; "
+                "put the remap and data shards next to it, not under it")
+        self.settle_seconds = settle_seconds
+        self._schema = schema if schema is not None else (parse_columns(columns) if columns else None)
+        self.clock = clock
+
+    def spec(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"kind": self.kind, "root": self.root, "remap": self.remap_url,
+                               "settle_seconds": self.settle_seconds, **self.routing.spec()}
+        if self._schema is not None:
+            out["schema"] = schema_to_json(self._schema)
+        return out
+
+    @classmethod
+    def from_spec(cls, spec: Mapping[str, Any]) -> FileArrivals:
+        schema = schema_from_json(spec["schema"]) if "schema" in spec else None
+        return cls(spec["root"], remap=spec["remap"], settle_seconds=float(spec.get("settle_seconds", 30.0)),
+                   schema=schema, columns=spec.get("columns"), routing=Routing.from_spec(spec))
+
+    def for_output(self, output: str) -> FileArrivals:
+        """The same source for the DAG writing output ``output`` (see ``Routing``)."""
+        r = self.routing
+        return FileArrivals(self.root, remap=self.remap_url, settle_seconds=self.settle_seconds, schema=self._schema,
+                            routing=Routing(r.outputs, r.route_by, output), clock=self.clock)
+
+    def schema(self) -> pa.Schema | None:
+        if self._schema is not None:
+            return self._schema
+        files = self.landing.files()
+        if not files:
+            return None
+        f = files[0]
+        return pt.user_schema(read_data_file(self.landing.blob(), f.key, None, where=f"{self.root}/{f.key}").schema)
+
+    # --- binding (driver, in mint) --------------------------------------------------------
+
+    def propose(self, bindings: Bindings) -> Proposal:
+        bound = bindings.bound_keys()
+        n = bindings.latest().get(FILES, 0)
+        cutoff = self.clock() - self.settle_seconds
+        new = sorted((f for f in self.landing.files() if f.key not in bound and f.modified <= cutoff),
+                     key=lambda f: (f.modified, f.key))
+        files = tuple(BoundFile(n + i, f.key, f.size) for i, f in enumerate(new))
+        return Proposal({FILES: n + len(files)} if (n or files) else {}, files)
+
+    # --- reading (write job) --------------------------------------------------------------
+
+    def read_slot(self, spark: SparkSession, *, lower: int, upper: int, slot: int, slots: int, schema: pa.Schema,
+                  seals: Sequence[Seal] = ()) -> tuple[DataFrame, list[dict[str, Any]]]:
+        """The files first bound at times in ``[lower, upper)`` dealt to this slot, stamped.
+
+        Every row of a file bound at time ``t`` gets ``_time = t``; ``seals`` are not
+        needed (bindings are final, so there is no late data).
+        """
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        plan = self.read_plan(lower, upper)
+        mine = [(plan.files[o], s.time) for s in split(plan.spans, slot=slot, slots=slots, chunk=1)
+                for o in range(s.start, s.end)]
+        listing = [{"ordinal": f.ordinal, "key": f.key, "size": f.size, "time": t} for f, t in mine]
+        spark_schema = from_arrow_schema(pa.schema([*schema, pa.field(pt.TIME, pa.int64())]))
+        if not mine:
+            return spark.createDataFrame([], spark_schema), listing
+        spec, schema_bytes = self.spec(), schema.serialize().to_pybytes()
+
+        def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            src = FileArrivals.from_spec(spec)
+            blob = src.landing.blob()
+            user = pa.ipc.read_schema(pa.py_buffer(schema_bytes))
+            for batch in batches:
+                for row in batch.to_pylist():
+                    where = f"{src.root}/{row['key']}"
+                    t = read_data_file(blob, row["key"], user, where=where, size=row["size"])
+                    t = src.routing.select(t, where=where)
+                    yield from stamp(t, user, row["time"], where=where).to_batches()
+
+        rows = [(f.key, f.size, t) for f, t in mine]
+        n = max(1, min(len(rows), spark.sparkContext.defaultParallelism * 2))
+        df = spark.createDataFrame(spark.sparkContext.parallelize(rows, n), "key string, size long, time long")
+        return df.mapInArrow(read, spark_schema), listing

@@ -1,0 +1,94 @@
+"""Typed failures across the spark-submit boundary, end to end: real `airflow dags test`,
+real spark-submit, the job's outcome record read back by the write operator.
+
+* invalid input (a late file) fails the write at once, without burning its Airflow
+  retries, naming the file and the offending value;
+* a storage error (a 503 on a landing file, injected between boto3 and moto) is retried
+  by Airflow, and the retry commits the batch exactly once;
+* corruption (a view input's part is missing) fails at once, loudly.
+"""
+
+from __future__ import annotations
+
+import subprocess
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from af_helpers import DAY, START, VENV_BIN, Env, assert_exactly_once, assert_no_leaks, ok
+from support.faultproxy import fault_proxy
+
+from shardsink import Shard
+from shardsink.errors import ShardNotFoundError
+from shardsink_dev.synthetic import SCHEMA, generate, land_file, landing_table, publish_watermark
+from shardsink_dev.testing import MotoServer
+
+SUBMIT = "Spark-Submit cmd"
+
+
+def _failed(r: object) -> str:
+    out = r.stdout + r.stderr  # type: ignore[attr-defined]
+    assert r.returncode != 0, out[-4000:]  # type: ignore[attr-defined]
+    return str(out)
+
+
+def test_late_file_fails_the_write_at_once_naming_the_file_and_value(af: Env) -> None:
+    af.env["SHARDSINK_WRITERS"] = "1"
+    generate(af.landing, start=START, days=1, files_per_day=1, rows_per_file=50, watermark=START + DAY)
+    ok(af.dags_test("2024-01-02"))  # seals [Jan 1, Jan 2)
+    late = landing_table(START, START + DAY, 5, seed=99)  # lands after its times were sealed
+    tmin = pc.min(late["event_time"]).as_py()
+    land_file(af.landing, "day=000/late-0.csv", late)
+    land_file(af.landing, "day=001/events-0.csv", landing_table(START + DAY, START + 2 * DAY, 20, seed=5))
+    publish_watermark(af.landing, START + 2 * DAY)
+
+    out = _failed(af.dags_test("2024-01-03"))  # task_retries is 2: an invalid input must not use them
+    assert out.count(SUBMIT) == 1, "the write was retried (or never ran)"
+    assert out.count("write job failed: InvalidUsageError (LateDataError)") == 1
+    assert "invalid input, not retried: InvalidUsageError: LateDataError: late file" in out
+    assert f"{af.landing}/day=000/late-0.csv" in out and f"[value: {tmin}]" in out
+    info = Shard.open(af.shard_url).info()
+    assert (info.seqno, info.upper) == (1, START + DAY)
+
+
+def test_storage_error_in_the_write_job_is_retried_and_commits_once(af: Env, moto: MotoServer) -> None:
+    bucket = "e2e-storage-error"
+    moto.make_bucket(bucket)
+    af.env.update(moto.env())
+    af.env.update({"SHARDSINK_LANDING": f"s3://{bucket}/landing", "SHARDSINK_SHARD": f"s3://{bucket}/shards/events",
+                   "SHARDSINK_WRITERS": "1"})
+    generate(af.landing, start=START, days=1, files_per_day=2, rows_per_file=50)
+    Shard.create(af.shard_url, SCHEMA, upper=START)  # mint then reads no landing file
+    with fault_proxy(moto.endpoint) as proxy:
+        # The first GET of a landing file (by a Spark executor) gets a 503: a StorageError.
+        rule = proxy.add("status_before_forward", method="GET", key=r"landing/day=000/events-1\.csv$", status=503,
+                         code="SlowDown", times=1)
+        af.env["AWS_ENDPOINT_URL"] = proxy.url
+        out = ok(af.dags_test("2024-01-02"))
+    assert rule.fired == 1
+    assert out.count("write job failed: StorageError (StorageError)") == 1
+    assert out.count(SUBMIT) == 2, "the storage error was not retried exactly once"
+    info = Shard.open(af.shard_url).info()
+    assert (info.seqno, info.upper) == (1, START + DAY)
+    assert_exactly_once(af.shard_url, af.landing, START, START + DAY)
+    assert_no_leaks(af.shard_url)
+
+
+def test_missing_input_part_fails_the_view_write_at_once_as_corruption(af: Env) -> None:
+    af.env["SHARDSINK_VIEW"] = (af.root / "shards" / "per_user_day").as_uri()
+    src = Shard.create(af.shard_url, SCHEMA, upper=START)
+    src.append(pa.table({"user": ["a", "b"], "action": ["buy", "view"], "amount": [1, 2],
+                         "_time": [START + 5, START + 6], "_diff": [1, 1]}), lower=START, upper=START + DAY)
+    lost = src.batches()[0].parts[0].key
+    src.blob.delete(lost)
+
+    r = subprocess.run([str(VENV_BIN / "airflow"), "dags", "test", "example_view", "2024-02-01"], env=af.env,
+                       capture_output=True, text=True, timeout=400)
+    out = _failed(r)
+    assert out.count(SUBMIT) == 1, "the corrupt read was retried"
+    assert "CORRUPTION, not retried (stop and page a human): CorruptionError:" in out
+    assert lost in out and "is missing" in out
+    try:
+        view = Shard.open(af.env["SHARDSINK_VIEW"])
+    except ShardNotFoundError:
+        return  # the first write creates the output: nothing was created
+    assert view.info().seqno == 0

@@ -1,0 +1,70 @@
+"""What the Shards page reads from a shard, and the OpenLineage names of shards and sources (no Airflow)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from shardsink import ReadFrontierError, Shard
+from shardsink.provider import inventory, lineage
+from shardsink.provider.inventory import dag_run_of
+
+SCHEMA = pa.schema([("user", pa.string()), ("n", pa.int64())])
+DAY = 86_400_000
+
+
+def _rows(lo: int, k: int) -> pa.Table:
+    return pa.table({"user": [f"u{i}" for i in range(k)], "n": list(range(k)), "_time": [lo] * k})
+
+
+def test_detail_shows_frontiers_commits_with_their_dag_runs_and_leaked_parts(tmp_path: Path) -> None:
+    url = f"file://{tmp_path}/s"
+    shard = Shard.create(url, SCHEMA, upper=DAY)
+    shard.append(_rows(DAY, 3), lower=DAY, upper=2 * DAY, writer="airflow:ingest/scheduled__2024-01-02T00:00:00+00:00")
+    shard.append(_rows(2 * DAY, 2), lower=2 * DAY, upper=3 * DAY, writer="cli:me")
+    stray = shard.stage(_rows(3 * DAY, 1), lower=3 * DAY, upper=4 * DAY, desc_id="never-committed")
+
+    d = inventory.detail(url, grace_s=0)
+    assert (d["seqno"], d["upper"], d["upper_time"], d["rows"], d["batches"]) == (2, 3 * DAY,
+                                                                                 "1970-01-04T00:00:00.000Z", 5, 2)
+    assert [c["seqno"] for c in d["commits"]] == [2, 1, 0] and d["history_complete"]
+    assert [(c["dag_id"], c["run_id"]) for c in d["commits"]] == [
+        (None, None), ("ingest", "scheduled__2024-01-02T00:00:00+00:00"), (None, None)]
+    assert [c["shard_upper"] for c in d["commits"]] == [3 * DAY, 2 * DAY, DAY]
+    assert [o["key"] for o in d["leaked_list"]] == [p.key for p in stray.parts] and d["leaked"] == 1
+    assert inventory.summary(url, grace_s=3600)["leaked"] == 0  # young parts may be an in-flight writer's
+    assert d["retention_ms"] is None and d["lease_list"] == []
+    assert inventory.shard_id(url) == inventory.shard_id(url + "/") == d["id"]
+
+
+def test_preview_shows_the_first_rows_as_of_a_time_and_refuses_unreadable_times(tmp_path: Path) -> None:
+    url = f"file://{tmp_path}/s"
+    shard = Shard.create(url, SCHEMA, upper=DAY)
+    shard.append(_rows(DAY, 150), lower=DAY, upper=2 * DAY)
+    shard.append(_rows(2 * DAY, 1), lower=2 * DAY, upper=3 * DAY)
+    p = inventory.preview(url)
+    assert (p["as_of"], p["total_rows"], len(p["rows"])) == (3 * DAY - 1, 150, 100)
+    assert p["columns"] == ["user", "n", "_count"]
+    assert inventory.preview(url, as_of=2 * DAY - 1)["total_rows"] == 150
+    with pytest.raises(ReadFrontierError):
+        inventory.preview(url, as_of=3 * DAY)
+
+
+def test_dag_run_of_parses_only_airflow_writers() -> None:
+    assert dag_run_of("airflow:d/manual__2024-01-01T00:00:00+00:00") == ("d", "manual__2024-01-01T00:00:00+00:00")
+    assert dag_run_of("airflow:d/") is None and dag_run_of("host:123") is None
+
+
+def test_lineage_names_follow_the_openlineage_conventions() -> None:
+    assert lineage.shard_dataset("s3://lake/shards/events") == lineage.DatasetName("s3://lake", "shards/events")
+    assert lineage.shard_dataset("file:///data/shards/e") == lineage.DatasetName("file", "/data/shards/e")
+    assert lineage.source_datasets({"kind": "landing", "root": "s3://lake/landing/events"}) == [
+        lineage.DatasetName("s3://lake", "landing/events")]
+    assert lineage.source_datasets({"kind": "landing", "root": "/srv/landing"}) == [
+        lineage.DatasetName("file", "/srv/landing")]
+    assert lineage.source_datasets({"kind": "kafka", "bootstrap_servers": "b1:9092,b2:9092", "topic": "clicks"}) == [
+        lineage.DatasetName("kafka://b1:9092", "clicks")]
+    view = {"kind": "sql", "inputs": {"a": {"url": "s3://lake/x", "mode": "updates"}, "b": {"url": "file:///y"}}}
+    assert lineage.source_datasets(view) == [lineage.DatasetName("s3://lake", "x"), lineage.DatasetName("file", "/y")]

@@ -1,0 +1,37 @@
+"""A separate OS process that runs one mint (binding included), prints its description, and
+optionally dies right after (SIGKILL-like ``os._exit``), before any data is written.
+
+    python proc_mint.py SHARD_URL SOURCE_SPEC_JSON INTERVAL_END [--die] [--go FILE]
+
+``--go FILE``: wait until FILE exists before minting (to line several processes up).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+from shardsink.sinks.ingest import Description, mint, open_or_create
+from shardsink.sources.base import source_from_spec
+
+START = 1_704_067_200_000
+
+
+def main() -> None:
+    url, spec, end = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3])
+    if "--go" in sys.argv:
+        go = sys.argv[sys.argv.index("--go") + 1]
+        while not os.path.exists(go):
+            time.sleep(0.01)
+    src = source_from_spec(spec)
+    shard = open_or_create(url, src, initial_upper=START)
+    d = mint(shard, src, interval_end=end, max_span=None, dag_id="proc", run_id=f"p{os.getpid()}", attempt=1)
+    print(json.dumps(d.to_dict() if isinstance(d, Description) else {"noop": d.reason}), flush=True)
+    if "--die" in sys.argv:
+        os._exit(137)
+
+
+if __name__ == "__main__":
+    main()
