@@ -1,17 +1,21 @@
-"""The TaskGroups ``attempt_1..K`` every sink DAG is made of (ingest and materialize alike).
+"""The TaskGroups ``attempt_1..K`` and the ``report`` task every sink DAG is made of.
 
 ::
 
-    attempt_1: mint ─► write[slot 0..N-1] (spark-submit) ─► append
-                                                              │ lost the race → skipped
-    attempt_2: mint (trigger rule none_failed) ─► write[...] ─► append
-    ...
-    attempt_K: ...                                            append fails loudly if it loses too
+    attempt_1: mint ─► write[desc × slot] (spark-submit) ─► append ─┐
+                  └──► correct[desc] (re-processing only) ──┘        │ covered → rest skipped
+    attempt_2: mint (trigger rule none_failed) ─► ...                │ else: continue / retry
+    ...                                                              ▼
+    attempt_K: ...                                    report (trigger rule none_failed)
 
-``mint`` of attempt k >= 2 runs after a success *or* a skip of append k-1 and decides
-from the shard state whether anything is left to do (:func:`shardsink.airflow.tasks.retry_gate`).
-The sinks differ only in the mint body and the write operator; append is shared
-(:func:`shardsink.airflow.tasks.append_task`, which emits the shard's asset event).
+``mint`` returns a CHAIN of descriptions from the shard's upper towards the run's target
+(``min(interval end, source progress)``, each at most ``max_span`` wide); the writes are
+mapped over (description, slot) pairs, and ``append`` commits the chain in order. A run
+continues with the next attempt while its target is not covered (a lost race, a chain cut
+at ``max_chain``); ``report`` lists what the run committed and fails the run unless its
+target is covered: a green run covers its interval, whatever the concurrency.
+Waits (an earlier interval not covered yet, backoff after a lost race) reschedule the
+mint task: no worker slot is held while waiting.
 """
 
 from __future__ import annotations
@@ -22,36 +26,49 @@ from typing import Any
 
 from airflow.sdk import Asset, TaskGroup, TriggerRule, get_current_context, task
 
-from shardsink.airflow.tasks import IngestSettings, append_task
+from shardsink.airflow.tasks import REPORT, IngestSettings, append_task, report_task
 
-#: ``mint(settings, attempt, context) -> description dict`` (or skip the rest of the run).
-MintBody = Callable[[IngestSettings, int, dict[str, Any]], dict[str, Any]]
-#: Builds the (mapped) write operator(s) of one attempt from the mint task's XCom.
+#: ``mint(settings, attempt, context) -> list of description dicts`` (or skip the rest of the run).
+MintBody = Callable[[IngestSettings, int, dict[str, Any]], list[dict[str, Any]]]
+#: Builds the (mapped) operator(s) of one attempt from the mint task's XCom (the description list).
 MakeWrite = Callable[[Any], Any]
 
 
 def attempt_groups(*, settings: IngestSettings, asset: Asset, mint_body: MintBody, make_write: MakeWrite,
-                   task_retries: int, task_retry_delay: timedelta) -> None:
-    """Add ``settings.max_attempts`` attempt TaskGroups to the DAG being defined."""
+                   task_retries: int, task_retry_delay: timedelta, make_correct: MakeWrite | None = None) -> None:
+    """Add ``settings.max_attempts`` attempt TaskGroups and the ``report`` task to the DAG being defined."""
     retry: dict[str, Any] = {"retries": task_retries, "retry_delay": task_retry_delay}
     prev_append = None
+    appends = []
     for k in range(1, settings.max_attempts + 1):
         with TaskGroup(group_id=f"attempt_{k}"):
             rule = TriggerRule.ALL_SUCCESS if k == 1 else TriggerRule.NONE_FAILED
 
             @task(task_id="mint", trigger_rule=rule, **retry)
-            def mint(attempt: int = k) -> dict[str, Any]:
+            def mint(attempt: int = k) -> list[dict[str, Any]]:
                 return mint_body(settings, attempt, dict(get_current_context()))
 
-            desc = mint()
-            write = make_write(desc)
+            descs = mint()
+            writes = [make_write(descs)]
+            if make_correct is not None:
+                writes.append(make_correct(descs))
 
-            @task(task_id="append", outlets=[asset], **retry)
+            @task(task_id="append", outlets=[asset], trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS, **retry)
             def append(d: Any, attempt: int = k) -> dict[str, Any]:
                 return append_task(settings, attempt, d, dict(get_current_context()), asset)
 
-            done = append(desc)
-            write >> done
+            done = append(descs)
+            for w in writes:
+                w >> done
             if prev_append is not None:
-                prev_append >> desc
+                prev_append >> descs
             prev_append = done
+            appends.append(done)
+
+    @task(task_id=REPORT, trigger_rule=TriggerRule.NONE_FAILED)
+    def report() -> dict[str, Any]:
+        return report_task(settings, dict(get_current_context()))
+
+    r = report()
+    for a in appends:
+        a >> r

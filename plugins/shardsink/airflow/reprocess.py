@@ -1,0 +1,70 @@
+"""Re-processing and dry runs under Airflow: the run params and the correction operator.
+
+Params (DAG params, overridden by a run's conf, e.g. ``airflow dags trigger -c`` or
+``airflow backfill create --dag-run-conf``):
+
+* ``dry_run`` (bool): compute and report what the run would write; write nothing.
+* ``reprocess_from`` / ``reprocess_to`` (ms or ISO date/time, UTC if no zone): re-process
+  the sealed range ``[from, to)``: the run appends its correction (see
+  :mod:`shardsink.sinks.reprocess`).
+* ``reprocess`` (bool): re-process the run's own data interval (use with
+  ``airflow backfill create --reprocess-behavior completed --dag-run-conf '{"reprocess": true}'``).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from airflow.sdk import Param
+from airflow.sdk.exceptions import AirflowSkipException
+
+from shardsink.airflow.tasks import ShardWriteOperator
+from shardsink.sinks.ingest import Description
+
+
+def run_params(*, reprocess: bool) -> dict[str, Param]:
+    """The DAG params of a sink DAG (``reprocess``: the ingest DAG's re-processing params too)."""
+    out = {"dry_run": Param(False, type="boolean", description="compute and report what the run would write; "
+                                                                "write nothing")}
+    if reprocess:
+        when = ["null", "string", "integer"]
+        out.update({
+            "reprocess_from": Param(None, type=when, description="re-process a sealed range from (ms or ISO, UTC)"),
+            "reprocess_to": Param(None, type=when, description="... to (exclusive; ms or ISO, UTC)"),
+            "reprocess": Param(False, type="boolean", description="re-process this run's own data interval"),
+        })
+    return out
+
+
+def correction_job_path() -> str:
+    """The spark-submit application of the correction step (a file inside the package)."""
+    import os
+
+    import shardsink.spark
+
+    return os.path.join(os.path.dirname(shardsink.spark.__file__), "_entry", "ingest_correct.py")
+
+
+class CorrectionWriteOperator(ShardWriteOperator):
+    """spark-submit of the correction job (:mod:`shardsink.spark.reprocess`) for the one description
+    of a re-processing run that carries the correction; every other mapped instance skips itself.
+
+    It is the description's last writer slot (``slot = writers``, ``slots = writers + 1``).
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("application", correction_job_path())
+        super().__init__(**kwargs)
+
+    def job_args(self, d: Description) -> list[str]:
+        assert d.corrects is not None
+        return ["--shard-url", self.shard_url, "--source", json.dumps(self.source_spec, sort_keys=True),
+                "--desc-id", d.desc_id, "--lower", str(d.lower), "--upper", str(d.upper),
+                "--attempt", str(d.attempt), "--corrects-from", str(d.corrects[0]),
+                "--corrects-to", str(d.corrects[1]), "--slot", str(self.slot), "--slots", str(self.slots)]
+
+    def execute(self, context: Any) -> None:
+        if not self.desc or not Description.from_dict(self.desc).corrects:
+            raise AirflowSkipException("this description carries no correction")
+        super().execute(context)

@@ -1,0 +1,119 @@
+"""Re-processing on Spark: the correction of a sealed range ``[A, B)`` of an ingest source.
+
+    spark-submit --py-files shardsink.zip shardsink/spark/_entry/ingest_correct.py \\
+        --shard-url URL --source JSON --desc-id D --lower L --upper U --attempt K \\
+        --corrects-from A --corrects-to B --slot N --slots N+1
+
+The writer slots 0..N-1 of the description stage the source's ordinary rows in
+``[L, U)`` (the ingest write job, unchanged); this job is slot N: it stages
+``correction = source now in [A, B) − shard's holdings for [A, B)`` stamped at ``U - 1``
+(:mod:`shardsink.sinks.reprocess`; the arithmetic is the materialize sink's
+:func:`shardsink.sinks.correction.correction_frame`) under the ``corrects-A_B`` label, and
+publishes its manifest. Exit codes as the other write jobs (0 staged or already
+committed, 2 invalid input, 1 otherwise).
+
+The source is re-read without the late-data check: re-landed files are the point.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from shardsink.core import parts as pt
+from shardsink.core.shard import Shard
+from shardsink.sinks.correction import correction_frame
+from shardsink.sinks.ingest import Description, committed, write_manifest
+from shardsink.sinks.reprocess import check_range, correction_label, prior_corrections
+from shardsink.sources.base import Source, source_from_spec
+from shardsink.spark import types as sty
+from shardsink.spark.read import ShardReads
+from shardsink.spark.stage import stage_dataframe
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+
+def range_correction(reads: ShardReads, source: Source, shard: Shard, desc: Description) -> tuple[DataFrame,
+                                                                                                   list[Any]]:
+    """The correction ``desc`` carries (lazy; stage it inside ``reads``' block) and the inputs read."""
+    assert desc.corrects is not None
+    a, b = desc.corrects
+    check_range(shard, a, b)
+    schema = shard.schema
+    spark = reads.spark
+    src, inputs = source.read_slot(spark, lower=a, upper=b, slot=0, slots=1, schema=schema, seals=())
+    desired = src.drop(pt.TIME)
+    persisted = reads.changes(shard.url, a, b, consolidate=False).drop(pt.TIME)
+    prior = prior_corrections(shard, a, b)
+    if prior:  # earlier corrections of this range: small, read on the driver
+        t = pt.read_parts(shard.blob, prior, schema).drop_columns([pt.TIME])
+        frame = spark.createDataFrame(t.to_pandas(), sty.spark_schema(schema, time=False, diff=pt.DIFF))
+        persisted = persisted.unionByName(frame)
+    return correction_frame(desired, persisted, schema=schema, upper=desc.upper, where=shard.url), inputs
+
+
+def stage_correction(spark: SparkSession, source: Source, shard: Shard, desc: Description, *,
+                     dry_run: bool = False, sample: int = 0) -> tuple[list[Any], list[Any], list[dict[str, Any]]]:
+    """Stage (or, ``dry_run``, only encode) the correction; returns (parts, inputs, ``sample`` rows of it)."""
+    from shardsink.spark.dryrun import sample_rows
+
+    assert desc.corrects is not None
+    with ShardReads(spark, holder=f"reprocess:{desc.desc_id}") as reads:
+        corr, inputs = range_correction(reads, source, shard, desc)
+        parts = stage_dataframe(corr, shard_url=shard.url, schema=shard.schema, lower=desc.lower, upper=desc.upper,
+                                desc_id=desc.desc_id, encoding="compact", label=correction_label(*desc.corrects),
+                                dry_run=dry_run)
+        rows = sample_rows(corr, sample) if sample else []
+    return list(parts), inputs, rows
+
+
+def _args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="shardsink-correct")
+    p.add_argument("--shard-url", required=True)
+    p.add_argument("--source", required=True, help="source spec as JSON")
+    p.add_argument("--desc-id", required=True)
+    p.add_argument("--lower", type=int, required=True)
+    p.add_argument("--upper", type=int, required=True)
+    p.add_argument("--attempt", type=int, default=1)
+    p.add_argument("--corrects-from", type=int, required=True)
+    p.add_argument("--corrects-to", type=int, required=True)
+    p.add_argument("--slot", type=int, required=True)
+    p.add_argument("--slots", type=int, required=True)
+    return p.parse_args(argv)
+
+
+def run(argv: Sequence[str] | None = None) -> dict[str, object]:
+    from pyspark.sql import SparkSession
+
+    a = _args(argv)
+    desc = Description(a.desc_id, a.lower, a.upper, a.attempt, (a.corrects_from, a.corrects_to))
+    shard = Shard.open(a.shard_url)
+    done = committed(shard, desc)
+    if done is not None:
+        return {"status": "already_committed", "seqno": done.seqno, "slot": a.slot}
+    t0 = time.monotonic()
+    spark = (SparkSession.builder.appName(f"shardsink-correct-{desc.desc_id}")
+             .config("spark.sql.session.timeZone", "UTC").getOrCreate())
+    try:
+        parts, inputs, _ = stage_correction(spark, source_from_spec(json.loads(a.source)), shard, desc)
+    finally:
+        spark.stop()
+    doc = write_manifest(shard, desc, slot=a.slot, slots=a.slots, parts=parts, inputs=inputs)
+    return {"status": "staged", "slot": a.slot, "parts": len(parts), "rows": doc["rows"],
+            "bytes": sum(p.bytes for p in parts), "corrects": [a.corrects_from, a.corrects_to],
+            "seconds": round(time.monotonic() - t0, 2)}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from shardsink.spark.entrypoint import report
+
+    return report(run, argv, tag="SHARDSINK_CORRECT")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
