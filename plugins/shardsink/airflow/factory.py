@@ -123,7 +123,7 @@ def ingest_dag(
             desc=descs, slot=list(range(writers)))
 
     def make_correct(descs: Any) -> Any:
-        return CorrectionWriteOperator.partial(task_id="correct", slots=writers + 1, slot=writers, **common).expand(
+        return CorrectionWriteOperator.partial(task_id="correct", slots=1, slot=0, **common).expand(
             desc=descs)
 
     with DAG(

@@ -50,8 +50,11 @@ class CorrectionWriteOperator(ShardWriteOperator):
     """spark-submit of the correction job (:mod:`shardsink.spark.reprocess`) for the one description
     of a re-processing run that carries the correction; every other mapped instance skips itself.
 
-    It is the description's last writer slot (``slot = writers``, ``slots = writers + 1``).
+    The job stages ALL of that description (its ordinary source rows and the correction) as
+    slot 0 of 1; the ordinary write tasks skip a correcting description.
     """
+
+    stages_corrections = True
 
     def __init__(self, **kwargs: Any) -> None:
         kwargs.setdefault("application", correction_job_path())

@@ -293,7 +293,7 @@ def dry_run_report(context: dict[str, Any], settings: IngestSettings,
 
 def _append_one(shard: Shard, d: Description, slots: int, writer: str) -> tuple[AppendResult | None, str | None]:
     try:
-        return append_from_manifests(shard, d, slots, writer=writer), None
+        return append_from_manifests(shard, d, 1 if d.corrects else slots, writer=writer), None
     except LostRaceError as e:
         return None, (f"lost the race at shard upper {e.current}: description {d.desc_id} [{d.lower}, {d.upper}) "
                       f"was not committed and its {e.deleted} staged objects were deleted")
@@ -323,7 +323,7 @@ def append_task(settings: IngestSettings, attempt: int, descs: list[dict[str, An
     for raw in descs:
         d = Description.from_dict(raw)
         try:
-            r, why = _append_one(shard, d, settings.writers + (1 if d.corrects else 0), writer)
+            r, why = _append_one(shard, d, settings.writers, writer)
         except (CorruptionError, ShardClosedError) as e:
             raise AirflowFailException(str(e)) from e
         if r is None:
@@ -429,6 +429,8 @@ class ShardWriteOperator(SparkSubmitOperator):
     """
 
     template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "desc")
+    #: Whether this operator stages descriptions that carry a re-processing correction.
+    stages_corrections = False
 
     def __init__(self, *, shard_url: str, source_spec: dict[str, Any], slots: int, desc: Any, slot: int,
                  aws_conn_id: str | None = None, **kwargs: Any) -> None:
@@ -464,6 +466,8 @@ class ShardWriteOperator(SparkSubmitOperator):
         if not self.desc:
             raise AirflowSkipException("no description was minted for this attempt; nothing to write")
         d = Description.from_dict(self.desc)
+        if d.corrects is not None and not self.stages_corrections:
+            raise AirflowSkipException("this description carries a correction: the correct task stages all of it")
         env = dict(self.env_vars or {})
         if self.aws_conn_id:
             creds = aws_env_from_connection(self.aws_conn_id)

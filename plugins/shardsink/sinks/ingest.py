@@ -213,15 +213,25 @@ def committed(shard: Shard, desc: Description) -> Committed | None:
 
 
 def seals(shard: Shard, *, limit: int = SEAL_HISTORY) -> list[Seal]:
-    """When the recent commits sealed which times (for late-data checks), oldest first."""
+    """When the recent commits sealed which times (for late-data checks), oldest first.
+
+    A committed re-processing correction of ``[A, B)`` re-reads the source there, so it
+    *re-seals* ``[A, B)`` at its commit time (files re-landed before it are not late).
+    """
+    from shardsink.sinks.reprocess import corrected_range
+
     out = []
-    for seqno, c in reversed(shard.log(limit=limit)):
+    log = list(reversed(shard.log(limit=limit)))
+    at_of = {seqno: datetime.fromisoformat(c.at).timestamp() for seqno, c in log}
+    for seqno, c in log:
         if c.upper is None:
             continue
-        at = datetime.fromisoformat(c.at).timestamp()
         lower = -(2**63) if c.kind == "create" or c.lower is None else c.lower
-        out.append(Seal(lower, c.upper, seqno, at))
-    return out
+        out.append(Seal(lower, c.upper, seqno, at_of[seqno]))
+    resealed = {(r, b.seqno) for b in shard.batches() if b.seqno in at_of
+                for p in b.parts if (r := corrected_range(p.key)) is not None}
+    out += [Seal(r[0], r[1], seqno, at_of[seqno]) for r, seqno in sorted(resealed, key=lambda x: x[1])]
+    return sorted(out, key=lambda s: s.seqno)
 
 
 # --- manifests --------------------------------------------------------------------------

@@ -76,17 +76,19 @@ def _signs(df: DataFrame) -> tuple[int, int]:
 def dry_run_ingest(spark: SparkSession, source: Source, shard: Shard, descs: Sequence[Description], *,
                    slots: int, sample: int = 5) -> list[dict[str, Any]]:
     """What each description of an ingest (or re-processing) run would write; writes nothing."""
+    from shardsink.sinks.reprocess import correction_label
     from shardsink.spark.read import ShardReads
-    from shardsink.spark.reprocess import range_correction
+    from shardsink.spark.reprocess import ordinary_rows, range_correction
 
     out = []
     sealed = seals(shard)
     for d in descs:
         parts: list[PartMeta] = []
         rows: list[dict[str, Any]] = []
-        for slot in range(slots):
-            df, _ = source.read_slot(spark, lower=d.lower, upper=d.upper, slot=slot, slots=slots, schema=shard.schema,
-                                     seals=sealed)
+        frames = [ordinary_rows(spark, source, shard, d)[0]] if d.corrects is not None else [
+            source.read_slot(spark, lower=d.lower, upper=d.upper, slot=slot, slots=slots, schema=shard.schema,
+                             seals=sealed)[0] for slot in range(slots)]
+        for df in frames:
             parts += stage_dataframe(df, shard_url=shard.url, schema=shard.schema, lower=d.lower, upper=d.upper,
                                      desc_id=d.desc_id, dry_run=True)
             if len(rows) < sample:
@@ -96,7 +98,8 @@ def dry_run_ingest(spark: SparkSession, source: Source, shard: Shard, descs: Seq
             with ShardReads(spark, holder=f"dry-run:{d.desc_id}") as reads:
                 corr, _ = range_correction(reads, source, shard, d)
                 cparts = stage_dataframe(corr, shard_url=shard.url, schema=shard.schema, lower=d.lower,
-                                         upper=d.upper, desc_id=d.desc_id, encoding="compact", dry_run=True)
+                                         upper=d.upper, desc_id=d.desc_id, encoding="compact",
+                                         label=correction_label(*d.corrects), dry_run=True)
                 out.append(summary(d, cparts, what="correction", sample=sample_rows(corr, sample),
                                    signs=_signs(corr)))
     return out

@@ -2,17 +2,20 @@
 
     spark-submit --py-files shardsink.zip shardsink/spark/_entry/ingest_correct.py \\
         --shard-url URL --source JSON --desc-id D --lower L --upper U --attempt K \\
-        --corrects-from A --corrects-to B --slot N --slots N+1
+        --corrects-from A --corrects-to B --slot 0 --slots 1
 
-The writer slots 0..N-1 of the description stage the source's ordinary rows in
-``[L, U)`` (the ingest write job, unchanged); this job is slot N: it stages
+This job stages ALL of a correcting description, as slot 0 of 1: the source's ordinary
+rows in ``[L, U)`` (as the ingest write job would; the ordinary write tasks skip a
+correcting description) and
 ``correction = source now in [A, B) − shard's holdings for [A, B)`` stamped at ``U - 1``
 (:mod:`shardsink.sinks.reprocess`; the arithmetic is the materialize sink's
 :func:`shardsink.sinks.correction.correction_frame`) under the ``corrects-A_B`` label, and
 publishes its manifest. Exit codes as the other write jobs (0 staged or already
 committed, 2 invalid input, 1 otherwise).
 
-The source is re-read without the late-data check: re-landed files are the point.
+The source is re-read for ``[A, B)`` without the late-data check: re-landed files are the
+point. The ordinary rows are read with the late-data check, counting ``[A, B)`` as
+re-sealed now (this description re-reads it), so a file re-landed for the fix is not late.
 """
 
 from __future__ import annotations
@@ -27,9 +30,9 @@ from typing import TYPE_CHECKING, Any
 from shardsink.core import parts as pt
 from shardsink.core.shard import Shard
 from shardsink.sinks.correction import correction_frame
-from shardsink.sinks.ingest import Description, committed, write_manifest
+from shardsink.sinks.ingest import Description, committed, seals, write_manifest
 from shardsink.sinks.reprocess import check_range, correction_label, prior_corrections
-from shardsink.sources.base import Source, source_from_spec
+from shardsink.sources.base import Seal, Source, source_from_spec
 from shardsink.spark import types as sty
 from shardsink.spark.read import ShardReads
 from shardsink.spark.stage import stage_dataframe
@@ -57,19 +60,33 @@ def range_correction(reads: ShardReads, source: Source, shard: Shard, desc: Desc
     return correction_frame(desired, persisted, schema=schema, upper=desc.upper, where=shard.url), inputs
 
 
+def ordinary_rows(spark: SparkSession, source: Source, shard: Shard, desc: Description) -> tuple[DataFrame,
+                                                                                             list[Any]]:
+    """The source's ordinary rows of a correcting description (all slots), late-data checked
+    with ``desc.corrects`` counted as re-sealed now."""
+    assert desc.corrects is not None
+    sealed = [*seals(shard), Seal(desc.corrects[0], desc.corrects[1], -1, time.time())]
+    return source.read_slot(spark, lower=desc.lower, upper=desc.upper, slot=0, slots=1, schema=shard.schema,
+                            seals=sealed)
+
+
 def stage_correction(spark: SparkSession, source: Source, shard: Shard, desc: Description, *,
                      dry_run: bool = False, sample: int = 0) -> tuple[list[Any], list[Any], list[dict[str, Any]]]:
-    """Stage (or, ``dry_run``, only encode) the correction; returns (parts, inputs, ``sample`` rows of it)."""
+    """Stage (or, ``dry_run``, only encode) a correcting description: its ordinary rows and its
+    correction. Returns (parts, inputs, ``sample`` rows of the correction)."""
     from shardsink.spark.dryrun import sample_rows
 
     assert desc.corrects is not None
+    rows, listing = ordinary_rows(spark, source, shard, desc)
+    parts = stage_dataframe(rows, shard_url=shard.url, schema=shard.schema, lower=desc.lower, upper=desc.upper,
+                            desc_id=desc.desc_id, dry_run=dry_run)
     with ShardReads(spark, holder=f"reprocess:{desc.desc_id}") as reads:
         corr, inputs = range_correction(reads, source, shard, desc)
-        parts = stage_dataframe(corr, shard_url=shard.url, schema=shard.schema, lower=desc.lower, upper=desc.upper,
-                                desc_id=desc.desc_id, encoding="compact", label=correction_label(*desc.corrects),
-                                dry_run=dry_run)
-        rows = sample_rows(corr, sample) if sample else []
-    return list(parts), inputs, rows
+        parts += stage_dataframe(corr, shard_url=shard.url, schema=shard.schema, lower=desc.lower, upper=desc.upper,
+                                 desc_id=desc.desc_id, encoding="compact", label=correction_label(*desc.corrects),
+                                 dry_run=dry_run)
+        got = sample_rows(corr, sample) if sample else []
+    return list(parts), [{"ordinary": listing}, {"corrects": list(desc.corrects), "inputs": inputs}], got
 
 
 def _args(argv: Sequence[str] | None) -> argparse.Namespace:
