@@ -3,14 +3,16 @@
 ::
 
     attempt_1: mint ─► write[desc × slot] (spark-submit) ─► append ─┐
-                  └──► correct[desc] (re-processing only) ──┘        │ covered → rest skipped
+                                                                     │ covered → rest skipped
     attempt_2: mint (trigger rule none_failed) ─► ...                │ else: continue / retry
     ...                                                              ▼
     attempt_K: ...                                    report (trigger rule none_failed)
 
 ``mint`` returns a CHAIN of descriptions from the shard's upper towards the run's target
 (``min(interval end, source progress)``, each at most ``max_span`` wide); the writes are
-mapped over (description, slot) pairs, and ``append`` commits the chain in order. A run
+mapped over (description, slot) pairs (a re-processing run's correcting description is
+staged whole by its slot 0, see :class:`shardsink.airflow.reprocess.IngestWriteOperator`),
+and ``append`` commits the chain in order. A run
 continues with the next attempt while its target is not covered (a lost race, a chain cut
 at ``max_chain``); ``report`` lists what the run committed and fails the run unless its
 target is covered: a green run covers its interval, whatever the concurrency.
@@ -35,7 +37,7 @@ MakeWrite = Callable[[Any], Any]
 
 
 def attempt_groups(*, settings: IngestSettings, asset: Asset, mint_body: MintBody, make_write: MakeWrite,
-                   task_retries: int, task_retry_delay: timedelta, make_correct: MakeWrite | None = None) -> None:
+                   task_retries: int, task_retry_delay: timedelta) -> None:
     """Add ``settings.max_attempts`` attempt TaskGroups and the ``report`` task to the DAG being defined."""
     retry: dict[str, Any] = {"retries": task_retries, "retry_delay": task_retry_delay}
     prev_append = None
@@ -49,17 +51,14 @@ def attempt_groups(*, settings: IngestSettings, asset: Asset, mint_body: MintBod
                 return mint_body(settings, attempt, dict(get_current_context()))
 
             descs = mint()
-            writes = [make_write(descs)]
-            if make_correct is not None:
-                writes.append(make_correct(descs))
+            writes = make_write(descs)
 
             @task(task_id="append", outlets=[asset], trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS, **retry)
             def append(d: Any, attempt: int = k) -> dict[str, Any]:
                 return append_task(settings, attempt, d, dict(get_current_context()), asset)
 
             done = append(descs)
-            for w in writes:
-                w >> done
+            writes >> done
             if prev_append is not None:
                 prev_append >> descs
             prev_append = done

@@ -31,8 +31,8 @@ from typing import Any
 from airflow.sdk import DAG, Asset, CronDataIntervalTimetable, DeltaDataIntervalTimetable
 
 from shardsink.airflow.attempts import attempt_groups
-from shardsink.airflow.reprocess import CorrectionWriteOperator, run_params
-from shardsink.airflow.tasks import IngestSettings, ShardWriteOperator, mint_task
+from shardsink.airflow.reprocess import IngestWriteOperator, run_params
+from shardsink.airflow.tasks import IngestSettings, mint_task
 from shardsink.errors import InvalidUsageError
 from shardsink.sources.base import Source
 from shardsink.storage.url import parse_url
@@ -119,12 +119,8 @@ def ingest_dag(
                               "retries": task_retries, "retry_delay": task_retry_delay}
 
     def make_write(descs: Any) -> Any:
-        return ShardWriteOperator.partial(task_id="write", slots=writers, **common).expand(
+        return IngestWriteOperator.partial(task_id="write", slots=writers, **common).expand(
             desc=descs, slot=list(range(writers)))
-
-    def make_correct(descs: Any) -> Any:
-        return CorrectionWriteOperator.partial(task_id="correct", slots=1, slot=0, **common).expand(
-            desc=descs)
 
     with DAG(
         dag_id=dag_id,
@@ -138,5 +134,5 @@ def ingest_dag(
         **dag_kwargs,
     ) as dag:
         attempt_groups(settings=settings, asset=shard_asset(url), mint_body=mint_task, make_write=make_write,
-                       make_correct=make_correct, task_retries=task_retries, task_retry_delay=task_retry_delay)
+                       task_retries=task_retries, task_retry_delay=task_retry_delay)
     return dag

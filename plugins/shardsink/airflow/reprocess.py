@@ -46,28 +46,26 @@ def correction_job_path() -> str:
     return os.path.join(os.path.dirname(shardsink.spark.__file__), "_entry", "ingest_correct.py")
 
 
-class CorrectionWriteOperator(ShardWriteOperator):
-    """spark-submit of the correction job (:mod:`shardsink.spark.reprocess`) for the one description
-    of a re-processing run that carries the correction; every other mapped instance skips itself.
-
-    The job stages ALL of that description (its ordinary source rows and the correction) as
-    slot 0 of 1; the ordinary write tasks skip a correcting description.
+class IngestWriteOperator(ShardWriteOperator):
+    """The ingest DAG's write operator: :class:`ShardWriteOperator` for ordinary descriptions; for
+    the description of a re-processing run that carries the correction, slot 0 runs the
+    correction job (:mod:`shardsink.spark.reprocess`), which stages ALL of that description
+    (its ordinary source rows and the correction, as slot 0 of 1), and the other slots skip.
     """
 
     stages_corrections = True
 
-    def __init__(self, **kwargs: Any) -> None:
-        kwargs.setdefault("application", correction_job_path())
-        super().__init__(**kwargs)
-
     def job_args(self, d: Description) -> list[str]:
-        assert d.corrects is not None
+        if d.corrects is None:
+            return super().job_args(d)
         return ["--shard-url", self.shard_url, "--source", json.dumps(self.source_spec, sort_keys=True),
                 "--desc-id", d.desc_id, "--lower", str(d.lower), "--upper", str(d.upper),
                 "--attempt", str(d.attempt), "--corrects-from", str(d.corrects[0]),
-                "--corrects-to", str(d.corrects[1]), "--slot", str(self.slot), "--slots", str(self.slots)]
+                "--corrects-to", str(d.corrects[1]), "--slot", "0", "--slots", "1"]
 
     def execute(self, context: Any) -> None:
-        if not self.desc or not Description.from_dict(self.desc).corrects:
-            raise AirflowSkipException("this description carries no correction")
+        if self.desc and Description.from_dict(self.desc).corrects is not None:
+            if self.slot != 0:
+                raise AirflowSkipException("slot 0 stages this correcting description whole")
+            self.application = correction_job_path()
         super().execute(context)

@@ -123,7 +123,7 @@ def skip_rest(context: dict[str, Any], writers: int) -> None:
         if t.task_id == REPORT:
             continue
         rest.append(t.task_id)
-        if t.task_id.endswith((".write", ".correct")):
+        if t.task_id.endswith(".write"):
             rest.extend((t.task_id, i) for i in range(writers))
     if rest:
         raise DownstreamTasksSkipped(tasks=rest)
@@ -467,7 +467,7 @@ class ShardWriteOperator(SparkSubmitOperator):
             raise AirflowSkipException("no description was minted for this attempt; nothing to write")
         d = Description.from_dict(self.desc)
         if d.corrects is not None and not self.stages_corrections:
-            raise AirflowSkipException("this description carries a correction: the correct task stages all of it")
+            raise AirflowSkipException("this description carries a correction: its correction job stages it")
         env = dict(self.env_vars or {})
         if self.aws_conn_id:
             creds = aws_env_from_connection(self.aws_conn_id)
