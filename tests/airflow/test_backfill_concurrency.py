@@ -1,4 +1,5 @@
-"""Backfills as Airflow users drive them, on ONE real scheduler serving three DAGs at once.
+"""Backfills as Airflow users drive them, on ONE real scheduler serving three DAGs at once
+(scheduler + dag-processor + api-server started by the test, :func:`af_helpers.airflow_stack`).
 
 * ``bf_default``: a 5-day backfill at Airflow's default concurrency (max active runs 10);
 * ``bf_backwards``: a 4-day ``--run-backwards`` backfill with ONE active run (the newest
@@ -21,8 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from af_helpers import DAY, START, VENV_BIN, Env, assert_exactly_once, assert_no_leaks, ok
-from test_ingest_backfill import airflow_stack
+from af_helpers import DAY, START, VENV_BIN, Env, airflow_stack, assert_exactly_once, assert_no_leaks, ok
 
 from shardsink import Shard
 from shardsink.sources.synthetic import generate
@@ -140,5 +140,8 @@ def test_backfills_at_any_concurrency_cover_every_interval_exactly_once(af: Env,
             for c in rep["committed"]:
                 listed[c["desc_id"]] = (f"airflow:{dag_id}/{run_id}", c["lower"], c["upper"])
         assert listed == log, (dag_id, listed, log)
+        # The shard's asset events list the same commits (a commit emits exactly one event).
+        events = [c for e in af.asset_events() if e["shard"] == shard.info().url for c in e["commits"]]
+        assert sorted(c["desc_id"] for c in events) == sorted(log), dag_id
     backfill_runs = [r for r in runs["bf_mixed"] if r["run_id"].startswith("backfill__")]
     assert len(runs["bf_mixed"]) > len(backfill_runs), "no scheduled or manual run raced the backfill"
