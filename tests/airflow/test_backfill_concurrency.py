@@ -22,14 +22,17 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from af_helpers import DAY, START, VENV_BIN, Env, airflow_stack, assert_exactly_once, assert_no_leaks, ok
 
 from shardsink import Shard
 from shardsink.sources.synthetic import generate
 from shardsink.testing import free_port
 
-#: dag id -> (days of data, catch-up patience in seconds)
-SCENARIOS = {"bf_default": (5, 600), "bf_backwards": (4, 20), "bf_mixed": (4, 600)}
+#: dag id -> (days of data, catch-up patience in seconds, DAG end date or None). An end date
+#: keeps the scheduler from adding its own latest run (only bf_mixed gets one, on purpose).
+SCENARIOS = {"bf_default": (5, 600, "2024-01-06"), "bf_backwards": (4, 20, "2024-01-05"),
+             "bf_mixed": (4, 600, None)}
 
 DAG_FILE = '''
 """Three backfill scenarios' DAGs (written by tests/airflow/test_backfill_concurrency.py)."""
@@ -44,6 +47,7 @@ for dag_id, spec in json.loads(os.environ["BF_SCENARIOS"]).items():
         writers=1, schedule="@daily", start_date=datetime(2024, 1, 1, tzinfo=UTC), max_span=timedelta(days=1),
         retry_backoff=0.5, task_retries=2, task_retry_delay=timedelta(seconds=2),
         catch_up_after=timedelta(seconds=spec["patience"]), poke_interval=timedelta(seconds=10),
+        end_date=datetime.fromisoformat(spec["end"]).replace(tzinfo=UTC) if spec["end"] else None,
     )
 '''
 
@@ -76,15 +80,17 @@ def _reports(home: Path, dag_id: str) -> dict[str, dict[str, Any]]:
     return {run: json.loads(v) if isinstance(v, (str, bytes)) else v for run, v in rows}
 
 
+@pytest.mark.timeout(2400)  # one scheduler, three DAGs, ~20 Spark jobs on 2 shared cores
 def test_backfills_at_any_concurrency_cover_every_interval_exactly_once(af: Env, tmp_path: Path) -> None:
     dags = tmp_path / "dags"
     dags.mkdir()
     (dags / "bf_dags.py").write_text(textwrap.dedent(DAG_FILE))
     spec = {}
-    for dag_id, (days, patience) in SCENARIOS.items():
+    for dag_id, (days, patience, end) in SCENARIOS.items():
         landing = str(af.root / dag_id / "landing")
         generate(landing, start=START, days=days, files_per_day=2, rows_per_file=50, seed=len(dag_id))
-        spec[dag_id] = {"landing": landing, "shard": (af.root / dag_id / "shard").as_uri(), "patience": patience}
+        spec[dag_id] = {"landing": landing, "shard": (af.root / dag_id / "shard").as_uri(), "patience": patience,
+                         "end": end}
     port = free_port()
     env = {**af.env, "_API_PORT": str(port), "BF_SCENARIOS": json.dumps(spec),
            "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
@@ -97,19 +103,21 @@ def test_backfills_at_any_concurrency_cover_every_interval_exactly_once(af: Env,
            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port())}
     ok(subprocess.run([str(VENV_BIN / "airflow"), "dags", "reserialize"], env=env, capture_output=True, text=True,
                       timeout=180))
+    # Created before the scheduler starts: SQLite is then not locked by it. The scheduler
+    # runs them all at once, plus bf_mixed's own latest scheduled run.
+    def backfill(dag_id: str, *extra: str) -> None:
+        days = SCENARIOS[dag_id][0]
+        _cli(env, "backfill", "create", "--dag-id", dag_id, "--from-date", "2024-01-01",
+             "--to-date", f"2024-01-0{days}", *extra, ok_if="AlreadyRunningBackfill")
+
+    backfill("bf_default")  # Airflow's default: 10 active runs
+    backfill("bf_backwards", "--run-backwards", "--max-active-runs", "1")
+    backfill("bf_mixed", "--max-active-runs", "2")
+    for day in ("2024-01-04", "2024-01-02"):  # manual runs (noon: own logical dates) inside the range
+        _cli(env, "dags", "trigger", "bf_mixed", "--logical-date", f"{day}T12:00:00+00:00",
+             "--run-id", f"manual__{day}", ok_if="already exists")
     t0 = time.monotonic()
     with airflow_stack(env):
-        def backfill(dag_id: str, *extra: str) -> None:
-            days = SCENARIOS[dag_id][0]
-            _cli(env, "backfill", "create", "--dag-id", dag_id, "--from-date", "2024-01-01",
-                 "--to-date", f"2024-01-0{days}", *extra, ok_if="AlreadyRunningBackfill")
-
-        backfill("bf_default")  # Airflow's default: 10 active runs
-        backfill("bf_backwards", "--run-backwards", "--max-active-runs", "1")
-        backfill("bf_mixed", "--max-active-runs", "2")
-        for day in ("2024-01-04", "2024-01-02"):  # manual runs (noon: own logical dates) inside the range
-            _cli(env, "dags", "trigger", "bf_mixed", "--logical-date", f"{day}T12:00:00+00:00",
-                 "--run-id", f"manual__{day}", ok_if="already exists")
         deadline = time.monotonic() + 1500
         while True:
             runs = {d: _runs(env, d) for d in SCENARIOS}
@@ -122,7 +130,7 @@ def test_backfills_at_any_concurrency_cover_every_interval_exactly_once(af: Env,
             assert time.monotonic() < deadline, f"runs did not finish: {pending}"
             time.sleep(5)
     print(f"all scenarios finished in {time.monotonic() - t0:.0f}s")
-    for dag_id, (days, _) in SCENARIOS.items():
+    for dag_id, (days, _, _) in SCENARIOS.items():
         states = {r["run_id"]: r["state"] for r in runs[dag_id]}
         assert set(states.values()) == {"success"}, (dag_id, states)
         url = spec[dag_id]["shard"]
@@ -143,5 +151,10 @@ def test_backfills_at_any_concurrency_cover_every_interval_exactly_once(af: Env,
         # The shard's asset events list the same commits (a commit emits exactly one event).
         events = [c for e in af.asset_events() if e["shard"] == shard.info().url for c in e["commits"]]
         assert sorted(c["desc_id"] for c in events) == sorted(log), dag_id
+    # --run-backwards with one active run: the newest day ran first and caught up all the days.
+    back = _reports(af.home, "bf_backwards")
+    newest = back[max(r for r in back if r.startswith("backfill__"))]
+    assert [(c["lower"], c["upper"]) for c in newest["committed"]] == [
+        (START + d * DAY, START + (d + 1) * DAY) for d in range(4)]
     backfill_runs = [r for r in runs["bf_mixed"] if r["run_id"].startswith("backfill__")]
     assert len(runs["bf_mixed"]) > len(backfill_runs), "no scheduled or manual run raced the backfill"

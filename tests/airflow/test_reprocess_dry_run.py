@@ -11,6 +11,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pytest
 from af_helpers import DAY, START, VENV_BIN, Env, assert_no_leaks, ok
 
 from shardsink import Shard
@@ -63,6 +64,7 @@ def _correction_parts(shard: Shard, lower: int, upper: int) -> list[Any]:
     return [p for b in shard.batches() for p in b.parts if corrected_range(p.key) == (lower, upper)]
 
 
+@pytest.mark.timeout(1800)  # four dags-test runs, two Spark jobs each
 def test_reprocessing_appends_exact_corrections_and_preserves_history(af: Env) -> None:
     generate(af.landing, start=START, days=6, files_per_day=2, rows_per_file=40)  # watermark: day 7
     _run(af, "example_ingest", "2024-01-03")  # catches up days 1-2 (a chain of two descriptions)
@@ -131,6 +133,7 @@ def _report(out: str) -> dict[str, Any]:
     return dict(json.JSONDecoder().raw_decode(raw.replace('\\"', '"'))[0])
 
 
+@pytest.mark.timeout(1200)
 def test_dry_runs_report_what_they_would_write_and_leave_the_store_byte_identical(af: Env) -> None:
     af.env["SHARDSINK_VIEW"] = (af.root / "shards" / "per_user_day").as_uri()
     generate(af.landing, start=START, days=3, files_per_day=2, rows_per_file=40)
