@@ -6,7 +6,9 @@ re-processing correction) and encoded into parts by the same staging function wi
 ``dry_run=True``, which uploads nothing. The report: per description its bounds, rows
 (inserts / retractions), bytes of the parts it would write, and a small sample of the
 rows (the correction for views and re-processing). No parts, no manifests, no state:
-the store is byte-identical afterwards.
+the store is byte-identical afterwards. (Like every Spark read of a shard, a dry run that
+reads a shard holds a read lease under ``leases/`` while it reads; the lease object is
+deleted when the read ends.)
 
 Runs on a local Spark session inside the Airflow task (``local[2]``): a dry run is an
 inspection, not a production write, so it does not go through spark-submit.
