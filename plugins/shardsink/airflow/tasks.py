@@ -238,10 +238,13 @@ def mint_task(settings: IngestSettings, attempt: int, context: dict[str, Any]) -
             check_range(shard, *corrects)
         except ShardsinkError as e:
             raise AirflowFailException(f"{type(e).__name__}: {e}") from e
-    if corrects is None and not opts.dry_run:
-        wait_for_earlier_intervals(settings, shard, start, context)
     wm = source.watermark()
     target = None if wm is None else min(b for b in (wm, interval_end) if b is not None)
+    if corrects is None and not opts.dry_run and start is not None and wm is not None:
+        # Only the part of the earlier intervals the source can fill is worth waiting for: a
+        # run whose target is covered already (or whose interval lies past the watermark
+        # and the shard reached it) ends at once.
+        wait_for_earlier_intervals(settings, shard, min(start, wm), context)
     out = mint_chain(shard, source, interval_end=interval_end, max_span=settings.max_span, max_chain=settings.max_chain,
                      dag_id=settings.dag_id, run_id=run_id, attempt=attempt, corrects=corrects)
     push_plan(context, target=target, watermark=wm, interval_end=interval_end, corrects=corrects,
