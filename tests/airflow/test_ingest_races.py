@@ -7,6 +7,7 @@ import shutil
 import time
 from pathlib import Path
 
+import pytest
 from af_helpers import DAY, START, Env, assert_exactly_once, assert_no_leaks, ok
 
 from shardsink import Shard
@@ -22,6 +23,7 @@ def _wait_for(pred: object, timeout: float, what: str) -> None:
         time.sleep(0.5)
 
 
+@pytest.mark.timeout(1800)  # run A stages two descriptions (two spark-submits) before B runs
 def test_two_runs_race_loser_deletes_its_parts_and_its_next_description_still_commits(
         af: Env, tmp_path: Path, airflow_template: Path) -> None:
     """Run A (interval Jan 2, catching up at once) mints the chain [Jan 1, Jan 2), [Jan 2, Jan 3);
@@ -40,7 +42,7 @@ def test_two_runs_race_loser_deletes_its_parts_and_its_next_description_still_co
     parts = Path(af.root / "shards" / "events" / "parts")
     staging = Path(af.root / "shards" / "events" / "staging")
     try:
-        _wait_for(lambda: staging.is_dir() and len(list(staging.iterdir())) == 2, 400,
+        _wait_for(lambda: staging.is_dir() and len(list(staging.iterdir())) == 2, 1200,
                   "run A to stage both descriptions of its chain")
         a_descs = sorted(p.name for p in staging.iterdir())
         assert all("-a1-" in d for d in a_descs)
