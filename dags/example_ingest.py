@@ -13,6 +13,12 @@ Settings come from the environment with embedded defaults, so this one file serv
     SHARDSINK_RETRY_BACKOFF base seconds of the jittered backoff        [2]
     SHARDSINK_TASK_RETRIES / SHARDSINK_TASK_RETRY_DELAY_S               [2 / 30]
     SHARDSINK_AWS_CONN_ID   Airflow ``aws`` connection for S3 stores   [none: the AWS environment]
+    SHARDSINK_CATCH_UP_AFTER_S  a run behind an uncovered earlier interval waits this long
+                                without shard progress before catching up itself  [300]
+    SHARDSINK_POKE_S            how often a waiting run looks again (no slot held)  [15]
+
+Run params (or run conf): ``dry_run``, ``reprocess_from`` / ``reprocess_to``, ``reprocess``
+(see shardsink.airflow.reprocess).
 """
 
 import os
@@ -37,6 +43,8 @@ dag = ingest_dag(
     retry_backoff=float(env("SHARDSINK_RETRY_BACKOFF", "2")),
     task_retries=int(env("SHARDSINK_TASK_RETRIES", "2")),
     task_retry_delay=timedelta(seconds=float(env("SHARDSINK_TASK_RETRY_DELAY_S", "30"))),
+    catch_up_after=timedelta(seconds=float(env("SHARDSINK_CATCH_UP_AFTER_S", "300"))),
+    poke_interval=timedelta(seconds=float(env("SHARDSINK_POKE_S", "15"))),
     spark_conf={"spark.sql.shuffle.partitions": "2"},
     aws_conn_id=env("SHARDSINK_AWS_CONN_ID") or None,
 )

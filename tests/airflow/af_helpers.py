@@ -10,9 +10,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import sqlite3
 import subprocess
 import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -103,6 +108,42 @@ def ok(r: subprocess.CompletedProcess[str]) -> str:
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-6000:]
     return out
+
+
+@contextmanager
+def airflow_stack(env: dict[str, str]) -> Iterator[None]:
+    """api-server (execution API only), scheduler and dag-processor; stopped on exit."""
+    logs = env["AIRFLOW_HOME"]
+    procs = []
+    try:
+        for name, args in (("api", ["api-server", "--port", env["_API_PORT"], "--workers", "1", "--apps", "execution"]),
+                           ("scheduler", ["scheduler", "--skip-serve-logs"]),
+                           ("dag-processor", ["dag-processor"])):
+            out = open(f"{logs}/{name}.log", "w")  # noqa: SIM115 - closed with the process
+            procs.append((subprocess.Popen([str(VENV_BIN / "airflow"), *args], env=env, stdout=out,
+                                           stderr=subprocess.STDOUT, start_new_session=True), out))
+        url = f"http://127.0.0.1:{env['_API_PORT']}/execution/health"
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                urllib.request.urlopen(url, timeout=2).read()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise AssertionError("api-server did not become healthy") from None
+                time.sleep(0.5)
+        yield
+    finally:
+        for p, _ in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGTERM)
+        for p, out in procs:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+            out.close()
 
 
 # --- checks ---------------------------------------------------------------------------------

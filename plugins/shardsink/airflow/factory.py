@@ -31,7 +31,8 @@ from typing import Any
 from airflow.sdk import DAG, Asset, CronDataIntervalTimetable, DeltaDataIntervalTimetable
 
 from shardsink.airflow.attempts import attempt_groups
-from shardsink.airflow.tasks import IngestSettings, ShardWriteOperator, mint_task
+from shardsink.airflow.reprocess import IngestWriteOperator, run_params
+from shardsink.airflow.tasks import IngestSettings, mint_task
 from shardsink.errors import InvalidUsageError
 from shardsink.sources.base import Source
 from shardsink.storage.url import parse_url
@@ -93,6 +94,9 @@ def ingest_dag(
     task_retries: int = 2,
     task_retry_delay: timedelta = timedelta(seconds=30),
     initial_upper: int | None = None,
+    max_chain: int = 16,
+    catch_up_after: timedelta = timedelta(minutes=5),
+    poke_interval: timedelta = timedelta(seconds=15),
     catchup: bool = False,
     max_active_runs: int = 1,
     tags: list[str] | None = None,
@@ -129,15 +133,18 @@ def ingest_dag(
         backoff_cap=retry_backoff_cap,
         retention=retention_spec(retention),
         aws_conn_id=aws_conn_id,
+        max_chain=max_chain,
+        catch_up_after=catch_up_after.total_seconds(),
+        poke_interval=poke_interval.total_seconds(),
     )
     conf = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2", **(spark_conf or {})}
+    common: dict[str, Any] = {"shard_url": url, "source_spec": settings.source_spec, "aws_conn_id": aws_conn_id,
+                              "conn_id": spark_conn_id, "conf": conf, "env_vars": dict(spark_env or {}),
+                              "retries": task_retries, "retry_delay": task_retry_delay}
 
-    def make_write(desc: Any) -> Any:
-        return ShardWriteOperator.partial(
-            task_id="write", shard_url=url, source_spec=settings.source_spec, slots=writers, desc=desc,
-            aws_conn_id=aws_conn_id, conn_id=spark_conn_id, conf=conf, env_vars=dict(spark_env or {}),
-            retries=task_retries, retry_delay=task_retry_delay,
-        ).expand(slot=list(range(writers)))
+    def make_write(descs: Any) -> Any:
+        return IngestWriteOperator.partial(task_id="write", slots=writers, **common).expand(
+            desc=descs, slot=list(range(writers)))
 
     with DAG(
         dag_id=dag_id,
@@ -146,6 +153,7 @@ def ingest_dag(
         catchup=catchup,
         max_active_runs=max_active_runs,
         tags=tags or ["shardsink"],
+        params=run_params(reprocess=True),
         doc_md=f"Appends `{source.kind}` source batches to shard `{url}` ({writers} writers).",
         **dag_kwargs,
     ) as dag:

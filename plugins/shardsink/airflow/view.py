@@ -14,36 +14,61 @@ from typing import Any
 
 from airflow.sdk.exceptions import AirflowFailException
 
-from shardsink.airflow.tasks import IngestSettings, ShardWriteOperator, _millis, nothing_to_do, retry_gate
+from shardsink.airflow.tasks import (
+    IngestSettings,
+    ShardWriteOperator,
+    dry_run_report,
+    interval_of,
+    nothing_to_do,
+    push_plan,
+    retry_gate,
+    run_options,
+)
 from shardsink.errors import InvalidUsageError
 from shardsink.sinks.ingest import Committed, Description, NoOp, committed
-from shardsink.sinks.materialize import View, mint_view, open_output
+from shardsink.sinks.materialize import View, input_frontiers, mint_view, open_output
 
 log = logging.getLogger("shardsink.airflow")
 
-def mint_view_task(settings: IngestSettings, attempt: int, context: dict[str, Any]) -> dict[str, Any]:
-    """Mint attempt ``attempt``'s description of the view, or skip the rest of the run.
+def mint_view_task(settings: IngestSettings, attempt: int, context: dict[str, Any]) -> list[dict[str, Any]]:
+    """Mint attempt ``attempt``'s description of the view (a chain of one), or skip the rest of the run.
 
-    ``settings.source_spec`` is the view spec. Attempt k >= 2 first passes the ingest
-    sink's retry gate (decides from the shard state whether k-1 lost its race). Bad
-    input (a missing input shard, an input compacted past the view's time) fails the
-    task without Airflow retries: retrying cannot fix it.
+    ``settings.source_spec`` is the view spec. The run's target is ``min(interval end, input
+    uppers)``; the run continues with further attempts until its output upper reaches it
+    (each description at most ``max_span`` wide: a view's correction for ``[l, u)`` reads
+    the output as of ``l - 1``, so descriptions of one view run cannot be staged in
+    parallel). Bad input (a missing input shard, an input compacted past the view's time)
+    fails the task without Airflow retries: retrying cannot fix it. ``dry_run``: compute
+    and report the correction, write nothing.
     """
+    try:
+        opts = run_options(context)
+    except InvalidUsageError as e:
+        raise AirflowFailException(f"{type(e).__name__}: {e}") from e
     retry_gate(settings, attempt, context)
     v = View.from_spec(settings.source_spec)
-    interval_end = _millis(context.get("data_interval_end")) or _millis(context.get("logical_date"))
+    _, interval_end = interval_of(context)
     try:
         out = mint_view(v, output_url=settings.shard_url, initial_upper=settings.initial_upper,
                         interval_end=interval_end, max_span=settings.max_span, dag_id=settings.dag_id,
                         run_id=context["dag_run"].run_id, attempt=attempt)
     except InvalidUsageError as e:
         raise AirflowFailException(f"{type(e).__name__}: {e}") from e
+    frontiers = [f.upper for f in input_frontiers(v) if f.upper is not None]
+    bounds = [b for b in (min(frontiers) if frontiers else None, interval_end) if b is not None]
+    push_plan(context, target=min(bounds) if bounds else None, interval_end=interval_end, dry_run=opts.dry_run)
     if isinstance(out, NoOp):
         nothing_to_do(context, out.reason, settings.writers)
+    if opts.dry_run:
+        from shardsink.spark.dryrun import dry_run_view
+
+        desc = out
+        dry_run_report(context, settings, lambda spark: [dry_run_view(
+            spark, v, output_url=settings.shard_url, desc=desc, sample=settings.sample_rows)])
     log.info("minted view description %s [%d, %d) (attempt %d of %d; %d triggering asset events, all "
              "covered by this run)", out.desc_id, out.lower, out.upper, attempt, settings.max_attempts,
              _count_events(context))
-    return out.to_dict()
+    return [out.to_dict()]
 
 
 def _count_events(context: dict[str, Any]) -> int:

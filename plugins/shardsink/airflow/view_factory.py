@@ -27,6 +27,7 @@ from airflow.sdk import DAG, AssetAny
 
 from shardsink.airflow.attempts import attempt_groups
 from shardsink.airflow.factory import _millis, _timetable, retention_spec, shard_asset
+from shardsink.airflow.reprocess import run_params
 from shardsink.airflow.tasks import IngestSettings
 from shardsink.airflow.view import ViewWriteOperator, mint_view_task
 from shardsink.errors import InvalidUsageError
@@ -100,10 +101,10 @@ def view_dag(
 
     def make_write(desc: Any) -> Any:
         return ViewWriteOperator.partial(
-            task_id="write", shard_url=url, view_spec=settings.source_spec, desc=desc, aws_conn_id=aws_conn_id,
+            task_id="write", shard_url=url, view_spec=settings.source_spec, aws_conn_id=aws_conn_id,
             conn_id=spark_conn_id, conf=conf, env_vars=dict(spark_env or {}), retries=task_retries,
             retry_delay=task_retry_delay,
-        ).expand(slot=[0])
+        ).expand(desc=desc, slot=[0])
 
     names = ", ".join(f"`{n}` = `{i.url}`" for n, i in view.inputs.items())
     with DAG(
@@ -113,6 +114,7 @@ def view_dag(
         catchup=catchup,
         max_active_runs=max_active_runs,
         tags=tags or ["shardsink", "view"],
+        params=run_params(reprocess=False),
         doc_md=f"Self-correcting view ({view.kind}) over {names} into shard `{url}`.",
         **dag_kwargs,
     ) as dag:

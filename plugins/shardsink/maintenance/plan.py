@@ -9,6 +9,11 @@ the groups strictly decrease from oldest to newest, so there are at most
 ``log_F(total rows) + 1`` of them: live batches stay logarithmic in the number of
 appends, and each row is rewritten about ``log_F`` times over the shard's life.
 Only groups of two or more batches are merges to run.
+
+Batches holding re-processing corrections (parts under ``parts/<desc>/corrects-A_B/``,
+see :mod:`shardsink.sinks.reprocess`) are never merged: re-processing finds earlier
+corrections of a range by that key label, and a merge would erase it (a re-run would
+then apply the same correction twice). They are barriers: groups never span them.
 """
 
 from __future__ import annotations
@@ -33,6 +38,15 @@ class PlanOptions:
     min_rows: int = 1024
 
 
+#: The key segment of re-processing corrections' parts (``shardsink.sinks.reprocess.correction_label``).
+CORRECTION_SEGMENT = "/corrects-"
+
+
+def holds_corrections(b: BatchMeta) -> bool:
+    """Whether ``b`` holds re-processing correction parts (kept apart by every plan)."""
+    return any(CORRECTION_SEGMENT in p.key for p in b.parts)
+
+
 def level(rows: int, fan_in: int, min_rows: int = 1) -> int:
     """``floor(log_fan_in(rows // min_rows))`` (0 below ``fan_in * min_rows`` rows), in integers."""
     n, lv = max(1, rows // max(1, min_rows)), 0
@@ -48,7 +62,12 @@ def plan_merges(batches: Sequence[BatchMeta], options: PlanOptions = PlanOptions
         raise InvalidUsageError(f"plan options {options} are invalid: fan_in and max_batches must be at least 2, "
                                 "min_rows at least 1")
     stack: list[tuple[list[BatchMeta], int]] = []  # (group, rows)
+    done: list[tuple[BatchMeta, ...]] = []
     for b in batches:
+        if holds_corrections(b):  # a barrier: flush the groups before it, merge nothing across it
+            done += [tuple(g) for g, _ in stack if len(g) >= 2]
+            stack = []
+            continue
         stack.append(([b], b.rows))
         while len(stack) >= 2:
             (below, rb), (top, rt) = stack[-2], stack[-1]
@@ -56,4 +75,4 @@ def plan_merges(batches: Sequence[BatchMeta], options: PlanOptions = PlanOptions
             if lb > lt or len(below) + len(top) > options.max_batches:
                 break
             stack[-2:] = [(below + top, rb + rt)]
-    return [tuple(g) for g, _ in stack if len(g) >= 2]
+    return done + [tuple(g) for g, _ in stack if len(g) >= 2]

@@ -60,13 +60,20 @@ class Description:
     lower: int
     upper: int
     attempt: int
+    #: A re-processing description also carries the correction of the sealed range
+    #: ``[corrects[0], corrects[1])`` (see :mod:`shardsink.sinks.reprocess`); None otherwise.
+    corrects: tuple[int, int] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        d["corrects"] = list(self.corrects) if self.corrects is not None else None
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Description:
-        return cls(str(d["desc_id"]), int(d["lower"]), int(d["upper"]), int(d["attempt"]))
+        c = d.get("corrects")
+        return cls(str(d["desc_id"]), int(d["lower"]), int(d["upper"]), int(d["attempt"]),
+                   (int(c[0]), int(c[1])) if c else None)
 
 
 @dataclass(frozen=True)
@@ -151,6 +158,58 @@ def mint(
     return Description(make_desc_id(dag_id, run_id, attempt), lower, upper, attempt)
 
 
+def mint_chain(
+    shard: Shard,
+    source: Source,
+    *,
+    interval_end: int | None,
+    max_span: int | None,
+    max_chain: int,
+    dag_id: str,
+    run_id: str,
+    attempt: int,
+    corrects: tuple[int, int] | None = None,
+) -> list[Description] | NoOp:
+    """The consecutive descriptions that bring the shard's upper to the run's **target**
+    ``min(watermark, interval end)``: ``[u0, u1), [u1, u2), ...`` from the shard's upper,
+    each at most ``max_span`` wide, at most ``max_chain`` of them (the caller mints again
+    for the rest).
+
+    With ``corrects`` (re-processing the sealed range ``[A, B)``) the chain is never empty
+    while the watermark is past the upper: its first description carries the correction and
+    spans at least ``[upper, min(watermark, upper + max_span))`` even if the run's own
+    interval is already covered (the correction needs a time of its own, and the source's
+    rows at those times are ingested in the same description so none is skipped).
+    NoOp (with a reason naming all inputs) when there is nothing to write.
+    """
+    if max_chain < 1:
+        raise InvalidUsageError(f"max_chain {max_chain} must be at least 1")
+    lower = shard.info().upper
+    wm = source.watermark()
+    if lower is None:
+        return NoOp(f"shard {shard.url} is closed; nothing can be appended", None, wm, interval_end)
+    end = lower if wm is None else min(b for b in (wm, interval_end) if b is not None)
+    if corrects is not None and wm is not None:
+        end = max(end, wm if max_span is None else min(wm, lower + max_span))
+    out: list[Description] = []
+    cur = lower
+    while cur < end and len(out) < max_chain:
+        nxt = end if max_span is None else min(end, cur + max_span)
+        out.append(Description(make_desc_id(dag_id, run_id, attempt), cur, nxt, attempt,
+                               corrects if not out else None))
+        cur = nxt
+    if not out:
+        why = "the source has published no watermark yet" if wm is None else "nothing new is complete"
+        if corrects is not None and wm is not None:
+            why = "the source's watermark is not past the shard's upper, so a correction has no time to land at"
+        return NoOp(
+            f"nothing to do: {why} (shard upper {lower}, watermark {wm}, interval end {interval_end}, "
+            f"max span {max_span})",
+            lower, wm, interval_end,
+        )
+    return out
+
+
 # --- committed state ------------------------------------------------------------------
 
 
@@ -161,15 +220,25 @@ def committed(shard: Shard, desc: Description) -> Committed | None:
 
 
 def seals(shard: Shard, *, limit: int = SEAL_HISTORY) -> list[Seal]:
-    """When the recent commits sealed which times (for late-data checks), oldest first."""
+    """When the recent commits sealed which times (for late-data checks), oldest first.
+
+    A committed re-processing correction of ``[A, B)`` re-reads the source there, so it
+    *re-seals* ``[A, B)`` at its commit time (files re-landed before it are not late).
+    """
+    from shardsink.sinks.reprocess import corrected_range
+
     out = []
-    for seqno, c in reversed(shard.log(limit=limit)):
+    log = list(reversed(shard.log(limit=limit)))
+    at_of = {seqno: datetime.fromisoformat(c.at).timestamp() for seqno, c in log}
+    for seqno, c in log:
         if c.upper is None:
             continue
-        at = datetime.fromisoformat(c.at).timestamp()
         lower = -(2**63) if c.kind == "create" or c.lower is None else c.lower
-        out.append(Seal(lower, c.upper, seqno, at))
-    return out
+        out.append(Seal(lower, c.upper, seqno, at_of[seqno]))
+    resealed = {(r, b.seqno) for b in shard.batches() if b.seqno in at_of
+                for p in b.parts if (r := corrected_range(p.key)) is not None}
+    out += [Seal(r[0], r[1], seqno, at_of[seqno]) for r, seqno in sorted(resealed, key=lambda x: x[1])]
+    return sorted(out, key=lambda s: s.seqno)
 
 
 # --- manifests --------------------------------------------------------------------------

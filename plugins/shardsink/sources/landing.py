@@ -271,7 +271,9 @@ def check_late(t: pa.Table, f: LandingFile, *, lower: int, seals: Sequence[Seal]
     tmin = pc.min(t[pt.TIME]).as_py()
     if tmin >= lower:
         return
-    seal = next((s for s in seals if s.lower <= tmin < s.upper), None)
+    # The NEWEST seal of tmin decides: a re-processing correction re-seals its range (see
+    # shardsink.sinks.ingest.seals), so a file re-landed before it is not late.
+    seal = max((s for s in seals if s.lower <= tmin < s.upper), key=lambda s: s.at, default=None)
     if seal is None and seals:
         # Older than every seal we know (a truncated history): the oldest known seal came
         # no earlier than the true one, so "newer than it" still proves lateness.

@@ -15,7 +15,7 @@ description commits (or loses its race). Nothing here ever overwrites an object.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -35,6 +35,13 @@ _META = pa.schema([
 ])
 
 
+class _Discard:
+    """Where a dry run's parts go: ``put`` accepts and drops them (nothing reaches the store)."""
+
+    def put(self, key: str, data: bytes) -> None:
+        del key, data
+
+
 def part_prefix(desc_id: str) -> str:
     """Where the parts of ``desc_id`` live; the description owns this prefix exclusively."""
     return f"parts/{desc_id}"
@@ -50,16 +57,21 @@ def stage_dataframe(
     desc_id: str,
     target_part_bytes: int = pt.TARGET_PART_BYTES,
     encoding: pt.PartEncoding = "default",
+    label: str | None = None,
+    dry_run: bool = False,
 ) -> list[PartMeta]:
     """Write ``df`` (user columns + ``_time`` [+ ``_diff``]) as parts of ``desc_id``; return their metadata.
 
     Raises (on the driver, as a Spark job failure naming the cause) if any row is outside
     ``[lower, upper)`` or does not fit ``schema``. Parts are consolidated per Spark
     partition, not globally: the shard sums diffs across parts, so that is enough.
-    ``encoding`` is passed to :func:`shardsink.core.parts.write_parts`.
+    ``encoding`` is passed to :func:`shardsink.core.parts.write_parts`. ``label`` adds a
+    sub-folder under the description's prefix (re-processing marks correction parts so).
+    ``dry_run``: encode the parts exactly as they would be written but upload nothing; the
+    returned metadata (rows, bytes, times) is real, the keys name no object.
     """
     schema_bytes = schema.serialize().to_pybytes()
-    prefix = part_prefix(desc_id)
+    prefix = part_prefix(desc_id) if label is None else f"{part_prefix(desc_id)}/{label}"
 
     @carry_errors  # runs on executors: shardsink errors reach the driver as typed records
     def stage(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -72,8 +84,8 @@ def stage_dataframe(
         table = pa.Table.from_batches(got)
         updates = pt.validate_updates(table, user, lower=lower, upper=upper)
         updates = pt.consolidate(updates, [*user.names, pt.TIME])
-        written = pt.write_parts(open_blob(shard_url), updates, prefix=prefix, target_bytes=target_part_bytes,
-                                 encoding=encoding)
+        blob: Any = _Discard() if dry_run else open_blob(shard_url)
+        written = pt.write_parts(blob, updates, prefix=prefix, target_bytes=target_part_bytes, encoding=encoding)
         rows = [{"key": p.key, "rows": p.rows, "bytes": p.bytes, "min_time": p.min_time, "max_time": p.max_time}
                 for p in written]
         if rows:

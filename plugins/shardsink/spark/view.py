@@ -93,6 +93,19 @@ def _create_output(url: str, schema: pa.Schema, desired: DataFrame, *, upper: in
         return shard
 
 
+def view_correction(reads: ShardReads, v: View, *, output_url: str,
+                    desc: Description) -> tuple[DataFrame, pa.Schema, list[dict[str, Any]]]:
+    """The correction of ``desc`` (lazy; stage it inside ``reads``' block), the output schema and
+    the inputs read. Shared by the write job and dry runs (:mod:`shardsink.spark.dryrun`)."""
+    out = open_output(output_url)
+    desired, inputs = desired_frame(reads, v, as_of=desc.upper - 1)
+    if out is None:
+        schema = output_schema(desired)
+        return correction_frame(desired, None, schema=schema, upper=desc.upper, where=output_url), schema, inputs
+    corr = compute_correction(reads, desired, out.url, lower=desc.lower, upper=desc.upper)
+    return corr, out.schema, inputs
+
+
 def write_view(spark: SparkSession, v: View, *, output_url: str, desc: Description,
                holder: str | None = None) -> dict[str, Any]:
     """Stage the correction of ``desc`` and publish its manifest (slot 0 of 1); return a summary.
@@ -108,19 +121,13 @@ def write_view(spark: SparkSession, v: View, *, output_url: str, desc: Descripti
         if done is not None:
             return {"status": "already_committed", "seqno": done.seqno, "slot": 0}
     with ShardReads(spark, holder=holder or f"view-write:{desc.desc_id}") as reads:
-        desired, inputs = desired_frame(reads, v, as_of=desc.upper - 1)
-        if out is None:
-            schema = output_schema(desired)
-            corr = correction_frame(desired, None, schema=schema, upper=desc.upper, where=output_url)
-        else:
-            schema = out.schema
-            corr = compute_correction(reads, desired, out.url, lower=desc.lower, upper=desc.upper)
+        corr, schema, inputs = view_correction(reads, v, output_url=output_url, desc=desc)
         # A correction is a small, sparse set of rows: compact parts (zstd, selective dictionaries).
         parts = stage_dataframe(corr, shard_url=output_url, schema=schema, lower=desc.lower, upper=desc.upper,
                                 desc_id=desc.desc_id, encoding="compact")
     if out is None:
         # SUBTLE: created only now, after the query ran: a failing query leaves no shard behind.
-        out = _create_output(output_url, schema, desired, upper=desc.lower)
+        out = _create_output(output_url, schema, corr.drop(pt.TIME, pt.DIFF), upper=desc.lower)
     doc = write_manifest(out, desc, slot=0, slots=1, parts=parts, inputs=inputs)
     return {"status": "staged", "slot": 0, "parts": len(parts), "rows": doc["rows"],
             "bytes": sum(p.bytes for p in parts), "seconds": round(time.monotonic() - t0, 2)}

@@ -1,0 +1,69 @@
+"""Re-processing and dry runs under Airflow: the run params and the correction operator.
+
+Params (DAG params, overridden by a run's conf, e.g. ``airflow dags trigger -c`` or
+``airflow backfill create --dag-run-conf``):
+
+* ``dry_run`` (bool): compute and report what the run would write; write nothing.
+* ``reprocess_from`` / ``reprocess_to`` (ms or ISO date/time, UTC if no zone): re-process
+  the sealed range ``[from, to)``: the run appends its correction (see
+  :mod:`shardsink.sinks.reprocess`).
+* ``reprocess`` (bool): re-process the run's own data interval (use with
+  ``airflow backfill create --reprocess-behavior completed --dag-run-conf '{"reprocess": true}'``).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from airflow.sdk import Param
+from airflow.sdk.exceptions import AirflowSkipException
+
+from shardsink.airflow.tasks import ShardWriteOperator
+from shardsink.sinks.ingest import Description
+
+
+def run_params(*, reprocess: bool) -> dict[str, Param]:
+    """The DAG params of a sink DAG (``reprocess``: the ingest DAG's re-processing params too)."""
+    out = {"dry_run": Param(False, type="boolean", description="compute and report what the run would write; "
+                                                                "write nothing")}
+    if reprocess:
+        when = ["null", "string", "integer"]
+        out.update({
+            "reprocess_from": Param(None, type=when, description="re-process a sealed range from (ms or ISO, UTC)"),
+            "reprocess_to": Param(None, type=when, description="... to (exclusive; ms or ISO, UTC)"),
+            "reprocess": Param(False, type="boolean", description="re-process this run's own data interval"),
+        })
+    return out
+
+
+def correction_job_path() -> str:
+    """The spark-submit application of the correction step (``spark_jobs/ingest_correct.py``)."""
+    from shardsink.spark.entrypoint import job_file
+
+    return job_file("ingest_correct")
+
+
+class IngestWriteOperator(ShardWriteOperator):
+    """The ingest DAG's write operator: :class:`ShardWriteOperator` for ordinary descriptions; for
+    the description of a re-processing run that carries the correction, slot 0 runs the
+    correction job (:mod:`shardsink.spark.reprocess`), which stages ALL of that description
+    (its ordinary source rows and the correction, as slot 0 of 1), and the other slots skip.
+    """
+
+    stages_corrections = True
+
+    def job_args(self, d: Description) -> list[str]:
+        if d.corrects is None:
+            return super().job_args(d)
+        return ["--shard-url", self.shard_url, "--source", json.dumps(self.source_spec, sort_keys=True),
+                "--desc-id", d.desc_id, "--lower", str(d.lower), "--upper", str(d.upper),
+                "--attempt", str(d.attempt), "--corrects-from", str(d.corrects[0]),
+                "--corrects-to", str(d.corrects[1]), "--slot", "0", "--slots", "1"]
+
+    def execute(self, context: Any) -> None:
+        if self.desc and Description.from_dict(self.desc).corrects is not None:
+            if self.slot != 0:
+                raise AirflowSkipException("slot 0 stages this correcting description whole")
+            self.application = correction_job_path()
+        super().execute(context)

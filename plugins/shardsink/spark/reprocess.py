@@ -1,0 +1,121 @@
+"""Re-processing on Spark: the correction of a sealed range ``[A, B)`` of an ingest source.
+
+    spark-submit --py-files shardsink.zip spark_jobs/ingest_correct.py \\
+        --shard-url URL --source JSON --desc-id D --lower L --upper U --attempt K \\
+        --corrects-from A --corrects-to B --slot 0 --slots 1
+
+This job stages ALL of a correcting description, as slot 0 of 1: the source's ordinary
+rows in ``[L, U)`` (as the ingest write job would; the ordinary write tasks skip a
+correcting description) and
+``correction = source now in [A, B) − shard's holdings for [A, B)`` stamped at ``U - 1``
+(:mod:`shardsink.sinks.reprocess`; the arithmetic is the materialize sink's
+:func:`shardsink.sinks.correction.correction_frame`) under the ``corrects-A_B`` label, and
+publishes its manifest. Exit codes as the other write jobs (0 staged or already
+committed, 2 invalid input, 1 otherwise).
+
+The source is re-read for ``[A, B)`` without the late-data check: re-landed files are the
+point. The ordinary rows are read with the late-data check, counting ``[A, B)`` as
+re-sealed now (this description re-reads it), so a file re-landed for the fix is not late.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from shardsink.core import parts as pt
+from shardsink.core.shard import Shard
+from shardsink.sinks.correction import correction_frame
+from shardsink.sinks.ingest import Description, committed, seals, write_manifest
+from shardsink.sinks.reprocess import check_range, correction_label, prior_corrections
+from shardsink.sources.base import Seal, Source, source_from_spec
+from shardsink.spark import types as sty
+from shardsink.spark.read import ShardReads
+from shardsink.spark.stage import stage_dataframe
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+
+def range_correction(reads: ShardReads, source: Source, shard: Shard, desc: Description) -> tuple[DataFrame,
+                                                                                                   list[Any]]:
+    """The correction ``desc`` carries (lazy; stage it inside ``reads``' block) and the inputs read."""
+    assert desc.corrects is not None
+    a, b = desc.corrects
+    check_range(shard, a, b)
+    schema = shard.schema
+    spark = reads.spark
+    src, inputs = source.read_slot(spark, lower=a, upper=b, slot=0, slots=1, schema=schema, seals=())
+    desired = src.drop(pt.TIME)
+    persisted = reads.changes(shard.url, a, b, consolidate=False).drop(pt.TIME)
+    prior = prior_corrections(shard, a, b)
+    if prior:  # earlier corrections of this range: small, read on the driver
+        t = pt.read_parts(shard.blob, prior, schema).drop_columns([pt.TIME])
+        frame = spark.createDataFrame(t.to_pandas(), sty.spark_schema(schema, time=False, diff=pt.DIFF))
+        persisted = persisted.unionByName(frame)
+    return correction_frame(desired, persisted, schema=schema, upper=desc.upper, where=shard.url), inputs
+
+
+def ordinary_rows(spark: SparkSession, source: Source, shard: Shard, desc: Description) -> tuple[DataFrame,
+                                                                                             list[Any]]:
+    """The source's ordinary rows of a correcting description (all slots), late-data checked
+    with ``desc.corrects`` counted as re-sealed now."""
+    assert desc.corrects is not None
+    sealed = [*seals(shard), Seal(desc.corrects[0], desc.corrects[1], -1, time.time())]
+    return source.read_slot(spark, lower=desc.lower, upper=desc.upper, slot=0, slots=1, schema=shard.schema,
+                            seals=sealed)
+
+
+def stage_correction(spark: SparkSession, source: Source, shard: Shard, desc: Description, *,
+                     dry_run: bool = False, sample: int = 0) -> tuple[list[Any], list[Any], list[dict[str, Any]]]:
+    """Stage (or, ``dry_run``, only encode) a correcting description: its ordinary rows and its
+    correction. Returns (parts, inputs, ``sample`` rows of the correction)."""
+    from shardsink.spark.dryrun import sample_rows
+
+    assert desc.corrects is not None
+    rows, listing = ordinary_rows(spark, source, shard, desc)
+    parts = stage_dataframe(rows, shard_url=shard.url, schema=shard.schema, lower=desc.lower, upper=desc.upper,
+                            desc_id=desc.desc_id, dry_run=dry_run)
+    with ShardReads(spark, holder=f"reprocess:{desc.desc_id}") as reads:
+        corr, inputs = range_correction(reads, source, shard, desc)
+        parts += stage_dataframe(corr, shard_url=shard.url, schema=shard.schema, lower=desc.lower, upper=desc.upper,
+                                 desc_id=desc.desc_id, encoding="compact", label=correction_label(*desc.corrects),
+                                 dry_run=dry_run)
+        got = sample_rows(corr, sample) if sample else []
+    return list(parts), [{"ordinary": listing}, {"corrects": list(desc.corrects), "inputs": inputs}], got
+
+
+@dataclass(frozen=True, kw_only=True)
+class CorrectionJob:
+    """What one correction spark-submit stages: description ``desc`` (which carries
+    ``corrects``), whole, as slot ``slot`` of ``slots``."""
+
+    shard_url: str
+    source_spec: dict[str, Any]
+    desc: Description
+    slot: int = 0
+    slots: int = 1
+
+
+def write_correction(job: CorrectionJob) -> dict[str, object]:
+    """Stage the correcting description and publish its manifest; returns a summary."""
+    from pyspark.sql import SparkSession
+
+    desc = job.desc
+    assert desc.corrects is not None
+    shard = Shard.open(job.shard_url)
+    done = committed(shard, desc)
+    if done is not None:
+        return {"status": "already_committed", "seqno": done.seqno, "slot": job.slot}
+    t0 = time.monotonic()
+    spark = (SparkSession.builder.appName(f"shardsink-correct-{desc.desc_id}")
+             .config("spark.sql.session.timeZone", "UTC").getOrCreate())
+    try:
+        parts, inputs, _ = stage_correction(spark, source_from_spec(job.source_spec), shard, desc)
+    finally:
+        spark.stop()
+    doc = write_manifest(shard, desc, slot=job.slot, slots=job.slots, parts=parts, inputs=inputs)
+    return {"status": "staged", "slot": job.slot, "parts": len(parts), "rows": doc["rows"],
+            "bytes": sum(p.bytes for p in parts), "corrects": list(desc.corrects),
+            "seconds": round(time.monotonic() - t0, 2)}

@@ -1,0 +1,93 @@
+"""Chains of descriptions to a run's target, and the re-processing helpers (no Airflow, no Spark)."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from shardsink import Shard
+from shardsink.core.state import PartMeta
+from shardsink.errors import InvalidUsageError
+from shardsink.sinks.ingest import Description, NoOp, mint_chain, seals
+from shardsink.sinks.reprocess import corrected_range, correction_label, prior_corrections, requested_range
+from shardsink_dev.synthetic import SCHEMA
+
+DAY = 86_400_000
+
+
+class FakeSource:
+    kind = "fake"
+
+    def __init__(self, wm: int | None) -> None:
+        self.wm = wm
+
+    def spec(self) -> dict[str, object]:
+        return {"kind": "fake"}
+
+    def watermark(self) -> int | None:
+        return self.wm
+
+    def schema(self) -> pa.Schema:
+        return SCHEMA
+
+
+def _chain(shard: Shard, wm: int | None, end: int | None, *, span: int | None = DAY, cap: int = 16,
+           corrects: tuple[int, int] | None = None) -> list[Description] | NoOp:
+    return mint_chain(shard, FakeSource(wm), interval_end=end, max_span=span, max_chain=cap, dag_id="d",
+                      run_id="r", attempt=1, corrects=corrects)
+
+
+def test_chain_reaches_the_target_in_max_span_steps_and_is_capped(tmp_path: object) -> None:
+    shard = Shard.create(f"{tmp_path}/s", SCHEMA, upper=0)
+    got = _chain(shard, 10 * DAY, 4 * DAY)
+    assert isinstance(got, list)
+    assert [(d.lower, d.upper) for d in got] == [(i * DAY, (i + 1) * DAY) for i in range(4)]
+    assert len({d.desc_id for d in got}) == 4 and all(d.corrects is None for d in got)
+    half = _chain(shard, 10 * DAY, 4 * DAY, span=DAY // 2, cap=3)
+    assert isinstance(half, list) and [(d.lower, d.upper) for d in half][-1] == (DAY, 3 * DAY // 2)
+    assert [(d.lower, d.upper) for d in _chain(shard, DAY // 3, 4 * DAY)] == [(0, DAY // 3)]  # type: ignore[union-attr]
+
+
+def test_covered_target_is_a_no_op_unless_a_correction_needs_a_time(tmp_path: object) -> None:
+    shard = Shard.create(f"{tmp_path}/s", SCHEMA, upper=2 * DAY)
+    assert isinstance(_chain(shard, 5 * DAY, 2 * DAY), NoOp)
+    got = _chain(shard, 5 * DAY, DAY, corrects=(0, DAY))
+    assert isinstance(got, list) and [(d.lower, d.upper, d.corrects) for d in got] == [(2 * DAY, 3 * DAY, (0, DAY))]
+    wait = _chain(shard, 2 * DAY, DAY, corrects=(0, DAY))
+    assert isinstance(wait, NoOp) and "watermark is not past the shard's upper" in wait.reason
+    d = got[0]
+    assert Description.from_dict(d.to_dict()) == d
+
+
+def test_requested_range_from_params() -> None:
+    assert requested_range({}, interval=(0, DAY)) is None
+    assert requested_range({"reprocess": True}, interval=(DAY, 2 * DAY)) == (DAY, 2 * DAY)
+    assert requested_range({"reprocess_from": "1970-01-02", "reprocess_to": 2 * DAY}, interval=(0, 0)) == (
+        DAY, 2 * DAY)
+    with pytest.raises(InvalidUsageError, match="both reprocess_from and reprocess_to"):
+        requested_range({"reprocess_from": "2024-01-01"}, interval=(0, DAY))
+    with pytest.raises(InvalidUsageError, match="neither milliseconds nor an ISO"):
+        requested_range({"reprocess_from": "yesterday", "reprocess_to": 5}, interval=(0, DAY))
+
+
+def test_earlier_corrections_are_found_reseal_their_range_and_partial_overlaps_are_refused(tmp_path: object) -> None:
+    shard = Shard.create(f"{tmp_path}/s", SCHEMA, upper=0)
+    shard.append(pa.table({"user": ["a"], "action": ["x"], "amount": [1], "_time": [5]}), lower=0, upper=3 * DAY)
+    d = "corr-1"
+    t = pa.table({"user": ["a", "b"], "action": ["x", "x"], "amount": [1, 2], "_time": [4 * DAY - 1] * 2,
+                  "_diff": [-1, 1]})
+    from shardsink.core import parts as pt
+
+    parts = pt.write_parts(shard.blob, t, prefix=f"parts/{d}/{correction_label(0, DAY)}")
+    from shardsink.core.shard import StagedBatch
+
+    shard.compare_and_append([StagedBatch(d, 3 * DAY, 4 * DAY, parts)], expected_upper=3 * DAY,
+                             new_upper=4 * DAY, desc_id=d)
+    assert corrected_range(parts[0].key) == (0, DAY) and corrected_range("parts/x/y.parquet") is None
+    assert [p.key for p in prior_corrections(shard, 0, 2 * DAY)] == [parts[0].key]
+    assert prior_corrections(shard, DAY, 2 * DAY) == []
+    with pytest.raises(InvalidUsageError, match="partially overlaps the earlier correction"):
+        prior_corrections(shard, DAY // 2, 2 * DAY)
+    resealed = [s for s in seals(shard) if (s.lower, s.upper) == (0, DAY)]
+    assert len(resealed) == 1 and resealed[0].seqno == 2
+    assert isinstance(parts[0], PartMeta)
