@@ -46,7 +46,8 @@ lint: venv
 	@$(VENV)/bin/mypy
 
 bench: venv java
-	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+	@for b in bench/*.py; do [ "$$b" = bench/summary.py ] && continue; echo "== $$b"; $(PY) $$b || exit 1; done
+	@echo "== summary (bench/results/*.json)"; $(PY) bench/summary.py
 
 clean:
 	rm -rf .airflow .demo .pytest_cache
