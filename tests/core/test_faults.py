@@ -605,3 +605,17 @@ def test_create_with_an_unknown_outcome_is_resolved_by_rereading_version_0(
     with pytest.raises(ShardExistsError):
         Shard.create(url, SCHEMA, blob=direct)  # another create is refused, and changes nothing
     assert audit(direct, {}, url=url).seqno == 0
+
+
+def test_uncontended_append_costs_what_a_bare_commit_costs(make_rig: Callable[..., Rig]) -> None:
+    rig = make_rig()
+    rig.append("first")
+    rig.proxy.clear()
+
+    r = rig.append("second")
+
+    assert (r.status, r.seqno) == ("committed", 2)
+    got = [(q.method, q.key.split("/state/")[-1] if "/state/" in q.key else "part") for q in rig.proxy.requests()]
+    assert got == [("GET", "LATEST.json"), ("PUT", "part"), ("PUT", "v/00000000000000000002.json"),
+                   ("PUT", "LATEST.json")], "hint, part, conditional create (the probe), hint CAS"
+    assert rig.audit().leaked == set()
