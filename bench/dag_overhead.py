@@ -35,6 +35,7 @@ TARGET_STAGE = 1.2
 
 def staging_ratio(rows: int, work: Path, reps: int = 3) -> dict[str, object]:
     import pyarrow as pa
+    from proc_cpu import spark_pid, tree_cpu  # bench/ is on sys.path when run as a script
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
@@ -54,6 +55,8 @@ def staging_ratio(rows: int, work: Path, reps: int = 3) -> dict[str, object]:
     df.count()
     schema = pa.schema([("user", pa.string()), ("action", pa.string()), ("amount", pa.int64())])
     runs: dict[str, list[float]] = {"stage": [], "write_parquet": []}
+    cpu: dict[str, list[float]] = {"stage": [], "write_parquet": []}
+    jvm = spark_pid(spark)
 
     def stage(i: int) -> None:
         url = (work / f"shard-{i}").as_uri()
@@ -69,16 +72,19 @@ def staging_ratio(rows: int, work: Path, reps: int = 3) -> dict[str, object]:
     for i in range(reps):  # alternating, the order swapped every round
         order = [("stage", stage), ("write_parquet", write)]
         for name, fn in order if i % 2 == 0 else order[::-1]:
-            t = time.perf_counter()
+            c, t = tree_cpu(jvm), time.perf_counter()
             fn(i)
             runs[name].append(time.perf_counter() - t)
+            cpu[name].append(tree_cpu(jvm) - c)
             shutil.rmtree(work / f"shard-{i}", ignore_errors=True)
     spark.stop()
     med = {k: statistics.median(v) for k, v in runs.items()}
     return {"rows": rows, "reps": reps, "statistic": "median", "stage_s": round(med["stage"], 2),
             "write_parquet_s": round(med["write_parquet"], 2), "ratio": round(med["stage"] / med["write_parquet"], 2),
             "best_ratio": round(min(runs["stage"]) / min(runs["write_parquet"]), 2),
-            "runs_s": {k: [round(x, 2) for x in v] for k, v in runs.items()}, "target": TARGET_STAGE}
+            "runs_s": {k: [round(x, 2) for x in v] for k, v in runs.items()}, "target": TARGET_STAGE,
+            "cpu_s": {k: [round(x, 2) for x in v] for k, v in cpu.items()},
+            "cpu_ratio": round(statistics.median(cpu["stage"]) / max(1e-9, statistics.median(cpu["write_parquet"])), 2)}
 
 
 def _env(work: Path) -> dict[str, str]:
@@ -197,7 +203,8 @@ def main() -> None:
     s = results["staging"]
     assert isinstance(s, dict)
     print(f"staging {s['rows']} rows: stage_dataframe {s['stage_s']}s vs df.write.parquet {s['write_parquet_s']}s "
-          f"-> ratio {s['ratio']} (median of {s['reps']}, best-of {s['best_ratio']}; target <= {TARGET_STAGE})")
+          f"-> ratio {s['ratio']} (median of {s['reps']}, best-of {s['best_ratio']}; target <= {TARGET_STAGE}); "
+          f"CPU of the Spark process tree: ratio {s['cpu_ratio']} {s['cpu_s']}")
     if not args.staging_only:
         d, n = results["dag"], results["noop"]
         assert isinstance(d, dict) and isinstance(n, dict)

@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+from proc_cpu import tree_cpu  # bench/ is on sys.path when run as a script
 from pyspark.sql import functions as F
 
 from shardsink import Shard
@@ -48,6 +49,8 @@ from shardsink.spark.read import read_changes, read_snapshot
 from shardsink.testing import local_spark
 
 RESULTS = Path(__file__).resolve().parent / "results"
+#: CPU seconds of this process and its children (the Spark JVM, its Python workers) per run.
+CPU: dict[str, list[float]] = {}
 TARGET_CHANGES = 0.9
 TARGET_SNAPSHOT = 1.2
 SCHEMA = pa.schema([("id", pa.int64()), ("user", pa.string()), ("country", pa.string()), ("amount", pa.float64())])
@@ -86,9 +89,10 @@ def rounds(readers: dict[str, Callable[[], None]], runs: int) -> dict[str, list[
     names = list(readers)
     for i in range(runs):
         for name in names[i % len(names):] + names[: i % len(names)]:
-            t0 = time.perf_counter()
+            c0, t0 = tree_cpu(os.getpid()), time.perf_counter()
             readers[name]()
             times[name].append(time.perf_counter() - t0)
+            CPU.setdefault(name, []).append(tree_cpu(os.getpid()) - c0)
     return times
 
 
@@ -144,6 +148,10 @@ def main() -> None:
     ratio_ds = rate["changes_ds"] / rate["parquet"]
     snap = secs["snapshot"] / secs["parquet_groupby"]
     load_end = os.getloadavg()
+    cpu = {name: statistics.median(v) for name, v in CPU.items()}
+    print("CPU seconds (process tree, median): " + ", ".join(f"{k} {v:.1f}" for k, v in cpu.items()))
+    print(f"CPU ratios: parquet/changes {cpu['parquet'] / cpu['changes']:.2f} (throughput-like), "
+          f"snapshot/native group-by {cpu['snapshot'] / cpu['parquet_groupby']:.2f}")
     print(f"read_changes / parquet = {ratio:.2f}x throughput (target >= {TARGET_CHANGES}x): "
           f"{'MET' if ratio >= TARGET_CHANGES else 'MISSED'}  (Python data source: {ratio_ds:.2f}x)")
     print(f"read_snapshot / native group-by = {snap:.2f}x time (target <= {TARGET_SNAPSHOT}x): "
@@ -156,7 +164,9 @@ def main() -> None:
            "ratios": {"changes_over_parquet_throughput": ratio, "snapshot_over_native_groupby": snap},
            "targets": {"changes_over_parquet_throughput": TARGET_CHANGES, "snapshot_over_native_groupby":
                        TARGET_SNAPSHOT},
-           "loadavg_1m_start_end": [load_start[0], load_end[0]],
+           "loadavg_1m_start_end": [load_start[0], load_end[0]], "cpu_s": cpu,
+           "cpu_ratios": {"changes_over_parquet_throughput": cpu["parquet"] / cpu["changes"],
+                          "snapshot_over_native_groupby": cpu["snapshot"] / cpu["parquet_groupby"]},
            "python": sys.version.split()[0], "machine": platform.machine()}
     (RESULTS / result_name("spark_read", rows, 5_000_000)).write_text(json.dumps(out, indent=2) + "\n")
 
