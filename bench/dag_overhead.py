@@ -18,6 +18,7 @@ import json
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -31,10 +32,12 @@ REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 START = 1_704_067_200_000
 DAY = 86_400_000
+TARGET_STAGE = 1.2
 
 
-def staging_ratio(rows: int, work: Path) -> dict[str, float]:
+def staging_ratio(rows: int, work: Path, reps: int = 3) -> dict[str, object]:
     import pyarrow as pa
+    from proc_cpu import spark_pid, tree_cpu  # bench/ is on sys.path when run as a script
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
@@ -44,27 +47,46 @@ def staging_ratio(rows: int, work: Path) -> dict[str, float]:
     # Python workers must run this interpreter (it has pyarrow), not whatever python3 is on PATH.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
+             .config("spark.ui.showConsoleProgress", "false")
              .config("spark.sql.shuffle.partitions", "2").getOrCreate())
-    df = (spark.range(rows, numPartitions=4)
+    spark.sparkContext.setLogLevel("ERROR")
+    df = (spark.range(rows, numPartitions=max(4, rows // 500_000))
           .select(F.concat(F.lit("user-"), (F.col("id") % 100000).cast("string")).alias("user"),
                   (F.col("id") % 7).cast("string").alias("action"), (F.col("id") * 3).alias("amount"),
                   (F.lit(START) + F.col("id") % DAY).alias("_time"))).cache()
     df.count()
     schema = pa.schema([("user", pa.string()), ("action", pa.string()), ("amount", pa.int64())])
-    best_stage, best_write = float("inf"), float("inf")
-    for i in range(2):
+    runs: dict[str, list[float]] = {"stage": [], "write_parquet": []}
+    cpu: dict[str, list[float]] = {"stage": [], "write_parquet": []}
+    jvm = spark_pid(spark)
+
+    def stage(i: int) -> None:
         url = (work / f"shard-{i}").as_uri()
         Shard.create(url, schema, upper=START)
-        t = time.perf_counter()
         parts = stage_dataframe(df, shard_url=url, schema=schema, lower=START, upper=START + DAY, desc_id=f"b{i}")
-        best_stage = min(best_stage, time.perf_counter() - t)
         assert sum(p.rows for p in parts) == rows
-        t = time.perf_counter()
+
+    def write(i: int) -> None:
         df.write.mode("overwrite").parquet(str(work / f"plain-{i}"))
-        best_write = min(best_write, time.perf_counter() - t)
+
+    stage(-1)  # warm-up: Python workers, JIT
+    write(-1)
+    for i in range(reps):  # alternating, the order swapped every round
+        order = [("stage", stage), ("write_parquet", write)]
+        for name, fn in order if i % 2 == 0 else order[::-1]:
+            c, t = tree_cpu(jvm), time.perf_counter()
+            fn(i)
+            runs[name].append(time.perf_counter() - t)
+            cpu[name].append(tree_cpu(jvm) - c)
+            shutil.rmtree(work / f"shard-{i}", ignore_errors=True)
     spark.stop()
-    return {"rows": rows, "stage_s": round(best_stage, 2), "write_parquet_s": round(best_write, 2),
-            "ratio": round(best_stage / best_write, 2)}
+    med = {k: statistics.median(v) for k, v in runs.items()}
+    return {"rows": rows, "reps": reps, "statistic": "median", "stage_s": round(med["stage"], 2),
+            "write_parquet_s": round(med["write_parquet"], 2), "ratio": round(med["stage"] / med["write_parquet"], 2),
+            "best_ratio": round(min(runs["stage"]) / min(runs["write_parquet"]), 2),
+            "runs_s": {k: [round(x, 2) for x in v] for k, v in runs.items()}, "target": TARGET_STAGE,
+            "cpu_s": {k: [round(x, 2) for x in v] for k, v in cpu.items()},
+            "cpu_ratio": round(statistics.median(cpu["stage"]) / max(1e-9, statistics.median(cpu["write_parquet"])), 2)}
 
 
 def _env(work: Path) -> dict[str, str]:
@@ -163,24 +185,37 @@ def noop_run(work: Path) -> dict[str, object]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, default=2_000_000)
+    ap.add_argument("--reps", type=int, default=3, help="alternating staging/write rounds (median)")
+    ap.add_argument("--staging-only", action="store_true", help="only part 1 (e.g. at 10x the rows)")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="shardsink-bench-"))
+    load_start = os.getloadavg()
     try:
-        results = {"staging": staging_ratio(args.rows, work), "dag": dag_vs_bare(work), "noop": noop_run(work),
-                   "load_avg": os.getloadavg()}
+        results: dict[str, object] = {"name": "dag_overhead", "staging": staging_ratio(args.rows, work, args.reps)}
+        if not args.staging_only:
+            results.update({"dag": dag_vs_bare(work), "noop": noop_run(work)})
+        results["load_avg"] = os.getloadavg()
+        results["loadavg_1m_start_end"] = [load_start[0], os.getloadavg()[0]]
     finally:
         shutil.rmtree(work, ignore_errors=True)
     out = REPO / "bench" / "results"
     out.mkdir(parents=True, exist_ok=True)
-    (out / "dag_overhead.json").write_text(json.dumps(results, indent=2))
-    s, d, n = results["staging"], results["dag"], results["noop"]
+    name = "dag_overhead.json" if args.rows == 2_000_000 and not args.staging_only else f"dag_overhead@{args.rows}.json"
+    (out / name).write_text(json.dumps(results, indent=2))
+    s = results["staging"]
+    assert isinstance(s, dict)
     print(f"staging {s['rows']} rows: stage_dataframe {s['stage_s']}s vs df.write.parquet {s['write_parquet_s']}s "
-          f"-> ratio {s['ratio']} (target <= 1.2)")
-    print(f"DAG run {d['dag_run_s']}s vs bare spark-submit {d['bare_spark_submit_s']}s -> overhead {d['overhead_s']}s; "
-          f"mint {d['mint_task_s']}s + append {d['append_task_s']}s = {d['mint_plus_append_s']}s (target <= 3s); "
-          f"mint's own work {d['mint_work_s']}s (the rest of the mint task is `dags test` starting its API)")
-    print(f"no-op run {n['noop_run_s']}s, JVM started: {n['jvm_started']} ({n['reason']})")
-    print(f"load average during the run: {results['load_avg']}")
+          f"-> ratio {s['ratio']} (median of {s['reps']}, best-of {s['best_ratio']}; target <= {TARGET_STAGE}); "
+          f"CPU of the Spark process tree: ratio {s['cpu_ratio']} {s['cpu_s']}")
+    if not args.staging_only:
+        d, n = results["dag"], results["noop"]
+        assert isinstance(d, dict) and isinstance(n, dict)
+        print(f"DAG run {d['dag_run_s']}s vs bare spark-submit {d['bare_spark_submit_s']}s -> overhead "
+              f"{d['overhead_s']}s; mint {d['mint_task_s']}s + append {d['append_task_s']}s = "
+              f"{d['mint_plus_append_s']}s (target <= 3s); mint's own work {d['mint_work_s']}s (the rest of the "
+              "mint task is `dags test` starting its API)")
+        print(f"no-op run {n['noop_run_s']}s, JVM started: {n['jvm_started']} ({n['reason']})")
+    print(f"load average (1 min) at start/end: {results['loadavg_1m_start_end']} on {os.cpu_count()} CPUs")
 
 
 if __name__ == "__main__":

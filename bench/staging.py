@@ -246,10 +246,11 @@ def main() -> int:
         "loadavg_1m_start_end": [load_start[0], os.getloadavg()[0]],
     }
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "staging.json").write_text(json.dumps(doc, indent=2))
+    name = "staging.json" if rows == 1_000_000 else f"staging@{rows}.json"
+    (RESULTS / name).write_text(json.dumps(doc, indent=2))
     print(f"machine load average (1 min) at start/end: {load_start[0]:.1f}/{os.getloadavg()[0]:.1f} "
           f"on {os.cpu_count()} CPUs")
-    print(f"wrote {RESULTS / 'staging.json'} ({doc['wall_s']:.0f}s)")
+    print(f"wrote {RESULTS / name} ({doc['wall_s']:.0f}s)")
     return 0
 
 

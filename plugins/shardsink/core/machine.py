@@ -15,7 +15,8 @@ a writer that crashes before updating it leaves it stale by one version, which t
 next reader's probe absorbs.
 
 **Committing** (uncontended: 4 requests) = GET hint, GET ``n+1`` (missing),
-create ``n+1`` (``If-None-Match: *``), replace hint (``If-Match``).
+create ``n+1`` (``If-None-Match: *``), replace hint (``If-Match``). A writer that read
+the hint already passes it as ``start`` and skips the first two: the create is the probe.
 """
 
 from __future__ import annotations
@@ -115,6 +116,23 @@ class Machine:
         start = self._newest_by_listing()
         return Head(self._advance(start), hint.etag if hint is not None else None)
 
+    def hinted_head(self) -> Head:
+        """The version the hint holds, WITHOUT probing past it (one request): possibly stale.
+
+        For a writer that commits next (:meth:`commit` with ``start=``): the conditional
+        create of the following version is itself the probe, so a stale start costs a
+        failed create, never a wrong commit. Only conclusions no newer version can refute
+        may be drawn from it (a description recorded as committed stays committed).
+        Falls back to :meth:`head` when the hint is missing or unreadable.
+        """
+        hint = self.blob.get(LATEST)
+        if hint is not None:
+            try:
+                return Head(st.decode_version(hint.data, where=f"{self.url}/{LATEST}"), hint.etag)
+            except CorruptionError as e:
+                log.warning("ignoring unreadable hint: %s", e)
+        return self.head()
+
     def _newest_by_listing(self) -> st.Version:
         seqnos = [int(m.group(1)) for o in self.blob.list("state/v/") if (m := _VKEY.match(o.key))]
         if not seqnos:
@@ -195,8 +213,12 @@ class Machine:
         self._publish_hint(v0, None)
         return v0
 
-    def commit(self, step: Step) -> st.Version | st.Refusal:
+    def commit(self, step: Step, *, start: Head | None = None) -> st.Version | st.Refusal:
         """Apply ``step`` to the newest header and create the next version, exactly once.
+
+        ``start``: a head the caller already read (e.g. :meth:`hinted_head`), saving the
+        head read; if it is stale the create of its successor fails and the newer
+        versions are probed, exactly as when another writer wins a race.
 
         This is the only place that performs the conditional put of a state version.
         ``step`` must be pure and deterministic for a given header: after an unknown
@@ -210,8 +232,9 @@ class Machine:
         leaves the commit unknown, not failed: it is raised as UnknownOutcomeError, never
         as StorageError (which tells callers the write definitely did not apply).
         """
-        head = self.head()
+        head = start if start is not None else self.head()
         cur = head.version
+        probed = start is None  # cur is known to have been the newest when read
         nonce: str | None = None
         unsure = False  # an earlier create of ours may have landed unseen
         policy = self.commit_policy
@@ -224,12 +247,15 @@ class Machine:
                         return self._committed(mine, head.hint_etag)  # ours, landed unseen
                     return out
                 if not isinstance(out, st.Version):
+                    if not probed:  # a stale start may refuse wrongly: decide on the newest
+                        cur, probed = self._advance(cur), True
+                        continue
                     return out
                 nonce = out.commit.nonce
                 try:
                     self.blob.create(version_key(out.seqno), st.encode_version(out))
                 except ConditionFailedError:
-                    cur = self._advance(cur)
+                    cur, probed = self._advance(cur), True
                     continue
                 except UnknownOutcomeError as e:
                     unsure = True
@@ -240,7 +266,7 @@ class Machine:
                         continue  # not there (yet): retrying the same create is safe
                     if landed.commit.nonce == nonce:
                         return self._committed(landed, head.hint_etag)
-                    cur = self._advance(landed)
+                    cur, probed = self._advance(landed), True
                     continue
                 self._versions[out.seqno] = out
                 return self._committed(out, head.hint_etag)

@@ -154,6 +154,66 @@ def consolidate(table: pa.Table, keys: Sequence[str]) -> pa.Table:
     same = _adjacent_same(table, keys)
     if same is None:
         return table
+    return _sum_runs(table, same, keys)
+
+
+def consolidate_sorted(table: pa.Table, keys: Sequence[str]) -> pa.Table:
+    """:func:`consolidate` for input the caller expects to be sorted by ``keys`` already.
+
+    One pass over adjacent rows checks the order (as :func:`consolidate` sorts: ascending,
+    NaN after numbers, nulls last) and finds the runs of equal keys; runs are summed in
+    place, without reordering. If any adjacent pair is out of order, the input is
+    consolidated from scratch instead, so the result is exactly :func:`consolidate`'s
+    whoever sorted it (e.g. Spark's ``sortWithinPartitions``, whose order can differ
+    from Arrow's only among keys Arrow compares equal).
+    """
+    n = table.num_rows
+    if n <= 1:
+        return consolidate(table, keys)
+    same = _adjacent_order(table, keys)
+    if same is None:
+        return consolidate(table, keys)
+    if not pc.any(same).as_py():
+        return table
+    return _sum_runs(table, _bools(same), keys)
+
+
+def _adjacent_order(table: pa.Table, keys: Sequence[str]) -> Any:
+    """For a table sorted by ``keys``: mask ``m[i]`` = rows i and i+1 agree on every key.
+    None if some row is greater than the next (the table is not sorted)."""
+    n = table.num_rows
+    tied: Any = None  # rows i, i+1 equal on every key so far
+    for k in keys:
+        col = table.column(k)
+        a, b = col.slice(0, n - 1), col.slice(1, n - 1)
+        a_null, b_null = pc.is_null(a), pc.is_null(b)
+        eq = pc.or_(pc.fill_null(pc.equal(a, b), False), pc.and_(a_null, b_null))
+        # a > b in the sort's order: nulls last, then NaN after every number
+        gt = pc.or_(pc.fill_null(pc.greater(a, b), False), pc.and_(a_null, pc.invert(b_null)))
+        if pa.types.is_floating(col.type):
+            a_nan, b_nan = pc.fill_null(pc.is_nan(a), False), pc.fill_null(pc.is_nan(b), False)
+            eq = pc.or_(eq, pc.and_(a_nan, b_nan))
+            gt = pc.or_(gt, pc.and_(a_nan, pc.and_(pc.invert(b_nan), pc.invert(b_null))))
+        bad = gt if tied is None else pc.and_(tied, gt)
+        if pc.any(bad).as_py():
+            return None
+        tied = eq if tied is None else pc.and_(tied, eq)
+        if not pc.any(tied).as_py():
+            break  # no two adjacent rows tie on the keys so far: later keys cannot break the order
+    return tied
+
+
+def _bools(mask: Any) -> Any:
+    """A boolean Arrow (chunked) array as a numpy array (the mask itself without numpy)."""
+    if np is None:  # pragma: no cover
+        return mask
+    if isinstance(mask, pa.ChunkedArray):
+        mask = mask.combine_chunks()
+    return mask.to_numpy(zero_copy_only=False)
+
+
+def _sum_runs(table: pa.Table, same: Any, keys: Sequence[str]) -> pa.Table:
+    """Sum ``_diff`` over runs of rows where ``same[i]`` (row i equals row i+1); drop zeros."""
     if np is None:  # pragma: no cover - numpy ships with every supported install
         summed = table.group_by(list(keys), use_threads=False).aggregate([(DIFF, "sum")])
         summed = summed.rename_columns([*keys, DIFF]).select(table.column_names)
@@ -270,48 +330,80 @@ def _take(table: pa.Table, order: pa.Array) -> pa.Table:
 
 def _sort_order(table: pa.Table, keys: Sequence[str]) -> tuple[pa.Array, bool] | None:
     """Indices sorting ``table`` ascending by ``keys`` (nulls last), and whether equal keys may
-    be adjacent (False proves there are no duplicates); None if a key type is unsupported."""
+    be adjacent (False proves there are no duplicates); None if a key type is unsupported.
+
+    One vectorised sort in the common case: when the next key's codes would no longer fit
+    beside the row index, the rows are sorted by the keys so far; if that already tells
+    every row apart (typical of ingested data), later keys cannot change the order and
+    are never looked at. Otherwise the sorted codes are turned into dense ranks (no
+    second sort) and the remaining keys are folded in.
+    """
     n = table.num_rows
     if np is None or n >= 1 << 32:
         return None
     if n <= 1:
         return pa.array(np.arange(n, dtype=np.int64)), False
+    idx_bits = (n - 1).bit_length()
+    limit = 1 << (64 - idx_bits)  # codes below this fit beside a row index in a uint64
     acc: np.ndarray | None = None
     acc_bound = 1
-    distinct = False
     for k in keys:
         col = table.column(k)
-        got = _key_codes(col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col)
+        got = _key_codes(_one_array(col))
         if got is None:
             return None
         codes, bound = got
         if acc is None:
             acc, acc_bound = codes, bound
             continue
-        if acc_bound * bound > _U64:
-            acc, acc_bound = _dense(acc)
-            if acc_bound == n:
-                distinct = True
-                break  # every row already differs on the keys so far; later keys cannot reorder
+        if acc_bound * bound > limit:
+            if acc_bound > limit:
+                acc, acc_bound = _dense(acc)
+            packed = _packed_sort(acc, idx_bits)
+            sorted_codes = packed >> np.uint64(idx_bits)
+            ties = sorted_codes[1:] == sorted_codes[:-1]
+            if not ties.any():
+                return _order_of(packed, idx_bits), False  # rows all differ already
+            acc, acc_bound = _ranks(packed, ties, idx_bits)
             if acc_bound * bound > _U64:
                 codes, bound = _dense(codes)  # both now < 2**32: the product fits
         acc = acc * np.uint64(bound) + codes
         acc_bound *= bound
     assert acc is not None
-    idx_bits = (n - 1).bit_length()
-    if acc_bound << idx_bits > _U64:
+    if acc_bound > limit:
         acc, acc_bound = _dense(acc)  # < 2**32 values: fits beside a 32-bit row index
-    # Pack the row index into the low bits: a plain (vectorised) value sort then yields a
-    # stable order, ties kept in input order exactly like pc.sort_indices.
-    packed = (acc << np.uint64(idx_bits)) | np.arange(n, dtype=np.uint64)
-    packed.sort()
-    order = pa.array((packed & np.uint64((1 << idx_bits) - 1)).astype(np.int64))
-    if distinct:
-        return order, False
+    packed = _packed_sort(acc, idx_bits)
     # Equal codes are a superset of equal keys (pc.equal never matches NaN), so no equal
     # adjacent codes proves no adjacent duplicates.
-    codes = packed >> np.uint64(idx_bits)
-    return order, bool(np.any(codes[1:] == codes[:-1]))
+    sorted_codes = packed >> np.uint64(idx_bits)
+    return _order_of(packed, idx_bits), bool(np.any(sorted_codes[1:] == sorted_codes[:-1]))
+
+
+def _one_array(col: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """The column as one array (no copy when it has a single chunk)."""
+    if not isinstance(col, pa.ChunkedArray):
+        return col
+    return col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
+
+
+def _packed_sort(codes: np.ndarray, idx_bits: int) -> np.ndarray:
+    """``codes << idx_bits | row`` sorted: a plain (vectorised) value sort that is stable,
+    ties kept in input order exactly like pc.sort_indices."""
+    packed = (codes << np.uint64(idx_bits)) | np.arange(len(codes), dtype=np.uint64)
+    packed.sort()
+    return packed
+
+
+def _order_of(packed: np.ndarray, idx_bits: int) -> pa.Array:
+    return pa.array((packed & np.uint64((1 << idx_bits) - 1)).astype(np.int64))
+
+
+def _ranks(packed: np.ndarray, ties: np.ndarray, idx_bits: int) -> tuple[np.ndarray, int]:
+    """Dense ranks per row (in input order) from a packed sort and its adjacent-tie mask."""
+    sorted_ranks = np.concatenate(([0], np.cumsum(~ties, dtype=np.uint64)))
+    ranks = np.empty(len(packed), np.uint64)
+    ranks[packed & np.uint64((1 << idx_bits) - 1)] = sorted_ranks
+    return ranks, int(sorted_ranks[-1]) + 1
 
 
 def _adjacent_same(table: pa.Table, keys: Sequence[str]) -> Any:
@@ -394,7 +486,7 @@ def write_parts(
             few = [c for c in piece.column_names if pc.count_distinct(piece[c]).as_py() * 4 <= piece.num_rows]
             pq.write_table(piece, buf, compression="zstd", use_dictionary=few)
         else:
-            pq.write_table(piece, buf)
+            pq.write_table(piece, buf, **_default_options(piece))
         data = buf.getvalue()
         key = f"{prefix}/{uuid.uuid4().hex}.parquet"
         blob.put(key, data)
@@ -405,6 +497,18 @@ def write_parts(
         return (one(slices[0]),)
     with ThreadPoolExecutor(max_workers=4) as pool:
         return tuple(pool.map(one, slices))
+
+
+def _default_options(table: pa.Table) -> dict[str, Any]:
+    """Parquet options of a default part. Statistics only for the first key and ``_time``:
+    a part is sorted by the keys, so only those ranges are selective (readers prune by
+    time; min/max of the other columns would span nearly their whole domain), and
+    computing them is a fifth of the write. No dictionary for ``_time``: event times are
+    mostly distinct, and a dictionary the writer builds then abandons costs time and bytes.
+    """
+    first = table.column_names[0]
+    return {"write_statistics": list(dict.fromkeys([first, TIME])),
+            "use_dictionary": [c for c in table.column_names if c != TIME]}
 
 
 def open_part(blob: Blob, p: PartMeta, *, referenced_by: str = "the shard state") -> pq.ParquetFile:

@@ -43,7 +43,7 @@ during a long job: prefer the read helpers.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -55,7 +55,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from shardsink.core import parts as pt
 from shardsink.core.machine import Machine
 from shardsink.core.shard import check_as_of, check_changes
-from shardsink.core.state import PartMeta
+from shardsink.core.state import BatchMeta, PartMeta
 from shardsink.errors import CorruptionError, InvalidUsageError, ReadFrontierError
 from shardsink.outcome import carry_errors
 from shardsink.spark import types as sty
@@ -127,6 +127,7 @@ def plan_read(options: Mapping[str, str]) -> ReadPlan:
         v = got
     h = v.header
     batches = machine.full_batches(v)
+    advance_to: int | None = None
     if mode == "snapshot":
         as_of = _int_option(options, "as_of")
         if as_of is None:
@@ -135,7 +136,6 @@ def plan_read(options: Mapping[str, str]) -> ReadPlan:
             as_of = h.upper - 1
         check_as_of(url, h, as_of)
         lower, upper = MIN_TIME, as_of + 1
-        parts = [p for b in batches if b.lower <= as_of for p in b.parts if p.min_time <= as_of]
     else:
         lo, hi = _int_option(options, "from"), _int_option(options, "to")
         if lo is None or hi is None:
@@ -143,13 +143,39 @@ def plan_read(options: Mapping[str, str]) -> ReadPlan:
         check_changes(url, h, lo, hi)
         lower, upper = lo, hi
         advance_to = h.since if lo <= h.since else None
-        parts = [p for b in batches for p in b.parts
-                 if (advance_to is not None or p.max_time >= lo) and p.min_time < hi]
+    # Times below since are read as since (changes from since): every part below it counts.
+    parts = select_parts(batches, MIN_TIME if advance_to is not None else lower, upper)
     size = _int_option(options, "partitionBytes") or DEFAULT_PARTITION_BYTES
     spread = _int_option(options, "minPartitions") or 1
     rows = _int_option(options, "batchRows") or BATCH_ROWS
     return ReadPlan(url, mode, v.seqno, lower, upper, h.schema.serialize().to_pybytes(), tuple(parts), size, spread,
                     rows, advance_to if mode == "changes" else None)
+
+
+def select_parts(batches: Sequence[BatchMeta], lower: int, upper: int) -> list[PartMeta]:
+    """The parts that may hold updates with ``lower <= _time < upper`` (pruned by batch
+    bounds and by each part's min/max time)."""
+    return [p for b in batches if b.lower < upper for p in b.parts if p.max_time >= lower and p.min_time < upper]
+
+
+def isolated_parts(parts: Sequence[PartMeta], lower: int, upper: int) -> tuple[list[PartMeta], list[PartMeta]]:
+    """``parts`` split into those whose times in ``[lower, upper)`` overlap no other part's
+    and the rest.
+
+    Every part is consolidated on its own, and two parts can only hold the same
+    ``(row, _time)`` if their time ranges overlap; so the updates of an isolated part need
+    no consolidation with any other part's.
+    """
+    spans = sorted((max(p.min_time, lower), min(p.max_time, upper - 1), i) for i, p in enumerate(parts))
+    shared: set[int] = set()
+    reach, owner = MIN_TIME - 1, -1  # the furthest end so far, and the part that has it
+    for lo, hi, i in spans:
+        if lo <= reach:
+            shared.update((i, owner))
+        if hi > reach:
+            reach, owner = hi, i
+    alone = [p for i, p in enumerate(parts) if i not in shared]
+    return alone, [p for i, p in enumerate(parts) if i in shared]
 
 
 class PartGroup(InputPartition):

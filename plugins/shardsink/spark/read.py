@@ -26,37 +26,81 @@ Contracts:
   (and a missing/unreadable part) into CorruptionError.
 * ``changes`` equals :meth:`Shard.changes`: consolidated per ``(row, _time)``.
 
+**Native reads.** Where Spark can read the shard's store itself (a local folder; ``s3a``
+when the cluster has hadoop-aws: ``native="auto"``) and every column has a type Spark's
+Parquet reader maps exactly, the helpers plan ``spark.read.parquet`` of exactly the parts
+the pinned state version lists (pruned by batch bounds and each part's min/max time),
+with the time filter and the ``_diff`` handling in Spark; otherwise they read through the
+Python data source (:mod:`shardsink.spark.datasource`). ``native="never"`` forces the
+data source, ``"always"`` refuses the fallback. Both give the same rows. ``changes``
+skips the global consolidation for parts whose time ranges overlap no other part's
+(every part is consolidated on its own), which is every part of a shard written one
+task per batch.
+
 HAZARD: Spark's grouping normalises NaN and -0.0 in float columns; rows differing
-only there are merged where pyarrow would keep them apart.
+only there are merged where pyarrow would keep them apart. A native read does not
+compare a part's row count with the state (the data source does); a missing or
+unreadable part still fails the read with CorruptionError.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import re
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Literal
+
+import pyarrow as pa
 
 from shardsink.core import parts as pt
 from shardsink.core.leases import DEFAULT_TTL_S, LeaseKeeper
 from shardsink.core.shard import Shard, default_writer
-from shardsink.errors import InvalidUsageError, ReadFrontierError, ShardsinkError
+from shardsink.core.state import PartMeta
+from shardsink.errors import CorruptionError, InvalidUsageError, ReadFrontierError, ShardsinkError
 from shardsink.outcome import MARK, ErrorClass, error_from_record, record_of
 from shardsink.spark import datasource as ds
+from shardsink.spark import types as sty
+from shardsink.storage.url import parse_url
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, DataFrameReader, SparkSession
 
+#: How reads are planned: natively where possible (see the module docstring), always
+#: natively (InvalidUsageError where impossible), or always through the data source.
+NativeMode = Literal["auto", "always", "never"]
+#: Characters Spark's path handling would read as a glob or URI syntax.
+_UNSAFE_PATH = re.compile(r"[*?\[\]{}\\%:,]")
+#: Spark's own failures for a file that vanished or cannot be decoded.
+_FILE_FAILURES = ("FileNotFoundException", "FAILED_READ_FILE", "PATH_NOT_FOUND", "CANNOT_READ_FILE_FOOTER")
+
+
+def natively_readable(field: pa.Field) -> bool:
+    """Whether Spark's Parquet reader maps this column to exactly the type the data source gives."""
+    t = field.type
+    if pa.types.is_timestamp(t):
+        return t.tz is not None and t.unit in ("ms", "us")
+    return (
+        (pa.types.is_integer(t) and pa.types.is_signed_integer(t))
+        or pa.types.is_float32(t) or pa.types.is_float64(t) or pa.types.is_boolean(t)
+        or t in (pa.string(), pa.large_string(), pa.binary(), pa.large_binary(), pa.date32())
+        or pa.types.is_decimal128(t)
+    )
 
 
 class ShardReads:
     """Leased reads for one job; a context manager (leases released on exit)."""
 
-    def __init__(self, spark: SparkSession, *, holder: str | None = None, ttl_s: float = DEFAULT_TTL_S) -> None:
+    def __init__(self, spark: SparkSession, *, holder: str | None = None, ttl_s: float = DEFAULT_TTL_S,
+                 native: NativeMode = "auto") -> None:
+        if native not in ("auto", "always", "never"):
+            raise InvalidUsageError(f"native={native!r} is invalid; expected 'auto', 'always' or 'never'")
         self.spark = spark
         self.holder = holder or f"spark-read@{default_writer()}"
         self.keeper = LeaseKeeper(ttl_s=ttl_s)
+        self.native = native
         self._open = False
+        self._roots: list[str] = []  # stores read natively: their file failures are corruption
 
     def __enter__(self) -> ShardReads:
         ds.register(self.spark)
@@ -74,6 +118,9 @@ class ShardReads:
                 err = error_from_record(record_of(e))
                 if err is not None:
                     raise err from e
+                part = _failed_part(e, self._roots)
+                if part is not None:
+                    raise CorruptionError(f"part {part} is missing or unreadable: {_first_line(e)}") from e
 
     def _shard(self, url: str) -> Shard:
         if not self._open:
@@ -100,8 +147,68 @@ class ShardReads:
             as_of = h.upper - 1
         ds.check_as_of(shard.url, h, as_of)
         self.keeper.acquire(shard, as_of, holder=self.holder)
+        root = self._native_root(shard, h.schema)
+        if root is not None:
+            parts, seqno = self._pinned_parts(shard, ds.MIN_TIME, as_of + 1)
+            return self._scan(shard, root, h.schema, parts, seqno, ds.MIN_TIME, as_of + 1, time=False), as_of
         reader = self._reader().option("as_of", str(as_of))
         return reader.load(shard.url), as_of
+
+    # --- native planning ----------------------------------------------------------
+
+    def _native_root(self, shard: Shard, schema: pa.Schema) -> str | None:
+        """Where Spark reads this shard's objects itself, or None to use the data source."""
+        if self.native == "never":
+            return None
+        u = parse_url(shard.url)
+        why = None
+        if u.scheme == "s3" and self.native == "auto" and not _has_s3a(self.spark):
+            why = "this Spark has no s3a file system (hadoop-aws)"
+        elif _UNSAFE_PATH.search(u.path):
+            why = f"the path {u.path!r} has characters Spark would read as a pattern"
+        elif not all(natively_readable(f) for f in schema):
+            why = f"some column types are not read exactly by Spark's Parquet reader ({schema})"
+        if why is not None:
+            if self.native == "always":
+                raise InvalidUsageError(f"cannot read {shard.url} natively: {why}")
+            return None
+        root = f"file://{u.path}" if u.scheme == "file" else f"s3a://{u.bucket}/{u.path}"
+        if root not in self._roots:
+            self._roots.append(root)
+        return root
+
+    def _pinned_parts(self, shard: Shard, lower: int, upper: int) -> tuple[list[PartMeta], int]:
+        """The parts of the newest state version (read after the lease is held) for ``[lower, upper)``."""
+        v = shard.machine.head().version
+        return ds.select_parts(shard.machine.full_batches(v), lower, upper), v.seqno
+
+    def _scan(self, shard: Shard, root: str, schema: pa.Schema, parts: Sequence[PartMeta], seqno: int,
+              lower: int, upper: int, *, time: bool) -> DataFrame:
+        """``spark.read.parquet`` of exactly ``parts``: user columns (+ ``_time``) + ``_diff``
+        for the updates with ``lower <= _time < upper``."""
+        from pyspark.errors import AnalysisException
+        from pyspark.sql import functions as F
+
+        full = sty.spark_schema(schema, time=True, diff=pt.DIFF)
+        cols = [*schema.names, *([pt.TIME] if time else []), pt.DIFF]
+        if not parts:
+            return self.spark.createDataFrame([], full).select(*cols)
+        paths = {f"{root}/{p.key}": p for p in parts}
+        try:
+            df = self.spark.read.schema(full).parquet(*paths)
+        except AnalysisException as e:
+            gone = next((p for path, p in paths.items() if path in str(e) or p.key in str(e)), None)
+            if gone is not None and "PATH_NOT_FOUND" in str(e):
+                raise CorruptionError(f"part {shard.url}/{gone.key} is missing (referenced by state {seqno})") from e
+            raise
+        t = F.col(pt.TIME)
+        if any(p.min_time < lower for p in parts) and any(p.max_time >= upper for p in parts):
+            df = df.filter((t >= lower) & (t < upper))
+        elif any(p.min_time < lower for p in parts):
+            df = df.filter(t >= lower)
+        elif any(p.max_time >= upper for p in parts):
+            df = df.filter(t < upper)
+        return df.select(*cols)
 
     def snapshot(self, url: str, as_of: int | None = None, *, repeat: bool = False) -> DataFrame:
         """The consolidated contents as of ``as_of`` (default upper - 1); see the module docstring."""
@@ -119,18 +226,77 @@ class ShardReads:
 
     def changes(self, url: str, lower: int, upper: int, *, consolidate: bool = True) -> DataFrame:
         """Updates with ``lower <= _time < upper`` (user columns + ``_time`` + ``_diff``)."""
-        from pyspark.sql import functions as F
 
         shard = self._shard(url)
-        ds.check_changes(shard.url, shard.machine.head().version.header, lower, upper)
+        h = shard.machine.head().version.header
+        ds.check_changes(shard.url, h, lower, upper)
         self.keeper.acquire(shard, lower, holder=self.holder)
+        root = self._native_root(shard, h.schema)
+        if root is not None:
+            parts, seqno = self._pinned_parts(shard, ds.MIN_TIME if lower <= h.since else lower, upper)
+            if lower <= h.since and any(p.min_time < h.since for p in parts):
+                # SUBTLE: times below since are read as since (compaction may have advanced
+                # them): the data source implements that; the native scan does not.
+                root = None
+            else:
+                parts = [p for p in parts if p.max_time >= lower]
+        if root is not None:
+            if not consolidate:
+                return self._scan(shard, root, h.schema, parts, seqno, lower, upper, time=True)
+            alone, shared = ds.isolated_parts(parts, lower, upper)
+            out = self._scan(shard, root, h.schema, alone, seqno, lower, upper, time=True)
+            if shared:
+                out = out.unionByName(_consolidated(self._scan(shard, root, h.schema, shared, seqno, lower, upper,
+                                                               time=True)))
+            return out
         reader = self._reader().option("mode", "changes").option("from", str(lower)).option("to", str(upper))
         raw = reader.load(shard.url)
         if not consolidate:
             return raw
-        keys = [c for c in raw.columns if c != pt.DIFF]
-        summed = raw.groupBy(*keys).agg(F.sum(pt.DIFF).alias(pt.DIFF))
-        return summed.filter(F.col(pt.DIFF) != 0).select(*keys, pt.DIFF)
+        return _consolidated(raw)
+
+
+def _consolidated(raw: DataFrame) -> DataFrame:
+    """Updates summed per ``(row, _time)``, zero sums dropped (columns kept in order)."""
+    from pyspark.sql import functions as F
+
+    keys = [c for c in raw.columns if c != pt.DIFF]
+    summed = raw.groupBy(*keys).agg(F.sum(pt.DIFF).alias(pt.DIFF))
+    return summed.filter(F.col(pt.DIFF) != 0).select(*keys, pt.DIFF)
+
+
+_S3A: dict[int, bool] = {}
+
+
+def _has_s3a(spark: SparkSession) -> bool:
+    """Whether the driver's JVM has hadoop-aws (Spark Connect: unknown, so no)."""
+    key = id(spark)
+    if key not in _S3A:
+        try:
+            jvm: Any = spark.sparkContext._jvm
+            jvm.java.lang.Class.forName("org.apache.hadoop.fs.s3a.S3AFileSystem")
+            _S3A[key] = True
+        except Exception:
+            _S3A[key] = False
+    return _S3A[key]
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0][:300] if text else type(e).__name__
+
+
+def _failed_part(e: BaseException, roots: Sequence[str]) -> str | None:
+    """The part a native read failed on (a vanished or undecodable file under a root), or None."""
+    text = str(e)
+    if not roots or not any(m in text for m in _FILE_FAILURES):
+        return None
+    for root in roots:
+        bare = root.split("://", 1)[1]
+        m = re.search(re.escape(bare.rstrip("/")) + r"/(parts/[^\s'\"`\]]+?\.parquet)", text)
+        if m:
+            return f"{root}/{m.group(1)}"
+    return None
 
 
 def _checked_count(cols: list[str], where: str) -> Column:
@@ -158,15 +324,15 @@ def raise_record(error_class: ErrorClass, message: Column, value: Column) -> Col
 
 @contextmanager
 def read_snapshot(spark: SparkSession, url: str, as_of: int | None = None, *, repeat: bool = False,
-                  holder: str | None = None) -> Iterator[DataFrame]:
+                  holder: str | None = None, native: NativeMode = "auto") -> Iterator[DataFrame]:
     """A leased consolidated snapshot (see :class:`ShardReads`); run actions inside the block."""
-    with ShardReads(spark, holder=holder) as reads:
+    with ShardReads(spark, holder=holder, native=native) as reads:
         yield reads.snapshot(url, as_of, repeat=repeat)
 
 
 @contextmanager
-def read_changes(spark: SparkSession, url: str, lower: int, upper: int, *,
-                 holder: str | None = None) -> Iterator[DataFrame]:
+def read_changes(spark: SparkSession, url: str, lower: int, upper: int, *, holder: str | None = None,
+                 native: NativeMode = "auto") -> Iterator[DataFrame]:
     """A leased, consolidated change feed ``[lower, upper)``; run actions inside the block."""
-    with ShardReads(spark, holder=holder) as reads:
+    with ShardReads(spark, holder=holder, native=native) as reads:
         yield reads.changes(url, lower, upper)

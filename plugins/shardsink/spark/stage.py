@@ -1,9 +1,13 @@
 """Stage a Spark DataFrame as parts of one description, uploaded from the executors.
 
-Each Spark partition validates its rows against the description's bounds, consolidates
-them, writes Parquet parts with pyarrow straight to the shard's store (local folder or
-S3 through boto3; no hadoop-aws), and yields one small row per part. The driver only
-collects those rows.
+Each Spark partition is sorted by the shard's columns then ``_time`` in the JVM
+(``sortWithinPartitions``: Spark's sort is cheaper than sorting in Python), handed to
+Python as large Arrow batches, validated against the description's bounds, checked to be
+in order while equal neighbours are summed (:func:`shardsink.core.parts.consolidate_sorted`,
+which sorts again in the rare case Spark's order differs from Arrow's), written as
+Parquet parts with pyarrow straight to the shard's store (local folder or S3 through
+boto3; no hadoop-aws), and yields one small row per part. The driver only collects
+those rows.
 
 SUBTLE: Spark may run a partition more than once (task retry, speculation, a lost
 executor). Every run uploads parts under fresh keys in ``parts/<desc_id>/``, but only
@@ -15,6 +19,7 @@ description commits (or loses its race). Nothing here ever overwrites an object.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -24,7 +29,12 @@ from shardsink.core.state import PartMeta
 from shardsink.outcome import carry_errors
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, SparkSession
+
+#: Rows per Arrow batch handed to the Python workers while staging (Spark's default is
+#: 10,000; larger batches cut per-batch overhead, and a partition is buffered whole anyway).
+ARROW_BATCH_ROWS = 1 << 18
+_BATCH_CONF = "spark.sql.execution.arrow.maxRecordsPerBatch"
 
 _META = pa.schema([
     ("key", pa.string()),
@@ -83,7 +93,7 @@ def stage_dataframe(
             return
         table = pa.Table.from_batches(got)
         updates = pt.validate_updates(table, user, lower=lower, upper=upper)
-        updates = pt.consolidate(updates, [*user.names, pt.TIME])
+        updates = pt.consolidate_sorted(updates, [*user.names, pt.TIME])
         blob: Any = _Discard() if dry_run else open_blob(shard_url)
         written = pt.write_parts(blob, updates, prefix=prefix, target_bytes=target_part_bytes, encoding=encoding)
         rows = [{"key": p.key, "rows": p.rows, "bytes": p.bytes, "min_time": p.min_time, "max_time": p.max_time}
@@ -91,7 +101,36 @@ def stage_dataframe(
         if rows:
             yield pa.RecordBatch.from_pylist(rows, schema=_META)
 
+    from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    out = df.mapInArrow(stage, from_arrow_schema(_META)).collect()
+    order = [F.col(n).asc_nulls_last() for n in [*schema.names, pt.TIME] if n in df.columns]
+    with _arrow_batch_rows(df.sparkSession, ARROW_BATCH_ROWS):
+        out = df.sortWithinPartitions(*order).mapInArrow(stage, from_arrow_schema(_META)).collect()
     return [PartMeta(r["key"], r["rows"], r["bytes"], r["min_time"], r["max_time"]) for r in out]
+
+
+@contextmanager
+def _arrow_batch_rows(spark: SparkSession, rows: int) -> Iterator[None]:
+    """Raise Spark's Arrow batch size for the job run inside (never lower it), then restore it.
+
+    SUBTLE: a session-wide setting; a job another thread starts meanwhile on the same
+    session sees it too (harmless: only batch sizes change, never results).
+    """
+    try:
+        before = spark.conf.get(_BATCH_CONF, None)
+        current = int(before) if before else 10_000
+    except Exception:  # a conf we cannot read or parse: leave it alone
+        yield
+        return
+    if current <= 0 or current >= rows:
+        yield
+        return
+    spark.conf.set(_BATCH_CONF, str(rows))
+    try:
+        yield
+    finally:
+        if before is None:
+            spark.conf.unset(_BATCH_CONF)
+        else:
+            spark.conf.set(_BATCH_CONF, before)

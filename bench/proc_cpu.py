@@ -1,0 +1,51 @@
+"""CPU seconds of a process tree (Linux /proc): a load-independent cost for Spark jobs.
+
+On a shared machine wall times swing with other users' load; the CPU the Spark JVM and
+its Python workers spend on a job does not (much). ``tree_cpu(pid)`` sums user+system
+time of ``pid`` and every descendant, including reaped children; take it before and
+after a job. Returns 0.0 where /proc is unavailable.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _stat(pid: int) -> tuple[int, float] | None:
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = raw[raw.rindex(")") + 2:].split()  # after "pid (comm) "
+    ppid = int(fields[1])
+    utime, stime, cutime, cstime = (int(x) for x in fields[11:15])
+    return ppid, (utime + stime + cutime + cstime) / _TICK
+
+
+def tree_cpu(pid: int) -> float:
+    if not Path("/proc").is_dir():
+        return 0.0
+    stats = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            got = _stat(int(entry.name))
+            if got is not None:
+                stats[int(entry.name)] = got
+    children: dict[int, list[int]] = {}
+    for p, (ppid, _) in stats.items():
+        children.setdefault(ppid, []).append(p)
+    total, todo = 0.0, [pid]
+    while todo:
+        p = todo.pop()
+        if p in stats:
+            total += stats[p][1]
+        todo.extend(children.get(p, []))
+    return total
+
+
+def spark_pid(spark: object) -> int:
+    """The driver JVM's pid (local mode: every executor thread and Python worker is under it)."""
+    return int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())  # type: ignore[attr-defined]

@@ -1,0 +1,99 @@
+"""One table of every benchmark ratio against its target, from bench/results/*.json.
+
+Each benchmark writes ``results/<name>.json`` at its default size and ``<name>@<size>.json``
+at another size (e.g. 10x); every file found is a row, so both sizes show side by side.
+Ratios are ours / baseline measured in the same run (throughput ratios: ours / baseline
+rows per second). ``make bench`` prints this table last.
+
+    python bench/summary.py [results-dir]
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+@dataclass(frozen=True)
+class Measure:
+    """One row kind: which file, what is measured, how to read the figure, the target."""
+
+    bench: str
+    what: str
+    get: Callable[[dict[str, Any]], float]
+    size: Callable[[dict[str, Any]], int]
+    target: float
+    at_most: bool = True  # False: the figure must be at least the target
+
+
+MEASURES = [
+    Measure("dag_overhead", "Spark staging / df.write.parquet (time)", lambda d: d["staging"]["ratio"],
+            lambda d: d["staging"]["rows"], 1.2),
+    Measure("staging", "pyarrow staging / pq.write_table (time)", lambda d: d["ratios"]["stage_over_write_table"],
+            lambda d: d["config"]["rows"], 1.3),
+    Measure("spark_read", "read_changes / spark.read.parquet (rows/s)",
+            lambda d: d["ratios"]["changes_over_parquet_throughput"], lambda d: d["rows"], 0.9, at_most=False),
+    Measure("spark_read", "read_snapshot / native group-by (time)",
+            lambda d: d["ratios"]["snapshot_over_native_groupby"], lambda d: d["rows"], 1.2),
+    Measure("correction", "correction run / full overwrite (wall)", lambda d: d["wall_ratio"], lambda d: d["rows"],
+            1.0),
+    Measure("correction", "correction bytes / overwrite bytes", lambda d: d["bytes_ratio"], lambda d: d["rows"],
+            0.02),
+    Measure("delta_appends", "store requests per Shard.append", lambda d: max(d["append_requests"].values()),
+            lambda d: d["config"]["appends"], 4),
+]
+
+
+def _load(d: dict[str, Any]) -> str:
+    for key in ("loadavg_1m_start_end",):
+        if key in d:
+            a, b = d[key]
+            return f"{a:.1f}/{b:.1f}"
+    m = d.get("machine", {})
+    if isinstance(m, dict) and "loadavg_start" in m:
+        return f"{m['loadavg_start'][0]:.1f}/{m['loadavg_end'][0]:.1f}"
+    if "load_avg" in d:
+        return f"{d['load_avg'][0]:.1f}"
+    return "?"
+
+
+def rows(results: Path) -> list[tuple[str, str, int, float, str, str, str]]:
+    out = []
+    for m in MEASURES:
+        for f in sorted(results.glob(f"{m.bench}*.json"), key=lambda p: (len(p.name), p.name)):
+            if f.stem != m.bench and not f.stem.startswith(f"{m.bench}@"):
+                continue
+            d = json.loads(f.read_text())
+            try:
+                value, size = m.get(d), m.size(d)
+            except (KeyError, TypeError):
+                continue  # a result written by an older version of the benchmark
+            ok = value <= m.target if m.at_most else value >= m.target
+            target = f"{'<=' if m.at_most else '>='} {m.target:g}"
+            out.append((m.what, f.name, size, value, target, "MET" if ok else "MISSED", _load(d)))
+    return out
+
+
+def main() -> int:
+    results = Path(sys.argv[1]) if len(sys.argv) > 1 else RESULTS
+    table = rows(results)
+    if not table:
+        print(f"no benchmark results under {results}")
+        return 0
+    head = ("measure", "file", "size", "ratio", "target", "verdict", "load 1m start/end")
+    widths = [max(len(str(r[i])) if i != 3 else 6 for r in [*table, head]) for i in range(len(head))]
+    fmt = "  ".join(f"{{:{'>' if i in (2, 3) else '<'}{w}}}" for i, w in enumerate(widths))
+    print(fmt.format(*head))
+    for r in table:
+        print(fmt.format(r[0], r[1], f"{r[2]:,}", f"{r[3]:.3g}", r[4], r[5], r[6]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
