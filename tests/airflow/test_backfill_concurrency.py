@@ -19,14 +19,28 @@ import sqlite3
 import subprocess
 import textwrap
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
-from af_helpers import DAY, START, VENV_BIN, Env, airflow_stack, assert_exactly_once, assert_no_leaks, ok
+from af_helpers import (
+    DAY,
+    START,
+    VENV_BIN,
+    Env,
+    airflow_stack,
+    assert_exactly_once,
+    assert_no_leaks,
+    ok,
+)
 
 from shardsink import Shard
-from shardsink_dev.synthetic import generate
+from shardsink.core import parts as pt
+from shardsink.sources.landing import LandingSource, read_landing_file
+from shardsink_dev.synthetic import encode, generate, land_file, landing_table, publish_watermark
 from shardsink_dev.testing import free_port
 
 #: dag id -> (days of data, catch-up patience in seconds, DAG end date or None). An end date
@@ -158,3 +172,65 @@ def test_backfills_at_any_concurrency_cover_every_interval_exactly_once(af: Env,
         (START + d * DAY, START + (d + 1) * DAY) for d in range(3)]
     backfill_runs = [r for r in runs["bf_mixed"] if r["run_id"].startswith("backfill__")]
     assert len(runs["bf_mixed"]) > len(backfill_runs), "no scheduled or manual run raced the backfill"
+
+    # Re-processing driven as Airflow documents it: day 2's source is fixed, then
+    # `backfill create --reprocess-behavior completed --dag-run-conf '{"reprocess": true}'`
+    # re-runs the completed day-2 run with that conf. A 6th day lands too: a correction is
+    # stamped at a time of its own, inside the run's new description [day 6, day 7).
+    _reprocess_a_completed_day_through_a_backfill(env, af, spec["bf_default"])
+
+
+def _rows(t: pa.Table, *, weight: str | None = None, time: bool = False) -> Counter[tuple[Any, ...]]:
+    """User rows (and ``_time`` if ``time``) as a multiset, weighted by column ``weight`` (else 1 each)."""
+    keys = [c for c in t.column_names if c not in (pt.TIME, pt.DIFF, pt.COUNT)] + ([pt.TIME] if time else [])
+    out: Counter[tuple[Any, ...]] = Counter()
+    for r in t.to_pylist():
+        out[tuple(r[c] for c in keys)] += r[weight] if weight else 1
+    return +out
+
+
+def _source(landing: str, lower: int, upper: int) -> pa.Table:
+    """The landing zone's rows with ``lower <= event time < upper`` (read directly, not through a shard)."""
+    src = LandingSource(landing)
+    t = pa.concat_tables([read_landing_file(src.blob(), f, src.schema(), "event_time") for f in src.files()])
+    return t.filter(pc.and_(pc.greater_equal(t[pt.TIME], lower), pc.less(t[pt.TIME], upper)))
+
+
+def _reprocess_a_completed_day_through_a_backfill(env: dict[str, str], af: Env, spec: dict[str, Any]) -> None:
+    url, landing = spec["shard"], spec["landing"]
+    shard = Shard.open(url)
+    five = START + 5 * DAY
+    assert shard.info().upper == five
+    old_day2 = _rows(_source(landing, START + DAY, START + 2 * DAY), time=True)
+    old = _rows(_source(landing, START, five))
+    src = LandingSource(landing)
+    f = next(f for f in src.files() if f.key.startswith("day=001/"))
+    rows = read_landing_file(src.blob(), f, src.schema(), "event_time").to_pylist()[2:]  # 2 rows vanish
+    rows[0] = {**rows[0], "amount": rows[0]["amount"] + 1000}  # 1 row changes
+    fixed = pa.Table.from_pylist([{"user": r["user"], "action": r["action"], "amount": r["amount"],
+                                   "event_time": r[pt.TIME]} for r in rows])
+    src.blob().put(f.key, encode(fixed, f.key.rsplit(".", 1)[-1]))
+    land_file(landing, "day=005/late-day-6.parquet", landing_table(five, five + DAY, 20, seed=99))
+    publish_watermark(landing, five + DAY)
+    day2_run = "backfill__2024-01-02T00:00:00+00:00"
+    with airflow_stack(env):
+        _cli(env, "backfill", "create", "--dag-id", "bf_default", "--from-date", "2024-01-02", "--to-date",
+             "2024-01-02", "--reprocess-behavior", "completed", "--dag-run-conf", json.dumps({"reprocess": True}))
+        deadline = time.monotonic() + 1200
+        while True:
+            state = {r["run_id"]: r["state"] for r in _runs(env, "bf_default")}.get(day2_run)
+            if state in ("success", "failed") and Shard.open(url).info().upper != five:
+                break
+            assert time.monotonic() < deadline, f"the re-processing run did not finish ({state})"
+            time.sleep(5)
+    assert state == "success"
+    info = Shard.open(url).info()
+    assert info.upper == five + DAY
+    now = _rows(_source(landing, START, five + DAY))
+    assert now != old
+    assert _rows(shard.snapshot(five + DAY - 1), weight=pt.COUNT) == now  # corrected, with day 6
+    assert _rows(shard.snapshot(five - 1), weight=pt.COUNT) == old  # history before the correction
+    sealed = shard.changes(START + DAY, START + 2 * DAY)
+    assert _rows(sealed, weight=pt.DIFF, time=True) == old_day2  # sealed updates are never rewritten
+    rep = _reports(af.home, "bf_default")[day2_run]
+    assert [c["corrects"] for c in rep["committed"] if c.get("corrects")] == [[START + DAY, START + 2 * DAY]]

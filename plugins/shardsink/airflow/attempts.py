@@ -73,7 +73,8 @@ def attempt_groups(*, settings: IngestSettings, asset: Asset, mint_body: MintBod
 
     @task(task_id=REPORT, trigger_rule=TriggerRule.NONE_FAILED)
     def report() -> dict[str, Any]:
-        return report_task(settings, dict(get_current_context()))
+        with store_access(settings.aws_conn_id):
+            return report_task(settings, dict(get_current_context()))
 
     r = report()
     for a in appends:
