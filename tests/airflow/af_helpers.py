@@ -78,13 +78,19 @@ class Env:
         return subprocess.run([str(VENV_BIN / "airflow"), "dags", "test", env.get("SHARDSINK_DAG_ID", "example_ingest"),
                                logical_date], env=env, capture_output=True, text=True, timeout=timeout)
 
-    def popen_dags_test(self, logical_date: str, *, extra: dict[str, str] | None = None,
+    def popen_dags_test(self, logical_date: str, *, log: Path, extra: dict[str, str] | None = None,
                         home: Path | None = None) -> subprocess.Popen[str]:
+        """``airflow dags test`` in the background, its output going to the file ``log``.
+
+        SUBTLE: not to a pipe: nobody reads a pipe while the test waits for the run to reach
+        a point, and a full pipe buffer (64 KB of task logs) blocks the run forever.
+        """
         env = {**self.env, **(extra or {})}
         if home is not None:
             env.update({"AIRFLOW_HOME": str(home), "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db"})
-        return subprocess.Popen([str(VENV_BIN / "airflow"), "dags", "test", "example_ingest", logical_date], env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        with open(log, "w") as out:  # the child keeps its own descriptor
+            return subprocess.Popen([str(VENV_BIN / "airflow"), "dags", "test", "example_ingest", logical_date],
+                                    env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
 
     def asset_events(self, home: Path | None = None) -> list[dict[str, Any]]:
         db = (home or self.home) / "airflow.db"

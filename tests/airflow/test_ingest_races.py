@@ -37,7 +37,9 @@ def test_two_runs_race_loser_deletes_its_parts_and_its_next_description_still_co
     home_b.mkdir()
     shutil.copy(airflow_template, home_b / "airflow.db")
 
-    run_a = af.popen_dags_test("2024-01-03", extra={**fault_env(faults, af.env), "SHARDSINK_CATCH_UP_AFTER_S": "0"})
+    log_a = tmp_path / "run-a.log"
+    run_a = af.popen_dags_test("2024-01-03", log=log_a,
+                               extra={**fault_env(faults, af.env), "SHARDSINK_CATCH_UP_AFTER_S": "0"})
     parts = Path(af.root / "shards" / "events" / "parts")
     staging = Path(af.root / "shards" / "events" / "staging")
     try:
@@ -48,11 +50,12 @@ def test_two_runs_race_loser_deletes_its_parts_and_its_next_description_still_co
         ok(af.dags_test("2024-01-02", home=home_b, extra={"SHARDSINK_WRITERS": "1"}))
         assert Shard.open(af.shard_url).info().upper == START + DAY
         go.touch()
-        out_a, _ = run_a.communicate(timeout=600)
+        run_a.wait(timeout=600)
     finally:
         go.touch()
         if run_a.poll() is None:
             run_a.kill()
+    out_a = log_a.read_text()
     assert run_a.returncode == 0, out_a[-6000:]
     shard = Shard.open(af.shard_url)
     kept = {b.desc_id for b in shard.batches()}
