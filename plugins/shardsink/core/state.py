@@ -452,7 +452,9 @@ def schema_doc(schema: pa.Schema) -> SchemaDoc:
 
 def schema_to_json(schema: pa.Schema) -> dict[str, Any]:
     """The schema as plain JSON values (for specs and CLI output)."""
-    out: dict[str, Any] = msgspec.to_builtins(schema_doc(schema))
+    # Through JSON, not msgspec.to_builtins (which keeps tuples): specs must equal their own
+    # JSON round trip (they are compared after travelling through XCom and sidecars).
+    out: dict[str, Any] = msgspec.json.decode(msgspec.json.encode(schema_doc(schema)))
     return out
 
 
