@@ -212,7 +212,7 @@ def _reprocess_a_completed_day_through_a_backfill(env: dict[str, str], af: Env, 
     src.blob().put(f.key, encode(fixed, f.key.rsplit(".", 1)[-1]))
     land_file(landing, "day=005/late-day-6.parquet", landing_table(five, five + DAY, 20, seed=99))
     publish_watermark(landing, five + DAY)
-    day2_run = "backfill__2024-01-02T00:00:00+00:00"
+    day2_run = "backfill__2024-01-03T00:00:00+00:00"  # run ids carry the interval end (run_after)
     with airflow_stack(env):
         _cli(env, "backfill", "create", "--dag-id", "bf_default", "--from-date", "2024-01-02", "--to-date",
              "2024-01-02", "--reprocess-behavior", "completed", "--dag-run-conf", json.dumps({"reprocess": True}))
