@@ -123,6 +123,16 @@ def open_or_create(shard_url: str, source: Source, *, initial_upper: int) -> Sha
             return Shard.open(shard_url)
 
 
+def source_progress(shard: Shard, source: Source, *, lower: int | None, interval_end: int | None,
+                    max_span: int | None) -> int | None:
+    """What the source has complete below, as a shard time: an event-time source's watermark; for a
+    reclocked source (offsets, not event times) the time its offsets are bound through, minting
+    the binding for the run's target if needed (:func:`shardsink.reclock.source.reclocked_upper`)."""
+    if isinstance(source, Reclocked) and lower is not None:
+        return reclocked_upper(source, shard_url=shard.url, lower=lower, interval_end=interval_end, max_span=max_span)
+    return source.watermark()
+
+
 def mint(
     shard: Shard,
     source: Source,
@@ -139,11 +149,7 @@ def mint(
     Raises ShardClosedError via the caller's append if the shard is closed.
     """
     lower = shard.info().upper
-    if isinstance(source, Reclocked) and lower is not None:  # offsets, not event times: bind them to times
-        wm: int | None = reclocked_upper(source, shard_url=shard.url, lower=lower, interval_end=interval_end,
-                                         max_span=max_span)
-    else:
-        wm = source.watermark()
+    wm = source_progress(shard, source, lower=lower, interval_end=interval_end, max_span=max_span)
     if lower is None:
         return NoOp(f"shard {shard.url} is closed; nothing can be appended", None, wm, interval_end)
     bounds = [b for b in (wm, interval_end, None if max_span is None else lower + max_span) if b is not None]
@@ -185,7 +191,7 @@ def mint_chain(
     if max_chain < 1:
         raise InvalidUsageError(f"max_chain {max_chain} must be at least 1")
     lower = shard.info().upper
-    wm = source.watermark()
+    wm = source_progress(shard, source, lower=lower, interval_end=interval_end, max_span=max_span)
     if lower is None:
         return NoOp(f"shard {shard.url} is closed; nothing can be appended", None, wm, interval_end)
     end = lower if wm is None else min(b for b in (wm, interval_end) if b is not None)
