@@ -32,6 +32,14 @@ from shardsink.provider.links import ShardPageLink
 log = logging.getLogger(__name__)
 
 
+def _pushed(context: Any, task_id: str) -> Any:
+    """This try's pushed result, or None (metrics never fail a task)."""
+    try:
+        return context["ti"].xcom_pull(task_ids=task_id, key="return_value")
+    except Exception:
+        return None
+
+
 def _lost_race(e: BaseException) -> bool:
     from shardsink.sinks.ingest import LostRaceError
 
@@ -71,8 +79,11 @@ class ShardTaskMixin:
             self._record(context["ti"].xcom_pull(task_ids=self.task_id, key="return_value"))  # type: ignore[attr-defined]
             raise
         except BaseException as e:
-            if self.shard_role == "append" and _lost_race(e):
-                metrics.lost_race(dag_id=self.dag_id, shard=self.shard_url)
+            if self.shard_role == "append":
+                if _lost_race(e):
+                    metrics.lost_race(dag_id=self.dag_id, shard=self.shard_url)
+                else:  # e.g. every description of the attempt lost: skipped after pushing its result
+                    self._record(_pushed(context, self.task_id))  # type: ignore[attr-defined]
             raise
         finally:
             metrics.timing(f"task.{self.shard_role}.duration", (time.monotonic() - t0) * 1000, dag_id=self.dag_id,
@@ -81,12 +92,29 @@ class ShardTaskMixin:
         return result
 
     def _record(self, result: Any) -> None:
-        """Keep the task's result for lineage; count an append's commit."""
+        """Keep the task's result for lineage; count an append's commits and settled lost races.
+
+        An append's result lists the attempt's commits (``committed``: desc_id, lower, upper,
+        seqno, rows, status) and the descriptions it found lost (``lost``); see
+        :func:`shardsink.airflow.tasks.append_task`.
+        """
         self._shard_result = result
-        if self.shard_role == "append" and isinstance(result, Mapping) and result.get("status") == "committed":
-            size = _committed_bytes(self.shard_url, int(result["seqno"]))
-            self._shard_result_bytes = size
-            metrics.committed(dag_id=self.dag_id, shard=self.shard_url, rows=int(result.get("rows", 0)), size=size)
+        self._shard_result_rows: int | None = None
+        self._shard_result_bytes: int | None = None
+        if self.shard_role != "append" or not isinstance(result, Mapping):
+            return
+        for _ in result.get("lost") or ():
+            metrics.lost_race(dag_id=self.dag_id, shard=self.shard_url)
+        landed = [c for c in result.get("committed") or () if c.get("status") == "committed"]
+        if not landed:
+            return
+        rows, total = 0, 0
+        for c in landed:
+            size = _committed_bytes(self.shard_url, int(c["seqno"]))
+            rows += int(c.get("rows", 0))
+            total += size or 0
+            metrics.committed(dag_id=self.dag_id, shard=self.shard_url, rows=int(c.get("rows", 0)), size=size)
+        self._shard_result_rows, self._shard_result_bytes = rows, total
 
     def _lineage(self, *, complete: bool) -> Any:
         from shardsink.core.shard import Shard
@@ -97,9 +125,8 @@ class ShardTaskMixin:
         except ShardNotFoundError:
             schema = self._source_schema()  # the first mint or write creates the shard
         rows = size = None
-        result = getattr(self, "_shard_result", None) if complete else None
-        if isinstance(result, Mapping) and "rows" in result:
-            rows, size = int(result["rows"]), getattr(self, "_shard_result_bytes", None)
+        if complete:
+            rows, size = getattr(self, "_shard_result_rows", None), getattr(self, "_shard_result_bytes", None)
         return lineage.operator_lineage(shard_url=self.shard_url, inputs=lineage.source_datasets(self.source_spec),
                                         schema=schema, rows=rows, size=size)
 
