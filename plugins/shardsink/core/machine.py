@@ -381,6 +381,11 @@ class Machine:
             out.append(v)
         return out
 
+    def delete_rollup(self, seqno: int) -> None:
+        """GC only: delete rollup ``seqno``. SUBTLE: only below an anchored oldest retained
+        version (:meth:`anchor`), which no longer needs any older rollup."""
+        self.blob.delete(rollup_key(seqno))
+
     def delete_version(self, seqno: int) -> None:
         """GC only: delete state version ``seqno`` (and forget any cached copy).
 

@@ -69,7 +69,7 @@ import pyarrow.parquet as pq
 from shardsink.core import fate as ft
 from shardsink.core import leases as ls
 from shardsink.core import state as st
-from shardsink.core.machine import LATEST, Machine, rollup_key, version_key
+from shardsink.core.machine import LATEST, Machine, version_key
 from shardsink.core.parts import TIME
 from shardsink.core.shard import Shard
 from shardsink.errors import CorruptionError, InvalidUsageError, ShardsinkError
@@ -301,7 +301,7 @@ def collect(shard: Shard, opts: GcOptions | None = None) -> GcReport:
         for r, o in sorted(listing.rollups.items()):
             if r < retained_from and o.modified <= cutoff:
                 if not dry:
-                    machine.blob.delete(rollup_key(r))
+                    machine.delete_rollup(r)
                 rollups_deleted += 1
     if not dry:
         hook("rollups")
