@@ -160,12 +160,19 @@ class Machine:
         r = v.rollup
         base: tuple[st.BatchMeta, ...] = ()
         if r > 0:
-            got = self.blob.get(rollup_key(r))
+            got = self.rollup(r)
             if got is None:
                 raise CorruptionError(f"{self.url}: rollup {r} referenced by version {v.seqno} is missing")
-            _, base = st.decode_rollup(got.data, where=f"{self.url}/{rollup_key(r)}")
+            base = got
         diffs = self.fetch_many(range(r + 1, v.seqno + 1))
         return st.apply_diffs(base, diffs)
+
+    def rollup(self, seqno: int) -> tuple[st.BatchMeta, ...] | None:
+        """The batch list of rollup ``seqno``, or None if it does not exist."""
+        got = self.blob.get(rollup_key(seqno))
+        if got is None:
+            return None
+        return st.decode_rollup(got.data, where=f"{self.url}/{rollup_key(seqno)}")[1]
 
     def fetch_many(self, seqnos: Iterable[int]) -> list[st.Version]:
         wanted = list(seqnos)

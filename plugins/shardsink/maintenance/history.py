@@ -69,10 +69,10 @@ def batches_at(machine: Machine, seqno: int, listing: Listing) -> tuple[st.Batch
         )
     base: tuple[st.BatchMeta, ...] = ()
     if r > 0:
-        got = machine.blob.get(rollup_key(r))
+        got = machine.rollup(r)
         if got is None:
             raise CorruptionError(f"{machine.url}/{rollup_key(r)} vanished while reading")
-        _, base = st.decode_rollup(got.data, where=f"{machine.url}/{rollup_key(r)}")
+        base = got
     return st.apply_diffs(base, machine.fetch_many(range(r + 1, seqno + 1)))
 
 
