@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
+from test_ingest import FakeSource  # the same fake watermark source
 
 from shardsink import Shard
 from shardsink.core.state import PartMeta
@@ -13,22 +14,6 @@ from shardsink.sinks.reprocess import corrected_range, correction_label, prior_c
 from shardsink_dev.synthetic import SCHEMA
 
 DAY = 86_400_000
-
-
-class FakeSource:
-    kind = "fake"
-
-    def __init__(self, wm: int | None) -> None:
-        self.wm = wm
-
-    def spec(self) -> dict[str, object]:
-        return {"kind": "fake"}
-
-    def watermark(self) -> int | None:
-        return self.wm
-
-    def schema(self) -> pa.Schema:
-        return SCHEMA
 
 
 def _chain(shard: Shard, wm: int | None, end: int | None, *, span: int | None = DAY, cap: int = 16,
