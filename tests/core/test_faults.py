@@ -491,7 +491,8 @@ def test_faults_on_state_reads_are_retried_and_the_append_commits_once(
     rig.proxy.clear()
     rig.proxy.add(method="GET", key=key, **fault)
 
-    r = rig.append("second")
+    # A fresh handle, as the next Airflow task has (a warm one starts from the head it committed).
+    r = rig.append("second", shard=rig.handle())
 
     assert (r.status, r.seqno) == ("committed", 2)
     assert rig.proxy.requests("GET", key)[0].fault == fault["kind"]
@@ -607,15 +608,27 @@ def test_create_with_an_unknown_outcome_is_resolved_by_rereading_version_0(
     assert audit(direct, {}, url=url).seqno == 0
 
 
-def test_uncontended_append_costs_what_a_bare_commit_costs(make_rig: Callable[..., Rig]) -> None:
+def test_uncontended_append_costs_4_requests_fresh_and_3_warm(make_rig: Callable[..., Rig]) -> None:
     rig = make_rig()
     rig.append("first")
     rig.proxy.clear()
 
-    r = rig.append("second")
+    task = rig.handle()  # a fresh handle, as an Airflow task has
+    r = rig.append("second", shard=task)
 
     assert (r.status, r.seqno) == ("committed", 2)
-    got = [(q.method, q.key.split("/state/")[-1] if "/state/" in q.key else "part") for q in rig.proxy.requests()]
-    assert got == [("GET", "LATEST.json"), ("PUT", "part"), ("PUT", "v/00000000000000000002.json"),
-                   ("PUT", "LATEST.json")], "hint, part, conditional create (the probe), hint CAS"
+
+    def sent() -> list[tuple[str, str]]:
+        got = [(q.method, q.key.split("/state/")[-1] if "/state/" in q.key else "part") for q in rig.proxy.requests()]
+        rig.proxy.clear()
+        return got
+
+    assert sent() == [("GET", "LATEST.json"), ("PUT", "part"), ("PUT", "v/00000000000000000002.json"),
+                      ("PUT", "LATEST.json")], "hint, part, conditional create (the probe), hint CAS"
+    r = rig.append("third", shard=task)  # the same handle moments later starts from the head it committed
+    assert (r.status, r.seqno) == ("committed", 3)
+    assert sent() == [("PUT", "part"), ("PUT", "v/00000000000000000003.json"), ("PUT", "LATEST.json")]
+    r = rig.append("fourth")  # the rig's first handle: its known head (seqno 1) is stale, so it re-reads
+    assert (r.status, r.seqno) == ("committed", 4)
+    assert sent()[:2] == [("GET", "LATEST.json"), ("GET", "v/00000000000000000004.json")]
     assert rig.audit().leaked == set()

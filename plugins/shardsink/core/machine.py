@@ -17,13 +17,17 @@ next reader's probe absorbs.
 **Committing** (uncontended: 4 requests) = GET hint, GET ``n+1`` (missing),
 create ``n+1`` (``If-None-Match: *``), replace hint (``If-Match``). A writer that read
 the hint already passes it as ``start`` and skips the first two: the create is the probe.
+A long-lived handle that committed or read the head moments ago starts from what it
+knows (:meth:`Machine.known_head`): 2 requests, as persist's writers commit from their
+cached state.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Iterable
+import time
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -44,6 +48,11 @@ log = logging.getLogger(__name__)
 
 LATEST = "state/LATEST.json"
 ROLLUP_EVERY = 32
+#: How long a handle may start a commit from the head it last saw without reading the hint.
+#: SUBTLE: GC keeps every version that was the head within its grace period (default 1 h);
+#: a writer whose start is older than the grace could re-create a version GC deleted. Keep
+#: this far below any grace period in use.
+KNOWN_HEAD_MAX_AGE_S = 30.0
 _VKEY = re.compile(r"^state/v/(\d{20})\.json$")
 
 
@@ -82,6 +91,11 @@ class Machine:
         self.blob = RetryingBlob(blob, policy=storage_policy)
         self.commit_policy = commit_policy
         self._versions: dict[int, st.Version] = {}
+        self._rollups: dict[int, tuple[st.BatchMeta, ...]] = {}
+        self._gone: set[int] = set()  # versions known deleted (missing below an existing one)
+        self._newest_fetched = -1
+        self._known: tuple[Head, float] | None = None  # the newest head seen, and when
+        self.clock: Callable[[], float] = time.monotonic
 
     @property
     def url(self) -> str:
@@ -94,13 +108,20 @@ class Machine:
         cached = self._versions.get(seqno)
         if cached is not None:
             return cached
+        if seqno in self._gone:
+            return None
         got = self.blob.get(version_key(seqno))
         if got is None:
+            # Versions are created in seqno order, so one missing below a version that exists
+            # was deleted (GC) and never comes back; one above may not exist *yet*.
+            if seqno < self._newest_fetched:
+                self._gone.add(seqno)
             return None
         v = st.decode_version(got.data, where=f"{self.url}/{version_key(seqno)}")
         if v.seqno != seqno:
             raise CorruptionError(f"{self.url}/{version_key(seqno)} claims seqno {v.seqno}")
         self._versions[seqno] = v
+        self._newest_fetched = max(self._newest_fetched, seqno)
         return v
 
     def head(self) -> Head:
@@ -109,12 +130,12 @@ class Machine:
         if hint is not None:
             try:
                 v = st.decode_version(hint.data, where=f"{self.url}/{LATEST}")
-                return Head(self._advance(v), hint.etag)
+                return self._saw(Head(self._advance(v), hint.etag))
             except CorruptionError as e:
                 # The hint is a cache: the versions themselves are the truth.
                 log.warning("ignoring unreadable hint: %s", e)
         start = self._newest_by_listing()
-        return Head(self._advance(start), hint.etag if hint is not None else None)
+        return self._saw(Head(self._advance(start), hint.etag if hint is not None else None))
 
     def hinted_head(self) -> Head:
         """The version the hint holds, WITHOUT probing past it (one request): possibly stale.
@@ -128,10 +149,29 @@ class Machine:
         hint = self.blob.get(LATEST)
         if hint is not None:
             try:
-                return Head(st.decode_version(hint.data, where=f"{self.url}/{LATEST}"), hint.etag)
+                return self._saw(Head(st.decode_version(hint.data, where=f"{self.url}/{LATEST}"), hint.etag))
             except CorruptionError as e:
                 log.warning("ignoring unreadable hint: %s", e)
         return self.head()
+
+    def known_head(self) -> Head:
+        """The newest head this handle committed or read in the last ``KNOWN_HEAD_MAX_AGE_S``
+        seconds (no request), else :meth:`hinted_head`. Possibly stale, with the same
+        contract as :meth:`hinted_head`: a start for :meth:`commit`, whose conditional
+        create is the probe.
+        """
+        if self._known is not None:
+            head, seen = self._known
+            if self.clock() - seen <= KNOWN_HEAD_MAX_AGE_S:
+                return head
+        return self.hinted_head()
+
+    def _saw(self, head: Head) -> Head:
+        """Remember ``head`` for :meth:`known_head` unless a newer one is known; returns it."""
+        known = self._known[0] if self._known is not None else None
+        if known is None or head.version.seqno >= known.version.seqno:
+            self._known = (head, self.clock())
+        return head
 
     def _newest_by_listing(self) -> st.Version:
         seqnos = [int(m.group(1)) for o in self.blob.list("state/v/") if (m := _VKEY.match(o.key))]
@@ -168,11 +208,19 @@ class Machine:
         return st.apply_diffs(base, diffs)
 
     def rollup(self, seqno: int) -> tuple[st.BatchMeta, ...] | None:
-        """The batch list of rollup ``seqno``, or None if it does not exist."""
+        """The batch list of rollup ``seqno``, or None if it does not exist.
+
+        Cached: a rollup is the exact batch list at its seqno, so every write of one
+        (a commit's, maintenance's, GC's anchor) has the same content."""
+        cached = self._rollups.get(seqno)
+        if cached is not None:
+            return cached
         got = self.blob.get(rollup_key(seqno))
         if got is None:
             return None
-        return st.decode_rollup(got.data, where=f"{self.url}/{rollup_key(seqno)}")[1]
+        batches = st.decode_rollup(got.data, where=f"{self.url}/{rollup_key(seqno)}")[1]
+        self._rollups[seqno] = batches
+        return batches
 
     def fetch_many(self, seqnos: Iterable[int]) -> list[st.Version]:
         wanted = list(seqnos)
@@ -316,13 +364,17 @@ class Machine:
         v = head.version
         if v.header.rollup >= v.seqno or head.hint_etag is None:
             return None
-        self._write_rollup(v, head.hint_etag)
+        rolled, etag = self._write_rollup(v, head.hint_etag)
+        if etag is not None:
+            self._saw(Head(rolled, etag))
         return v.seqno
 
     def _committed(self, v: st.Version, hint_etag: str | None) -> st.Version:
         etag = self._publish_hint(v, hint_etag)
         if etag is not None and v.seqno - v.header.rollup >= ROLLUP_EVERY:
-            self._write_rollup(v, etag)
+            v, etag = self._write_rollup(v, etag)
+        # A lost hint CAS (etag None) means someone else moved it: the next commit re-reads it.
+        self._known = (Head(v, etag), self.clock()) if etag is not None else None
         return v
 
     def _publish_hint(self, v: st.Version, etag: str | None) -> str | None:
@@ -333,14 +385,19 @@ class Machine:
             log.debug("hint not updated to seqno %d: %s", v.seqno, e)
             return None
 
-    def _write_rollup(self, v: st.Version, hint_etag: str) -> None:
-        """Maintenance after a commit: snapshot the batch list so reads stay cheap."""
+    def _write_rollup(self, v: st.Version, hint_etag: str) -> tuple[st.Version, str | None]:
+        """Maintenance after a commit: snapshot the batch list so reads stay cheap.
+        Returns the version as the hint now holds it and the hint's new etag (None: not moved)."""
         try:
             batches = self.full_batches(v)
             self.blob.put(rollup_key(v.seqno), st.encode_rollup(v.seqno, batches))
-            self._publish_hint(st.with_rollup(v, v.seqno), hint_etag)
+            self._rollups[v.seqno] = batches
+            rolled = st.with_rollup(v, v.seqno)
+            etag = self._publish_hint(rolled, hint_etag)
+            return (rolled, etag) if etag is not None else (v, None)
         except ShardsinkError as e:
             log.warning("rollup at seqno %d skipped: %s", v.seqno, e)
+            return v, hint_etag
 
     # --- maintenance --------------------------------------------------------------
 
@@ -393,12 +450,21 @@ class Machine:
         version (:meth:`anchor`), which no longer needs any older rollup."""
         self.blob.delete(rollup_key(seqno))
 
-    def delete_version(self, seqno: int) -> None:
-        """GC only: delete state version ``seqno`` (and forget any cached copy).
+    def delete_versions(self, seqnos: Sequence[int]) -> None:
+        """GC only: delete state versions ``seqnos`` (one multi-object delete per 1,000; a
+        single one is a plain DELETE) and forget any cached copies.
 
-        SUBTLE: the caller must delete oldest first and only below an anchored version
-        (:meth:`anchor`): the retained versions stay contiguous, which ``core.fate``'s
-        search and ``head()``'s forward probe rely on.
+        SUBTLE: only versions below an anchored version (:meth:`anchor`), oldest chunk first.
+        Within one multi-object delete S3 removes keys in no particular order, so a failure
+        can leave condemned versions below a gap; the anchored version above it starts the
+        retained chain (``maintenance.history.retained_start``) and ``core.fate``'s search
+        stays safe: a version below the chain either answers truthfully or is skipped.
         """
-        self.blob.delete(version_key(seqno))
-        self._versions.pop(seqno, None)
+        keys = [version_key(s) for s in seqnos]
+        if len(keys) == 1:
+            self.blob.delete(keys[0])
+        elif keys:
+            self.blob.delete_many(keys)
+        for seqno in seqnos:
+            self._versions.pop(seqno, None)
+            self._gone.add(seqno)

@@ -199,8 +199,10 @@ class Shard:
                     f"staged batch {s.desc_id} [{s.lower}, {s.upper}) does not belong to description "
                     f"{desc_id} [{expected_upper}, {new_upper})"
                 )
+        # A handle that just committed or read the head starts from it (2 requests uncontended);
+        # a stale start costs a failed create, never a wrong commit (Machine.commit).
         return self._commit(staged, expected_upper=expected_upper, new_upper=new_upper, desc_id=desc_id,
-                            writer=writer)
+                            writer=writer, start=self.machine.known_head())
 
     def _commit(self, staged: Sequence[StagedBatch], *, expected_upper: int, new_upper: int | None,
                 desc_id: str, writer: str | None, start: Head | None = None) -> AppendResult:
@@ -265,7 +267,7 @@ class Shard:
         # replace the hint. SUBTLE: the hint may be stale. Its "committed" is final; its
         # upper equal to ``lower`` only lets us stage: the commit decides on the newest
         # version. Any other hint is re-read with probing before deciding anything.
-        start = self.machine.hinted_head()
+        start = self.machine.known_head()
         v = start.version
         if v.header.committed_seqno(desc_id) is None and v.header.upper != lower:
             start = self.machine.head()
