@@ -19,7 +19,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -65,6 +65,10 @@ class Interleave:
     def delete(self, key: str) -> None:
         self._tick()
         self.inner.delete(key)
+
+    def delete_many(self, keys: Sequence[str]) -> None:
+        self._tick()
+        self.inner.delete_many(keys)
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
         self._tick()

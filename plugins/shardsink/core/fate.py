@@ -28,7 +28,8 @@ committed before the horizon and still referenced is in it).
 
 **Deleting.** A description's staged objects are ``parts/<desc_id>/…`` and
 ``staging/<desc_id>/…``; only its own batch can reference a key under its prefixes.
-:func:`delete_staged` is the only code that deletes them. It re-derives the fate
+:func:`delete_staged` (one description) and :func:`delete_staged_many` (GC: many, one
+head read, multi-object deletes) are the only code that deletes them. It re-derives the fate
 right before deleting and
 
 * deletes nothing if the fate is StillPossible (:class:`DeleteRefusedError`);
@@ -270,6 +271,18 @@ class Deleted:
         return self.parts + self.manifests
 
 
+@dataclass(frozen=True)
+class Condemned:
+    """One description whose staged objects a caller wants gone (see :func:`delete_staged`
+    for ``only``, ``manifests`` and ``inputs``)."""
+
+    desc_id: str
+    lower: int
+    only: frozenset[str] | None = None
+    manifests: bool = True
+    inputs: tuple[st.BatchMeta, ...] | None = None
+
+
 def delete_staged(machine: Machine, desc_id: str, lower: int, *, only: Collection[str] | None = None,
                   manifests: bool = True, inputs: Sequence[st.BatchMeta] | None = None) -> Deleted:
     """Delete the objects ``desc_id`` staged that its fate lets go; the ONLY deleter of them.
@@ -284,32 +297,66 @@ def delete_staged(machine: Machine, desc_id: str, lower: int, *, only: Collectio
     ``inputs`` given: ``desc_id`` is a compaction id and these its input batches (its
     output is deleted only if it can never apply).
     """
-    fate = read_fate(machine, desc_id, lower, inputs=inputs)
-    if isinstance(fate, StillPossible):
-        what = "its inputs are all live" if inputs is not None else f"shard upper {fate.upper}, its lower {lower}"
-        raise DeleteRefusedError(
-            f"{'compaction' if inputs is not None else 'description'} {desc_id} may still commit on {machine.url} "
-            f"({what}); none of its staged objects were deleted"
-        )
-    keep = fate.keys if isinstance(fate, Committed) else frozenset()
-    parts_prefix, staging_prefix = (p.format(desc_id) for p in STAGED_PREFIXES)
-    if only is None:
-        candidates: Sequence[str] = [o.key for o in machine.blob.list(parts_prefix)]
-    else:
-        candidates = sorted(k for k in set(only) if k.startswith(parts_prefix))
-    doomed = [k for k in candidates if k not in keep]
-    for key in doomed:
-        machine.blob.delete(key)
-    gone_manifests = 0
-    if manifests:
-        if only is None:
-            listed: Sequence[str] = [o.key for o in machine.blob.list(staging_prefix)]
+    one = Condemned(desc_id, lower, frozenset(only) if only is not None else None, manifests,
+                    tuple(inputs) if inputs is not None else None)
+    got = delete_staged_many(machine, [one])[desc_id]
+    if isinstance(got, DeleteRefusedError):
+        raise got
+    return got
+
+
+def delete_staged_many(machine: Machine, condemned: Sequence[Condemned]) -> dict[str, Deleted | DeleteRefusedError]:
+    """:func:`delete_staged` for many descriptions at once: every fate from ONE head read, then
+    the doomed objects in one multi-object delete per 1,000 keys (GC's path: one request per
+    description would cost more than the appends that staged them).
+
+    Returns, per description id, what was deleted or the refusal (nothing of that one was
+    deleted). Fates Committed and CannotCommit are final, so deciding them all from one
+    read and deleting afterwards is as safe as deciding each right before its delete.
+    """
+    if len({c.desc_id for c in condemned}) != len(condemned):
+        raise InvalidUsageError("delete_staged_many: a description may be condemned once per call")
+    head = machine.head().version
+    out: dict[str, Deleted | DeleteRefusedError] = {}
+    doomed_parts: list[str] = []
+    doomed_manifests: list[str] = []
+    for c in condemned:
+        if c.inputs is not None:
+            fate = decide(gather_compaction(machine, c.desc_id, c.inputs, head=head), c.desc_id, c.lower)
         else:
-            listed = sorted(k for k in set(only) if k.startswith(staging_prefix))
-        for key in listed:
-            machine.blob.delete(key)
-            gone_manifests += 1
-    if doomed:
-        why = "not in its committed batch" if isinstance(fate, Committed) else "(it can never commit)"
-        log.info("description %s: deleted %d staged parts %s", desc_id, len(doomed), why)
-    return Deleted(fate, len(doomed), gone_manifests)
+            fate = decide(gather(machine, c.desc_id, c.lower, head=head), c.desc_id, c.lower)
+        if isinstance(fate, StillPossible):
+            what = ("its inputs are all live" if c.inputs is not None
+                    else f"shard upper {fate.upper}, its lower {c.lower}")
+            out[c.desc_id] = DeleteRefusedError(
+                f"{'compaction' if c.inputs is not None else 'description'} {c.desc_id} may still commit on "
+                f"{machine.url} ({what}); none of its staged objects were deleted"
+            )
+            continue
+        keep = fate.keys if isinstance(fate, Committed) else frozenset()
+        parts_prefix, staging_prefix = (p.format(c.desc_id) for p in STAGED_PREFIXES)
+        if c.only is None:
+            candidates: Sequence[str] = [o.key for o in machine.blob.list(parts_prefix)]
+        else:
+            candidates = sorted(k for k in c.only if k.startswith(parts_prefix))
+        doomed = [k for k in candidates if k not in keep]
+        listed: Sequence[str] = ()
+        if c.manifests:
+            if c.only is None:
+                listed = [o.key for o in machine.blob.list(staging_prefix)]
+            else:
+                listed = sorted(k for k in c.only if k.startswith(staging_prefix))
+        doomed_parts += doomed
+        doomed_manifests += listed
+        out[c.desc_id] = Deleted(fate, len(doomed), len(listed))
+        if doomed:
+            why = "not in its committed batch" if isinstance(fate, Committed) else "(it can never commit)"
+            log.info("description %s: deleting %d staged parts %s", c.desc_id, len(doomed), why)
+    # Parts before manifests: a crash in between leaves a manifest naming its description
+    # (compaction sweeps find their leftovers by them).
+    for keys in (doomed_parts, doomed_manifests):
+        if len(keys) == 1:
+            machine.blob.delete(keys[0])  # a plain DELETE: what single cleanups always sent
+        elif keys:
+            machine.blob.delete_many(keys)
+    return out

@@ -12,7 +12,7 @@ Which requests may be retried blindly is decided here, in one place:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -89,6 +89,10 @@ class RetryingBlob:
 
     def delete(self, key: str) -> None:
         self.policy.call(lambda: self.inner.delete(key), retry_on=transient)
+
+    def delete_many(self, keys: Sequence[str]) -> None:
+        if keys:
+            self.policy.call(lambda: self.inner.delete_many(keys), retry_on=transient)
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
         return iter(self.policy.call(lambda: list(self.inner.list(prefix)), retry_on=transient))

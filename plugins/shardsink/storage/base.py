@@ -17,7 +17,7 @@ answer came back, and :class:`StorageError` when it definitely was not applied.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -53,6 +53,12 @@ class Blob(Protocol):
     def replace(self, key: str, data: bytes, *, etag: str | None) -> str: ...
 
     def delete(self, key: str) -> None: ...
+
+    def delete_many(self, keys: Sequence[str]) -> None:
+        """Delete every key (a missing one is fine): one request per up to 1,000 keys where the
+        store has a multi-object delete. In no particular order; after a failure any subset
+        may be gone."""
+        ...
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]: ...
 

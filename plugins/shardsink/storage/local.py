@@ -15,7 +15,7 @@ import hashlib
 import os
 import uuid
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from shardsink.errors import ConditionFailedError, StorageError
@@ -107,6 +107,10 @@ class LocalBlob:
     def delete(self, key: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             self._path(key).unlink()
+
+    def delete_many(self, keys: Sequence[str]) -> None:
+        for key in keys:
+            self.delete(key)
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
         base = self.root / check_key(prefix.rstrip("/")) if prefix.strip("/") else self.root

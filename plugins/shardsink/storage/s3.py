@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -104,6 +104,9 @@ def _session(*env: str | None) -> Any:
     # Building a Session loads service models (~0.3 s of CPU); reuse it while the
     # credential-relevant environment is unchanged. Arguments are only the cache key.
     return boto3.session.Session()
+
+
+_DELETE_BATCH = 1000  # S3's DeleteObjects limit
 
 
 def _status(e: bexc.ClientError) -> tuple[int, str]:
@@ -192,6 +195,22 @@ class S3Blob:
             self.client.delete_object(Bucket=self.bucket, Key=self._key(key))
         except Exception as e:
             raise self._fail(e, f"DELETE {key}", write=True) from e
+
+    def delete_many(self, keys: Sequence[str]) -> None:
+        """DeleteObjects, 1,000 keys a request (S3's limit), quiet mode: only failures come back."""
+        for i in range(0, len(keys), _DELETE_BATCH):
+            chunk = keys[i:i + _DELETE_BATCH]
+            what = f"DELETE {len(chunk)} objects ({chunk[0]} ...)"
+            try:
+                r = self.client.delete_objects(
+                    Bucket=self.bucket, Delete={"Objects": [{"Key": self._key(k)} for k in chunk], "Quiet": True})
+            except Exception as e:
+                raise self._fail(e, what, write=True) from e
+            errors = r.get("Errors") or []
+            if errors:
+                first = errors[0]
+                raise StorageError(f"{what} on {self.url}: {len(errors)} not deleted, e.g. {first.get('Key')}: "
+                                   f"{first.get('Code')} {first.get('Message', '')}".rstrip())
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
         if prefix.strip("/"):
