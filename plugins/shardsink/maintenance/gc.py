@@ -31,14 +31,18 @@ shard; the next run finishes the job).**
 
 1. *anchor*: write the rollup at ``oldest`` and point version ``oldest`` at it
    (``Machine.anchor``), so it needs nothing older;
-2. delete versions below ``oldest``, oldest first, one at a time (the retained
-   versions stay contiguous, which ``core.fate``'s search relies on);
+2. delete versions below ``oldest``, oldest chunk first, 1,000 per multi-object delete
+   (``GcOptions.delete_batch``). Inside one such request S3 deletes in no particular
+   order, so a failure may leave condemned versions below a gap: the anchored
+   ``oldest`` starts the chain (:func:`~shardsink.maintenance.history.retained_start`),
+   verify lists the stragglers as leaks, and the next run deletes them first;
 3. delete rollups below ``oldest``;
 4. parts and manifests: list ``parts/`` and ``staging/`` FIRST, then read the head and
    compute what the retained versions reference. Every listed object that is
    unreferenced and older than the grace period goes to
-   :func:`shardsink.core.fate.delete_staged` of its description (``only=`` exactly the
-   vetted keys): a description that may still commit is refused there, a committed one
+   :func:`shardsink.core.fate.delete_staged_many` with its description (``only=`` exactly
+   the vetted keys; 500 descriptions per call, one head read and one multi-object
+   delete): a description that may still commit is refused there, a committed one
    keeps its batch. The description's lower comes from a retained batch, else its
    manifest, else the smallest ``_time`` of its parts (``>=`` the true lower, which can
    only turn CannotCommit into StillPossible, never the reverse);
@@ -73,14 +77,21 @@ from shardsink.core.machine import LATEST, Machine, version_key
 from shardsink.core.parts import TIME
 from shardsink.core.shard import Shard
 from shardsink.errors import CorruptionError, InvalidUsageError, ShardsinkError
-from shardsink.maintenance.history import Listing, Referenced, batches_at, list_state, referenced
+from shardsink.maintenance.history import (
+    Listing,
+    Referenced,
+    batches_at,
+    list_state,
+    referenced,
+    retained_start,
+)
 from shardsink.storage.base import ObjectInfo
 
 log = logging.getLogger("shardsink.maintenance.gc")
 
 DEFAULT_GRACE_S = 3600.0
 
-#: A test hook called after each step (``anchored``, ``version``, ``versions``,
+#: A test hook called after each step (``anchored``, ``version`` (each chunk), ``versions``,
 #: ``rollups``, ``desc``, ``parts``, ``leases``); tests inject a crash there.
 StepHook = Callable[[str], None]
 
@@ -89,15 +100,20 @@ StepHook = Callable[[str], None]
 class GcOptions:
     """``grace_s``: never delete an object younger than this. ``retention``: ms of history
     to keep (``"shard"``: the shard's own ``Header.retention``; None keeps all versions).
-    ``dry_run``: decide and report, delete and write nothing. ``clock``: epoch seconds."""
+    ``dry_run``: decide and report, delete and write nothing. ``clock``: epoch seconds.
+    ``after_step``: a test hook (:data:`StepHook`)."""
 
     grace_s: float = DEFAULT_GRACE_S
     retention: int | Literal["shard"] | None = "shard"
     dry_run: bool = False
     clock: Callable[[], float] = time.time
     after_step: StepHook | None = None
+    #: State versions per multi-object delete (S3 takes up to 1,000 keys a request).
+    delete_batch: int = 1000
 
     def __post_init__(self) -> None:
+        if not 1 <= self.delete_batch <= 1000:
+            raise InvalidUsageError(f"delete_batch {self.delete_batch} must be between 1 and 1000")
         if self.grace_s < 0:
             raise InvalidUsageError(f"grace period {self.grace_s} s must be >= 0")
         if isinstance(self.retention, int) and self.retention < 1:
@@ -113,6 +129,8 @@ class Horizon:
     oldest: int
     reason: str
     bounds: dict[str, int]
+    #: Condemned versions below a gap under ``oldest_present`` (an interrupted GC's leftovers).
+    stragglers: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -206,16 +224,10 @@ def horizon(shard: Shard, opts: GcOptions, *, now: float, listing: Listing | Non
     hint_got = machine.blob.get(LATEST)
     head = machine.head().version
     listing = listing or list_state(machine)
-    oldest_present = listing.oldest
-    if oldest_present is None:
-        raise CorruptionError(f"{shard.url}: no state versions listed")
-    # Versions committed after the listing are not gaps (they are newer than it).
-    gaps = listing.gaps(min(head.seqno, max(listing.versions)))
-    if gaps:
-        raise CorruptionError(
-            f"{shard.url}: retained history has gaps ({version_key(gaps[0])} is missing); "
-            "refusing to collect a shard that does not verify (run `shardsink verify`)"
-        )
+    # Versions committed after the listing are not gaps (they are newer than it); condemned
+    # versions an interrupted multi-object delete left below a gap are stragglers.
+    oldest_present = retained_start(machine, listing, min(head.seqno, max(listing.versions, default=head.seqno)))
+    stragglers = tuple(s for s in sorted(listing.versions) if s < oldest_present)
     cutoff = now - opts.grace_s
     old = [s for s, o in listing.versions.items() if o.modified <= cutoff and s <= head.seqno]
     g = _must(machine, max(old)) if old else _must(machine, oldest_present)
@@ -246,7 +258,7 @@ def horizon(shard: Shard, opts: GcOptions, *, now: float, listing: Listing | Non
         if nxt >= oldest or nxt < oldest_present:
             break
         oldest, reason = nxt, f"{reason} (rounded down to rollup {nxt})"
-    return Horizon(head.seqno, oldest_present, oldest, reason, bounds)
+    return Horizon(head.seqno, oldest_present, oldest, reason, bounds, stragglers)
 
 
 # --- collecting -----------------------------------------------------------------------------------
@@ -282,16 +294,21 @@ def collect(shard: Shard, opts: GcOptions | None = None) -> GcReport:
         if not dry and target > hz.oldest_present:
             machine.anchor(target, batches)
             hook("anchored")
-        for s in range(hz.oldest_present, target):
-            if listing.versions[s].modified > cutoff:  # never younger than grace (cannot happen by the bound)
-                break
-            if not dry:
-                machine.delete_version(s)
-                hook("version")
-            versions_deleted += 1
-            oldest_now = s + 1
+    # Stragglers of an interrupted run first, then the condemned range, oldest chunk first.
+    doomed: list[int] = list(hz.stragglers)
+    for s in range(hz.oldest_present, target):
+        if listing.versions[s].modified > cutoff:  # never younger than grace (cannot happen by the bound)
+            break
+        doomed.append(s)
+    for i in range(0, len(doomed), opts.delete_batch):
+        chunk = doomed[i:i + opts.delete_batch]
         if not dry:
-            hook("versions")
+            machine.delete_versions(chunk)
+            hook("version")
+        versions_deleted += len(chunk)
+        oldest_now = max(oldest_now, chunk[-1] + 1)
+    if doomed and not dry:
+        hook("versions")
     retained_from = target if dry else oldest_now
 
     # Rollups below the oldest retained version are garbage once it needs none of them:
@@ -402,6 +419,8 @@ def _collect_parts(shard: Shard, retained_from: int, listing: Listing, *, cutoff
             continue
         manifests[d].append(o)
 
+    condemned: list[ft.Condemned] = []
+    sizes: dict[str, int] = {}
     for d in sorted(set(groups) | set(manifests)):
         if _is_compaction(machine, manifests.get(d, [])):
             # Its fate depends on its inputs being live, which only the compaction module
@@ -421,29 +440,47 @@ def _collect_parts(shard: Shard, retained_from: int, listing: Listing, *, cutoff
         if lower is None:
             out.skipped.append(f"description {d}: lower unknown (no retained batch, manifest or readable part); kept")
             continue
-        sizes = {o.key: o.size for o in doomed}
-        try:
-            if dry:
-                keep = _predicted_keep(machine, head, refs, d, lower)
-                gone = [k for k in sizes if k not in keep]
-            else:
-                res = ft.delete_staged(machine, d, lower, only=list(sizes), manifests=bool(old_manifests))
-                keep = res.fate.keys if isinstance(res.fate, ft.Committed) else frozenset()
-                gone = [k for k in sizes if k not in keep]
-                hook("desc")
-        except ft.DeleteRefusedError:
-            out.still_possible.append(d)
-            continue
-        except ShardsinkError as e:
-            out.skipped.append(f"description {d}: {e}")
-            continue
-        for k in gone:
+        sizes.update((o.key, o.size) for o in doomed)
+        condemned.append(ft.Condemned(d, lower, frozenset(o.key for o in doomed), manifests=bool(old_manifests)))
+
+    def gone(d: str, keys: frozenset[str] | None, keep: frozenset[str]) -> None:
+        for k in sorted(keys or ()):
+            if k in keep:
+                continue
             if k.startswith("staging/"):
                 out.manifests += 1
             else:
                 out.parts += 1
                 out.bytes += sizes[k]
+
+    # Descriptions in chunks: each chunk is one head read and one multi-object delete
+    # (``delete_staged_many``), so GC costs a few requests per pass, not several per part.
+    for i in range(0, len(condemned), _CHUNK):
+        chunk = condemned[i:i + _CHUNK]
+        if dry:
+            for c in chunk:
+                try:
+                    gone(c.desc_id, c.only, _predicted_keep(machine, head, refs, c.desc_id, c.lower))
+                except ft.DeleteRefusedError:
+                    out.still_possible.append(c.desc_id)
+            continue
+        try:
+            results = ft.delete_staged_many(machine, chunk)
+        except ShardsinkError as e:
+            out.skipped += [f"description {c.desc_id}: {e}" for c in chunk]
+            continue
+        for c in chunk:
+            res = results[c.desc_id]
+            if isinstance(res, ft.DeleteRefusedError):
+                out.still_possible.append(c.desc_id)
+                continue
+            gone(c.desc_id, c.only, res.fate.keys if isinstance(res.fate, ft.Committed) else frozenset())
+        hook("desc")
     return out
+
+
+#: Descriptions per ``delete_staged_many`` call in GC.
+_CHUNK = 500
 
 
 def _predicted_keep(machine: Machine, head: st.Version, refs: Referenced, d: str, lower: int) -> frozenset[str]:

@@ -51,6 +51,35 @@ def list_state(machine: Machine) -> Listing:
     return Listing(versions, rollups)
 
 
+def retained_start(machine: Machine, listing: Listing, head: int) -> int:
+    """The oldest version of the retained chain ``[start, head]`` (all present).
+
+    Without gaps, the oldest listed version. GC deletes condemned versions with
+    multi-object deletes, in which S3 removes keys in no particular order: a failed or
+    interrupted one can leave condemned versions below a gap. They lie below the version
+    GC anchored first (:meth:`Machine.anchor`: rollup pointer at itself, rollup object
+    written), so the chain starts at the oldest anchored version above the highest gap;
+    older versions are leftovers for the next GC. CorruptionError if there is none: a
+    real hole in the history.
+    """
+    oldest = listing.oldest
+    if oldest is None:
+        raise CorruptionError(f"{machine.url}: no state versions listed")
+    gaps = listing.gaps(head)
+    if not gaps:
+        return oldest
+    for s in range(max(gaps) + 1, head + 1):
+        v = machine.fetch(s)
+        if v is None:
+            break
+        if v.header.rollup == s and s in listing.rollups:
+            return s
+    raise CorruptionError(
+        f"{machine.url}: retained history has gaps ({version_key(gaps[0])} is missing) with no anchored "
+        "version above them; refusing to treat it as collectable (run `shardsink verify`)"
+    )
+
+
 def batches_at(machine: Machine, seqno: int, listing: Listing) -> tuple[st.BatchMeta, ...]:
     """The live batches at retained version ``seqno``, from the newest usable rollup.
 

@@ -13,7 +13,8 @@ Problems (each names its object; any problem makes ``shardsink verify`` exit 4):
 
 Leaks (listed, not problems: GC removes them): unreferenced parts, staging manifests,
 rollups below the oldest version, versions below an anchored version left by an
-interrupted GC, expired leases, and objects under no known prefix.
+interrupted GC (also below a gap: ``history.retained_start``), expired leases, and
+objects under no known prefix.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from shardsink.core import state as st
 from shardsink.core.machine import LATEST, rollup_key, version_key
 from shardsink.core.shard import Shard
 from shardsink.errors import CorruptionError, ShardsinkError
-from shardsink.maintenance.history import Listing, batches_at, list_state
+from shardsink.maintenance.history import Listing, batches_at, list_state, retained_start
 
 #: The exit code of ``shardsink verify`` when it finds problems.
 EXIT_PROBLEMS = 4
@@ -95,8 +96,14 @@ def verify(shard: Shard, *, check_rows: bool = True, now: float | None = None) -
         head = max(listing.versions)
     while head + 1 in listing.versions:  # committed while we listed
         head += 1
-    for s in listing.gaps(head):
-        problems.append(Problem(version_key(s), f"missing from the chain of retained versions [{oldest}, {head}]"))
+    try:
+        # Versions an interrupted GC left below a gap under its anchored version are leaks.
+        oldest = retained_start(m, listing, head)
+    except CorruptionError:
+        for s in listing.gaps(head):
+            problems.append(Problem(version_key(s), f"missing from the chain of retained versions [{oldest}, {head}]"))
+    for s in sorted(x for x in listing.versions if x < oldest):
+        leaks.append(Leak(version_key(s), "version", listing.versions[s].size, t - listing.versions[s].modified))
     for s in sorted(x for x in listing.versions if x > head):
         problems.append(Problem(version_key(s), f"exists beyond the head {head} (after a gap in the chain)"))
 
