@@ -12,12 +12,13 @@ then every object uploaded to a moto S3 server; all measurements are on S3.
 Baselines in the same run: the unmaintained shard; a 10-append shard (commit latency at
 10); the maintained shard's rows in ONE part (snapshot time).
 
-Reported: live batches and parts, newest rollup bytes; objects and bytes in the store;
+Reported: live batches and parts, newest rollup bytes; objects and bytes in the store, and
+their ratio to the objects the retained versions reference (versions, rollups, parts, hint);
 whole-shard snapshot time (ratio to the one-part baseline); store requests per append
 over a window of ``--window`` appends on S3 with maintenance (amortized, split into
 staging, commit and maintenance); commit latency at N versus at 10 (fresh handle per
 commit, like an Airflow task). Targets (maintained, at N): <= 64 live batches; rollup
-<= 64 KB; snapshot <= 1.5x one part; requests/append incl. maintenance <= 6; commit
+<= 64 KB; objects <= 2x referenced; snapshot <= 1.5x one part; requests/append incl. maintenance <= 6; commit
 latency <= 1.2x that at 10.
 
     python bench/long_life.py                  # 20,000 appends (~15 min on a busy 2-core box)
@@ -45,6 +46,7 @@ import pyarrow as pa
 from shardsink import Shard, StagedBatch
 from shardsink.maintenance import MaintenanceOptions, compaction_pass, set_retention
 from shardsink.maintenance.gc import GcOptions, GcReport, collect
+from shardsink.maintenance.history import list_state, referenced, retained_start
 from shardsink.storage.s3 import make_client
 from shardsink_dev.testing import moto_server
 
@@ -52,8 +54,8 @@ BUCKET = "shardsink-bench"
 WRITER = "bench-writer"
 SCHEMA = pa.schema([("k", pa.int64()), ("v", pa.string())])
 RESULTS = Path(__file__).resolve().parent / "results"
-TARGETS = {"live_batches": 64, "rollup_bytes": 64 * 1024, "snapshot_ratio": 1.5, "requests_per_append": 6.0,
-           "commit_latency_ratio": 1.2}
+TARGETS = {"live_batches": 64, "rollup_bytes": 64 * 1024, "objects_ratio": 2.0, "snapshot_ratio": 1.5,
+           "requests_per_append": 6.0, "commit_latency_ratio": 1.2}
 
 
 def one_row(i: int) -> pa.Table:
@@ -114,6 +116,20 @@ def store_size(client: Any, prefix: str) -> dict[str, int]:
     return {"objects": objects, "bytes": size}
 
 
+def referenced_objects(shard: Shard) -> dict[str, int]:
+    """What the retained versions ``[oldest, head]`` need: themselves, the rollups at or above
+    the oldest, the hint, and every part any of them references."""
+    m = shard.machine
+    listing = list_state(m)
+    head = m.head().version.seqno
+    oldest = retained_start(m, listing, head)
+    versions = sum(1 for s in listing.versions if oldest <= s <= head)
+    rollups = sum(1 for r in listing.rollups if r >= oldest)
+    parts = len(referenced(m, oldest, head, listing).parts)
+    return {"oldest": oldest, "versions": versions, "rollups": rollups, "parts": parts,
+            "total": versions + rollups + parts + 1}
+
+
 def state_figures(url: str, client: Any, prefix: str) -> dict[str, Any]:
     shard = Shard(url)
     info = shard.info()
@@ -121,9 +137,12 @@ def state_figures(url: str, client: Any, prefix: str) -> dict[str, Any]:
     rollup = info.rollup
     rollup_bytes = (client.head_object(Bucket=BUCKET, Key=f"{prefix}/state/rollup/{rollup:020d}.json")["ContentLength"]
                     if rollup else 0)
+    store = store_size(client, prefix)
+    refs = referenced_objects(shard)
     return {"seqno": info.seqno, "upper": info.upper, "since": info.since, "live_batches": len(batches),
             "live_parts": sum(len(b.parts) for b in batches), "rows": info.stats.rows, "rollup_seqno": rollup,
-            "rollup_bytes": rollup_bytes, "store": store_size(client, prefix)}
+            "rollup_bytes": rollup_bytes, "store": store, "referenced": refs,
+            "objects_ratio": store["objects"] / refs["total"]}
 
 
 def time_snapshots(url: str, reps: int) -> tuple[float, pa.Table]:
@@ -277,7 +296,7 @@ def main() -> int:
     lat_ratio = lat["maintained"]["p50_ms"] / lat["short"]["p50_ms"]
     lat_ratio_mean = lat["maintained"]["mean_ms"] / lat["short"]["mean_ms"]
     req = res["requests"]["maintained"]["total_per_append"]
-    got = {"live_batches": m["live_batches"], "rollup_bytes": m["rollup_bytes"],
+    got = {"live_batches": m["live_batches"], "rollup_bytes": m["rollup_bytes"], "objects_ratio": m["objects_ratio"],
            "snapshot_ratio": res["snapshot"]["ratio_maintained"], "requests_per_append": req,
            "commit_latency_ratio": lat_ratio}
     verdicts = {k: got[k] <= TARGETS[k] for k in TARGETS}
@@ -290,6 +309,11 @@ def main() -> int:
         print(f"{label:38s}{m[k]:>16,}{u[k]:>16,}")
     print(f"{'objects in the store':38s}{m['store']['objects']:>16,}{u['store']['objects']:>16,}")
     print(f"{'bytes in the store':38s}{m['store']['bytes']:>16,}{u['store']['bytes']:>16,}")
+    mr = m.get("referenced", {"total": -1, "versions": -1, "parts": -1})
+    ur = u.get("referenced", {"total": -1, "versions": -1, "parts": -1})
+    print(f"{'objects retained versions reference':38s}{mr['total']:>16,}{ur['total']:>16,}"
+          f"   (maintained: {mr['versions']:,} versions + {mr['parts']:,} parts + rollups + hint)")
+    print(f"{'objects / referenced':38s}{m.get('objects_ratio', -1):>16.2f}{u.get('objects_ratio', -1):>16.2f}")
     s = res["snapshot"]
     print(f"{'snapshot, whole shard (median)':38s}{s['maintained_s'] * 1e3:>13.0f} ms"
           f"{s['unmaintained_s'] * 1e3:>13.0f} ms   one part: {s['one_part_s'] * 1e3:.0f} ms")
@@ -305,7 +329,8 @@ def main() -> int:
           f"unmaintained {ru['commit_and_maintenance_per_append']:.2f}")
     print()
     for k, label in (("live_batches", "live batches"), ("rollup_bytes", "rollup bytes"),
-                     ("snapshot_ratio", "snapshot / one part"), ("requests_per_append", "requests per append"),
+                     ("objects_ratio", "objects in the store / referenced"), ("snapshot_ratio", "snapshot / one part"),
+                     ("requests_per_append", "requests per append"),
                      ("commit_latency_ratio", f"commit latency p50 at {n} / at 10")):
         print(f"VERDICT {label}: {got[k]:.2f} (target <= {TARGETS[k]}): {'MET' if verdicts[k] else 'MISSED'}")
     print(f"(requests per append without the part's own PUT: {got_excl:.2f}, "
