@@ -14,9 +14,7 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
-import threading
 import time
 import urllib.error
 import urllib.parse
@@ -27,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from af_helpers import REPO, START, VENV_BIN, Env, make_env, ok
+from af_helpers import REPO, START, VENV_BIN, Env, UdpListener, lineage_env, make_env, ok, read_lineage
 
 from shardsink import Shard
 from shardsink.provider.inventory import shard_id
@@ -38,33 +36,6 @@ PASSWORDS = {"viewer": "viewer-pw-3141", "admin": "admin-pw-2718"}
 #: Planted in the api-server's and the DAG run's environment: must never appear in any response.
 SECRET = "AKIAFAKE/not-a-real-secret-shardsink-9f8e7d"
 SCREENSHOT = os.environ.get("SHARDSINK_SCREENSHOT")  # e.g. docs/img/shards-page.png to refresh the README's
-
-
-class UdpListener:
-    """A StatsD server stand-in: every datagram received on 127.0.0.1:port, as text lines."""
-
-    def __init__(self) -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.settimeout(0.2)
-        self.port = int(self.sock.getsockname()[1])
-        self.lines: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                data = self.sock.recv(65535)
-            except TimeoutError:
-                continue
-            self.lines.extend(data.decode(errors="replace").splitlines())
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-        self.sock.close()
 
 
 @dataclass
@@ -111,20 +82,15 @@ def stack(tmp_path_factory: pytest.TempPathFactory, airflow_template: Path) -> I
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(af.home / "passwords.json"),
         "AIRFLOW__API_AUTH__JWT_SECRET": "shardsink-test-jwt-secret-not-for-production",
         "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
-        "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps({"type": "file", "log_file_path": str(tmp / "lineage.jsonl"),
-                                                       "append": True}),
-        "AIRFLOW__OPENLINEAGE__NAMESPACE": "shardsink-test",
+        **lineage_env(tmp / "lineage.jsonl"),
         "AIRFLOW__SHARDSINK__SHARD_URLS": f"{(tmp / 'configured').as_uri()}, relative/path s3://Bad_Bucket/x",
-        "AIRFLOW__METRICS__STATSD_ON": "True",
-        "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
-        "AIRFLOW__METRICS__STATSD_PORT": str(listener.port),
+        **listener.env(),
     })
     try:
         out = ok(af.dags_test("2024-01-02"))
-        time.sleep(0.5)  # the last datagrams
     finally:
         listener.close()
-    lineage = [json.loads(ln) for ln in (tmp / "lineage.jsonl").read_text().splitlines() if ln.strip()]
+    lineage = read_lineage(tmp / "lineage.jsonl")
     shard = Shard.open(af.shard_url)
     writer = shard.log(limit=1)[0][1].writer
     assert writer.startswith("airflow:example_ingest/"), writer
