@@ -11,9 +11,11 @@ import json
 import os
 import shutil
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -150,6 +152,62 @@ def airflow_stack(env: dict[str, str]) -> Iterator[None]:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
             out.close()
+
+
+# --- lineage and metrics capture -------------------------------------------------------------
+
+
+def lineage_env(path: Path) -> dict[str, str]:
+    """Airflow settings making the OpenLineage provider append every event to ``path`` (JSON lines)."""
+    return {"AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps({"type": "file", "log_file_path": str(path),
+                                                          "append": True}),
+            "AIRFLOW__OPENLINEAGE__NAMESPACE": "shardsink-test"}
+
+
+def read_lineage(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()] if path.exists() else []
+
+
+def lineage_events(events: list[dict[str, Any]], job: str) -> list[dict[str, Any]]:
+    """The events of the OpenLineage job ``job`` (``<dag_id>.<task_id>``)."""
+    return [e for e in events if e.get("job", {}).get("name") == job]
+
+
+class UdpListener:
+    """A StatsD server stand-in: every datagram received on 127.0.0.1:port, as text lines."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.settimeout(0.2)
+        self.port = int(self.sock.getsockname()[1])
+        self.lines: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                data = self.sock.recv(65535)
+            except TimeoutError:
+                continue
+            self.lines.extend(data.decode(errors="replace").splitlines())
+
+    def env(self) -> dict[str, str]:
+        """Airflow settings sending its metrics (and shardsink's) here."""
+        return {"AIRFLOW__METRICS__STATSD_ON": "True", "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
+                "AIRFLOW__METRICS__STATSD_PORT": str(self.port)}
+
+    def metrics(self, prefix: str = "airflow.shardsink.") -> list[tuple[str, str]]:
+        """(name, ``value|type``) of every datagram line whose name starts with ``prefix``, in arrival order."""
+        return [(ln.split(":", 1)[0], ln.split(":", 1)[1]) for ln in self.lines if ln.startswith(prefix) and ":" in ln]
+
+    def close(self) -> None:
+        time.sleep(0.5)  # the last datagrams of a process that just exited
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self.sock.close()
 
 
 # --- checks ---------------------------------------------------------------------------------

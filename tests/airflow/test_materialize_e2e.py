@@ -11,10 +11,22 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-from af_helpers import DAY, START, VENV_BIN, Env, assert_no_leaks, ok, source_updates
+from af_helpers import (
+    DAY,
+    START,
+    VENV_BIN,
+    Env,
+    assert_no_leaks,
+    lineage_env,
+    lineage_events,
+    ok,
+    read_lineage,
+    source_updates,
+)
 
 from shardsink import Shard
 from shardsink.errors import ShardNotFoundError
+from shardsink.provider.lineage import shard_dataset
 from shardsink_dev.synthetic import generate
 
 VIEW_DAG = "example_view"
@@ -68,15 +80,19 @@ def test_view_dag_file_is_scheduled_on_the_ingest_shards_asset(af: Env) -> None:
     assert f"ASSETS ['{shard}']" in out, out[-2000:]
 
 
-def test_one_view_run_covers_coalesced_ingest_batches_and_rerun_is_a_noop(af: Env) -> None:
-    """Two ingest runs (two asset events) then ONE view run: it processes everything available."""
+def test_one_view_run_covers_coalesced_ingest_batches_reports_lineage_and_rerun_is_a_noop(af: Env) -> None:
+    """Two ingest runs (two asset events) then ONE view run: it processes everything available
+    and reports its lineage (OpenLineage file transport on the view run)."""
     _with_view(af)
     af.env["SHARDSINK_WRITERS"] = "1"
     generate(af.landing, start=START, days=2, files_per_day=2, rows_per_file=120)
     ok(af.dags_test("2024-01-02"))
     ok(af.dags_test("2024-01-03"))
     assert len(af.asset_events()) == 2
+    lineage_file = af.home / "view-lineage.jsonl"
+    af.env.update(lineage_env(lineage_file))
     out = ok(_dags_test(af, VIEW_DAG, "2024-02-01"))
+    lineage = read_lineage(lineage_file)
     assert "Spark-Submit cmd" in out
     view = Shard.open(_view_url(af))
     info = view.info()
@@ -88,11 +104,33 @@ def test_one_view_run_covers_coalesced_ingest_batches_and_rerun_is_a_noop(af: En
     assert_no_leaks(_view_url(af))
     events = af.asset_events()  # the view's own asset event (views can be chained)
     assert events[-1]["shard"] == view.url and events[-1]["upper"] == START + 2 * DAY
+    _assert_view_lineage(lineage, input_url=af.shard_url, view=view)
 
     again = ok(_dags_test(af, VIEW_DAG, "2024-02-01"))
     assert "nothing to do: no input has advanced past the view's upper" in again
     assert "Spark-Submit cmd" not in again
     assert view.info().seqno == 1
+
+
+def _assert_view_lineage(events: list[dict[str, Any]], *, input_url: str, view: Shard) -> None:
+    """Every task of the view run's attempt names the input shard → the view shard; once the
+    view shard exists (the write creates it) the output carries its schema, and append's
+    completion the rows and bytes it committed."""
+    src, out = shard_dataset(input_url), shard_dataset(view.url)
+    for task in ("mint", "write", "append"):
+        mine = lineage_events(events, f"{VIEW_DAG}.attempt_1.{task}")
+        assert {e["eventType"] for e in mine} >= {"START", "COMPLETE"}, (task, [e["eventType"] for e in mine])
+        for e in mine:
+            assert [(i["namespace"], i["name"]) for i in e["inputs"]] == [(src.namespace, src.name)], task
+            assert [(o["namespace"], o["name"]) for o in e["outputs"]] == [(out.namespace, out.name)], task
+    created = [e for t in ("write", "append") for e in lineage_events(events, f"{VIEW_DAG}.attempt_1.{t}")
+               if t == "append" or e["eventType"] == "COMPLETE"]
+    for e in created:
+        assert [f["name"] for f in e["outputs"][0]["facets"]["schema"]["fields"]] == ["user", "day", "events"], e
+    [done] = [e for e in lineage_events(events, f"{VIEW_DAG}.attempt_1.append") if e["eventType"] == "COMPLETE"]
+    stats = done["outputs"][0]["outputFacets"]["outputStatistics"]
+    [batch] = view.batches()
+    assert (stats["rowCount"], stats["size"]) == (batch.rows, batch.bytes) and batch.rows > 50
 
 
 def _cli(af: Env, *args: str) -> str:

@@ -4,7 +4,9 @@ ONE module-scoped stack serves every test here: an Airflow home where ``airflow 
 test example_ingest`` committed a day of landing files (with the OpenLineage file
 transport and StatsD on a real UDP listener), then a real ``airflow api-server`` with
 the shardsink plugin loaded from its entry point and the simple auth manager (users
-``viewer`` and ``admin`` with passwords from a file). The browser test drives Debian's
+``viewer``, ``admin`` and ``noassets`` with passwords from a file), extended by the
+test-only tests/support/auth/shardsink_test_auth.py to deny ``noassets`` (an admin) access
+to assets. The browser test drives Debian's
 headless Chromium (``make test`` installs it, as it does Java).
 """
 
@@ -14,9 +16,7 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
-import threading
 import time
 import urllib.error
 import urllib.parse
@@ -27,44 +27,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from af_helpers import REPO, START, VENV_BIN, Env, make_env, ok
+from af_helpers import REPO, START, VENV_BIN, Env, UdpListener, lineage_env, make_env, ok, read_lineage
 
 from shardsink import Shard
 from shardsink.provider.inventory import shard_id
 from shardsink_dev.synthetic import generate
 from shardsink_dev.testing import free_port
 
-PASSWORDS = {"viewer": "viewer-pw-3141", "admin": "admin-pw-2718"}
+PASSWORDS = {"viewer": "viewer-pw-3141", "admin": "admin-pw-2718", "noassets": "noassets-pw-1618"}
+AUTH_DIR = REPO / "tests" / "support" / "auth"  # the test-only auth manager (shardsink_test_auth)
 #: Planted in the api-server's and the DAG run's environment: must never appear in any response.
 SECRET = "AKIAFAKE/not-a-real-secret-shardsink-9f8e7d"
 SCREENSHOT = os.environ.get("SHARDSINK_SCREENSHOT")  # e.g. docs/img/shards-page.png to refresh the README's
-
-
-class UdpListener:
-    """A StatsD server stand-in: every datagram received on 127.0.0.1:port, as text lines."""
-
-    def __init__(self) -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.settimeout(0.2)
-        self.port = int(self.sock.getsockname()[1])
-        self.lines: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                data = self.sock.recv(65535)
-            except TimeoutError:
-                continue
-            self.lines.extend(data.decode(errors="replace").splitlines())
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-        self.sock.close()
 
 
 @dataclass
@@ -107,24 +81,21 @@ def stack(tmp_path_factory: pytest.TempPathFactory, airflow_template: Path) -> I
     af.env.update({
         "SHARDSINK_WRITERS": "1",
         "AWS_SECRET_ACCESS_KEY": SECRET,
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "viewer:viewer,admin:admin",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "viewer:viewer,admin:admin,noassets:admin",
+        "AIRFLOW__CORE__AUTH_MANAGER": "shardsink_test_auth.NoAssetsAuthManager",
+        "PYTHONPATH": os.pathsep.join(p for p in (str(AUTH_DIR), os.environ.get("PYTHONPATH", "")) if p),
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(af.home / "passwords.json"),
         "AIRFLOW__API_AUTH__JWT_SECRET": "shardsink-test-jwt-secret-not-for-production",
         "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
-        "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps({"type": "file", "log_file_path": str(tmp / "lineage.jsonl"),
-                                                       "append": True}),
-        "AIRFLOW__OPENLINEAGE__NAMESPACE": "shardsink-test",
+        **lineage_env(tmp / "lineage.jsonl"),
         "AIRFLOW__SHARDSINK__SHARD_URLS": f"{(tmp / 'configured').as_uri()}, relative/path s3://Bad_Bucket/x",
-        "AIRFLOW__METRICS__STATSD_ON": "True",
-        "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
-        "AIRFLOW__METRICS__STATSD_PORT": str(listener.port),
+        **listener.env(),
     })
     try:
         out = ok(af.dags_test("2024-01-02"))
-        time.sleep(0.5)  # the last datagrams
     finally:
         listener.close()
-    lineage = [json.loads(ln) for ln in (tmp / "lineage.jsonl").read_text().splitlines() if ln.strip()]
+    lineage = read_lineage(tmp / "lineage.jsonl")
     shard = Shard.open(af.shard_url)
     writer = shard.log(limit=1)[0][1].writer
     assert writer.startswith("airflow:example_ingest/"), writer
@@ -171,6 +142,15 @@ def test_every_plugin_route_refuses_missing_or_invalid_credentials(stack: Stack)
         assert SECRET not in body and PASSWORDS["viewer"] not in body
     # A shard that is not listed cannot be addressed (no probing of arbitrary paths).
     assert stack.get("/shardsink/api/shards/0123456789abcdef", token=stack.token("viewer"))[0] == 404
+
+
+def test_a_user_the_auth_manager_denies_assets_gets_403_on_every_plugin_route(stack: Stack) -> None:
+    token = stack.token("noassets")  # logged in: an admin, but the auth manager denies it assets
+    assert stack.get("/api/v2/dags", token=token)[0] == 200  # a valid session everywhere else
+    for path in _routes(stack):
+        status, body = stack.get(path, token=token)
+        assert status == 403, (path, status, body[:300])
+        assert stack.get(path, token=stack.token("admin"))[0] == 200, path
 
 
 def test_shards_api_lists_the_dag_shard_with_its_frontiers_and_last_dag_run(stack: Stack) -> None:

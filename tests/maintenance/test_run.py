@@ -29,7 +29,8 @@ def test_maintain_summarises_before_and_after(shard_url: str) -> None:
     assert d["objects_deleted"] == 1 and not {p.key for p in lost.parts} & objects_after
     assert (d["before"]["objects"], d["after"]["objects"]) == (len(objects_before), len(objects_after))
     assert d["after"]["batches"] <= d["before"]["batches"] and d["after"]["seqno"] >= d["before"]["seqno"]
-    assert set(d["before"]) == {"seqno", "since", "upper", "batches", "parts", "bytes", "objects", "object_bytes"}
+    assert set(d["before"]) == {"seqno", "since", "upper", "batches", "parts", "bytes", "objects", "object_bytes",
+                              "rows"}
     off = maintain(shard, MaintenanceOptions(compact=False, advance_since=False, gc=None, verify=False))
     assert off.steps == {"since": "disabled", "compact": "disabled", "sweep": "disabled", "gc": "disabled",
                          "verify": "disabled"}

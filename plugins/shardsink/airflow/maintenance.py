@@ -7,8 +7,11 @@ Graph of one run::
 Each task runs :func:`shardsink.maintenance.run.maintain` on its shard, logs one line
 with batches, parts, bytes and objects before and after, returns the summary as its
 XCom (no secrets: URLs, counts and object keys only), and fails if verify found a
-problem (the log names each object). Tasks never share a shard, so one GC runs per
-shard at a time; concurrent GC runs would still be safe, just wasteful.
+problem (the log names each object). The task is a ``@shard_task`` of role ``maintain``
+(:mod:`shardsink.provider.operators`): OpenLineage names its map index's shard as input
+and output (schema, rows and bytes after the pass), metrics count what it deleted.
+Tasks never share a shard, so one GC runs per shard at a time; concurrent GC runs
+would still be safe, just wasteful.
 """
 
 from __future__ import annotations
@@ -18,10 +21,11 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from airflow.sdk import DAG, task
+from airflow.sdk import DAG
 from airflow.sdk.exceptions import AirflowFailException
 
 from shardsink.errors import InvalidUsageError
+from shardsink.provider.operators import shard_task
 from shardsink.storage.url import parse_url
 
 log = logging.getLogger("shardsink.maintenance")
@@ -88,7 +92,9 @@ def maintenance_dag(
         **dag_kwargs,
     ) as dag:
 
-        @task(task_id="maintain", retries=task_retries, retry_delay=task_retry_delay)
+        # shard_url_arg: lineage, metrics and the Shard page link name the map index's shard.
+        @shard_task(task_id="maintain", shard_role="maintain", shard_url_arg="url", retries=task_retries,
+                    retry_delay=task_retry_delay)
         def maintain(url: str) -> dict[str, Any]:
             return maintain_task(url, grace_s=grace_s, compact=compact, advance_since=advance_since)
 

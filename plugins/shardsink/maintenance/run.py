@@ -74,6 +74,7 @@ class Footprint:
     bytes: int
     objects: int
     object_bytes: int
+    rows: int = 0  # update rows of the live batches (state stats)
 
 
 @dataclass(frozen=True)
@@ -104,7 +105,7 @@ def footprint(shard: Shard) -> Footprint:
     info = shard.info()
     objs = list(shard.blob.list(""))
     return Footprint(info.seqno, info.since, info.upper, info.stats.batches, info.stats.parts, info.stats.bytes,
-                     len(objs), sum(o.size for o in objs))
+                     len(objs), sum(o.size for o in objs), info.stats.rows)
 
 
 def maintain(shard: Shard, options: MaintenanceOptions | None = None) -> MaintenanceSummary:

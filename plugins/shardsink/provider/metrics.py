@@ -3,18 +3,26 @@
 Names (prefix ``[metrics] statsd_prefix``, default ``airflow``; tags ``dag_id``, ``shard``
 where the backend supports tags — StatsD without tags gets the plain names):
 
-=========================================  =======  ==================================================
-``shardsink.commits``                      counter  batches committed by append (``already_committed``
-                                                    answers excluded: they landed earlier)
-``shardsink.lost_races``                   counter  appends that lost their race (a fresh description
-                                                    follows)
-``shardsink.staged_rows``                  counter  rows of committed batches
-``shardsink.staged_bytes``                 counter  bytes of committed batches' parts
-``shardsink.task.<role>.duration``         timer    ms spent in a shardsink task's execute, role =
-                                                    mint | write | append (ingest and view DAGs alike;
-                                                    the dag_id tag tells them apart), or the
-                                                    ``shard_role`` another task declares
-=========================================  =======  ==================================================
+==============================================  =======  ==================================================
+``shardsink.commits``                           counter  batches committed by append (``already_committed``
+                                                         answers excluded: they landed earlier)
+``shardsink.lost_races``                        counter  appends that lost their race (a fresh description
+                                                         follows)
+``shardsink.staged_rows``                       counter  rows of committed batches
+``shardsink.staged_bytes``                      counter  bytes of committed batches' parts
+``shardsink.task.<role>.duration``              timer    ms spent in a shardsink task's execute, role =
+                                                         mint | write | append (ingest and view DAGs alike;
+                                                         the dag_id tag tells them apart), maintain (the
+                                                         maintenance DAG's per-shard task), or the
+                                                         ``shard_role`` another task declares
+``shardsink.maintenance.objects_deleted``       counter  objects GC deleted in a maintenance pass (state
+                                                         versions, rollups, parts, manifests, leases)
+``shardsink.maintenance.part_bytes_deleted``    counter  bytes of the parts GC deleted in that pass
+``shardsink.maintenance.batches_before``        gauge    live batches of the shard before the pass
+``shardsink.maintenance.batches_after``         gauge    live batches after it (compaction merges batches)
+==============================================  =======  ==================================================
+
+Gauges are per shard: without tags (plain StatsD) the last shard maintained wins.
 
 Metrics never fail a task: a broken backend is logged and ignored.
 """
@@ -63,6 +71,13 @@ def timing(name: str, ms: float, *, dag_id: str | None = None, shard: str | None
         log.warning("could not send metric %s.%s", PREFIX, name, exc_info=True)
 
 
+def gauge(name: str, value: float, *, dag_id: str | None = None, shard: str | None = None) -> None:
+    try:
+        _stats().gauge(f"{PREFIX}.{name}", value, tags=_tags(dag_id, shard))
+    except Exception:
+        log.warning("could not send metric %s.%s", PREFIX, name, exc_info=True)
+
+
 def committed(*, dag_id: str, shard: str, rows: int, size: int | None) -> None:
     """One batch committed: commits, staged rows and bytes."""
     incr("commits", dag_id=dag_id, shard=shard)
@@ -73,3 +88,12 @@ def committed(*, dag_id: str, shard: str, rows: int, size: int | None) -> None:
 
 def lost_race(*, dag_id: str, shard: str) -> None:
     incr("lost_races", dag_id=dag_id, shard=shard)
+
+
+def maintained(*, dag_id: str, shard: str, batches_before: int, batches_after: int, objects_deleted: int,
+               part_bytes_deleted: int) -> None:
+    """One maintenance pass over ``shard`` succeeded (verify found nothing)."""
+    incr("maintenance.objects_deleted", objects_deleted, dag_id=dag_id, shard=shard)
+    incr("maintenance.part_bytes_deleted", part_bytes_deleted, dag_id=dag_id, shard=shard)
+    gauge("maintenance.batches_before", batches_before, dag_id=dag_id, shard=shard)
+    gauge("maintenance.batches_after", batches_after, dag_id=dag_id, shard=shard)

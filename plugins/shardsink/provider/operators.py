@@ -6,11 +6,13 @@ is ``@task`` for the TaskFlow tasks of a sink (mint, append) with the mixin appl
 
 * OpenLineage: ``get_openlineage_facets_on_start`` / ``_on_complete`` (the methods the
   OpenLineage provider's default extractor calls) report the source's datasets → the
-  shard, with its schema and, for append, the rows and bytes committed
-  (:mod:`shardsink.provider.lineage`).
+  shard, with its schema and, for append, the rows and bytes committed; a maintenance
+  task (role ``maintain``) reads and rewrites its shard: the shard → the shard, with the
+  rows and bytes of its live batches after maintenance (:mod:`shardsink.provider.lineage`).
 * "Shard page" extra link (:class:`shardsink.provider.links.ShardPageLink`).
 * Metrics (:mod:`shardsink.provider.metrics`): the task's duration; for append, commits,
-  lost races and the committed batch's rows and bytes.
+  lost races and the committed batch's rows and bytes; for maintain, objects and part
+  bytes deleted, batches before and after.
 
 None of this can fail a task: lineage and metrics errors are logged and ignored.
 """
@@ -92,15 +94,20 @@ class ShardTaskMixin:
         return result
 
     def _record(self, result: Any) -> None:
-        """Keep the task's result for lineage; count an append's commits and settled lost races.
+        """Keep the task's result for lineage; count an append's commits and settled lost races,
+        or a maintenance pass's deletions and batches.
 
         An append's result lists the attempt's commits (``committed``: desc_id, lower, upper,
         seqno, rows, status) and the descriptions it found lost (``lost``); see
-        :func:`shardsink.airflow.tasks.append_task`.
+        :func:`shardsink.airflow.tasks.append_task`. A maintenance task's result is the
+        summary of :func:`shardsink.airflow.maintenance.maintain_task`.
         """
         self._shard_result = result
         self._shard_result_rows: int | None = None
         self._shard_result_bytes: int | None = None
+        if self.shard_role == "maintain" and isinstance(result, Mapping):
+            self._record_maintenance(result)
+            return
         if self.shard_role != "append" or not isinstance(result, Mapping):
             return
         for _ in result.get("lost") or ():
@@ -116,6 +123,23 @@ class ShardTaskMixin:
             metrics.committed(dag_id=self.dag_id, shard=self.shard_url, rows=int(c.get("rows", 0)), size=size)
         self._shard_result_rows, self._shard_result_bytes = rows, total
 
+    def _record_maintenance(self, summary: Mapping[str, Any]) -> None:
+        try:
+            before, after = summary["before"], summary["after"]
+            gc = summary.get("gc") or {}
+            self._shard_result_rows, self._shard_result_bytes = int(after["rows"]), int(after["bytes"])
+        except (KeyError, TypeError, ValueError):
+            log.warning("unexpected maintenance summary; no metrics sent", exc_info=True)
+            return
+        metrics.maintained(dag_id=self.dag_id, shard=self.shard_url, batches_before=int(before["batches"]),
+                           batches_after=int(after["batches"]), objects_deleted=int(summary["objects_deleted"]),
+                           part_bytes_deleted=int(gc.get("part_bytes_deleted", 0)))
+
+    def _inputs(self) -> list[lineage.DatasetName]:
+        if self.shard_role == "maintain":  # maintenance reads the shard and rewrites it in place
+            return [lineage.shard_dataset(self.shard_url)]
+        return lineage.source_datasets(self.source_spec)
+
     def _lineage(self, *, complete: bool) -> Any:
         from shardsink.core.shard import Shard
         from shardsink.errors import ShardNotFoundError
@@ -127,12 +151,12 @@ class ShardTaskMixin:
         rows = size = None
         if complete:
             rows, size = getattr(self, "_shard_result_rows", None), getattr(self, "_shard_result_bytes", None)
-        return lineage.operator_lineage(shard_url=self.shard_url, inputs=lineage.source_datasets(self.source_spec),
-                                        schema=schema, rows=rows, size=size)
+        return lineage.operator_lineage(shard_url=self.shard_url, inputs=self._inputs(), schema=schema, rows=rows,
+                                        size=size)
 
     def _source_schema(self) -> Any:
         """The schema the shard will be created with: the ingest source's (a view's is only known to Spark)."""
-        if "inputs" in self.source_spec:
+        if not self.source_spec or "inputs" in self.source_spec:
             return None
         from shardsink.sources.base import source_from_spec
 
@@ -150,19 +174,42 @@ class ShardTaskMixin:
 
 
 class ShardTaskOperator(ShardTaskMixin, _PythonDecoratedOperator):
-    """A sink's TaskFlow task (``@shard_task``) with :class:`ShardTaskMixin`."""
+    """A sink's TaskFlow task (``@shard_task``) with :class:`ShardTaskMixin`.
+
+    The shard is ``shard_url``, or, for a task mapped over shards, the value of its
+    function's argument named ``shard_url_arg`` (the map index's shard: read from the
+    expanded arguments, which Airflow renders before the OpenLineage listener asks for
+    lineage and before ``execute``).
+    """
 
     custom_operator_name = "@task"
 
-    def __init__(self, *, shard_role: str, shard_url: str, source_spec: Mapping[str, Any], **kwargs: Any) -> None:
+    def __init__(self, *, shard_role: str, shard_url: str | None = None, shard_url_arg: str | None = None,
+                 source_spec: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
+        from shardsink.errors import InvalidUsageError
+
+        if (shard_url is None) == (shard_url_arg is None):
+            raise InvalidUsageError(f"shard task {kwargs.get('task_id')!r}: pass exactly one of shard_url "
+                                    f"({shard_url!r}) and shard_url_arg ({shard_url_arg!r})")
         super().__init__(**kwargs)
         self.shard_role = shard_role  # type: ignore[misc]
-        self.shard_url = shard_url
-        self.source_spec = dict(source_spec)
+        self.shard_url_arg = shard_url_arg
+        self._fixed_shard_url = shard_url
+        self.source_spec = dict(source_spec or {})
+
+    @property
+    def shard_url(self) -> str:
+        if self.shard_url_arg is None:
+            return str(self._fixed_shard_url)
+        return str((self.op_kwargs or {}).get(self.shard_url_arg, ""))
+
+    @shard_url.setter
+    def shard_url(self, url: str) -> None:
+        self._fixed_shard_url, self.shard_url_arg = url, None
 
 
 def shard_task(python_callable: Callable[..., Any] | None = None, **kwargs: Any) -> Any:
-    """``@task`` for a sink's task: ``@shard_task(task_id=..., shard_role="append", shard_url=..., source_spec=...)``
-    (see the module docstring)."""
+    """``@task`` for a sink's task: ``@shard_task(task_id=..., shard_role="append", shard_url=..., source_spec=...)``,
+    or ``shard_url_arg="url"`` for a task mapped over shard URLs (see the module docstring)."""
     return task_decorator_factory(python_callable=python_callable, decorated_operator_class=ShardTaskOperator,
                                   **kwargs)
