@@ -27,13 +27,14 @@ from support import audit, changes_counter, consolidated, contents, snapshot_cou
 
 from shardsink import ReadFrontierError
 from shardsink.maintenance import CompactOptions, MergeOptions, PlanOptions, advance_since, compact, set_retention
+from shardsink_dev.testing import MotoServer
 
 
 class MaintainedShardModel(ShardModel):
     """The core model plus compaction and since."""
 
-    def __init__(self) -> None:
-        super().__init__("local")
+    def __init__(self, backend: str = "local", moto: MotoServer | None = None) -> None:
+        super().__init__(backend, moto)
         self.since = 0
         self.retention: int | None = None
         self.compactions = 0
@@ -136,3 +137,9 @@ class MaintainedShardModel(ShardModel):
 
 def test_compaction_and_since_never_change_a_snapshot_or_change_feed_at_or_after_since() -> None:
     run_state_machine_as_test(MaintainedShardModel, settings=_settings(25, 30))
+
+
+def test_on_s3_compaction_and_since_never_change_a_snapshot_or_change_feed_at_or_after_since(
+        moto: MotoServer) -> None:
+    # Fewer, shorter runs than on the local folder: every step is HTTP to moto (suite time).
+    run_state_machine_as_test(lambda: MaintainedShardModel("s3", moto), settings=_settings(4, 15))
