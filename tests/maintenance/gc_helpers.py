@@ -49,10 +49,11 @@ def compact_like(shard: Shard, ids: list[str], new_id: str) -> st.Version:
 
     def step(h: st.Header) -> st.Version:
         seqno = h.seqno + 1
-        new = replace(h, seqno=seqno, recent=(*h.recent, (new_id, seqno))[-st.RECENT_DESCS:])
+        new = st.with_removal(replace(h, seqno=seqno, recent=(*h.recent, (new_id, seqno))[-st.RECENT_DESCS:]))
         info = st.CommitInfo("append", "2026-01-01T00:00:00.000+00:00", "test-compactor", new_id, lower, upper,
                              staged.rows, uuid.uuid4().hex)
-        return st.Version(new, (st.BatchMeta(new_id, lower, upper, seqno, staged.parts),), tuple(ids), info)
+        return st.Version(new, (st.BatchMeta(new_id, lower, upper, seqno, staged.parts),), tuple(ids), info,
+                          tuple(live[i].lower for i in ids))
 
     out = shard.machine.commit(step)
     assert isinstance(out, st.Version)

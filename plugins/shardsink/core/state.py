@@ -120,6 +120,12 @@ class Header:
     #: Time-travel window in ms (None: keep all history): maintenance keeps
     #: ``since <= upper - retention``. Stored field, added last (codec default None).
     retention: int | None = None
+    #: The newest seqno <= this version whose diff removed batches (-1: none since the
+    #: shard was created; None: unknown, a version written before this field existed),
+    #: and the one before it (``prior_removal``). GC walks this chain to find every batch
+    #: removed inside the retained history without reading each version. Stored fields.
+    removal: int | None = None
+    prior_removal: int | None = None
 
     def committed_seqno(self, desc_id: str) -> int | None:
         for d, s in self.recent:
@@ -134,6 +140,10 @@ class Version:
     added: tuple[BatchMeta, ...]
     removed: tuple[str, ...]
     commit: CommitInfo
+    #: The lowers of the ``removed`` batches, in the same order (GC's fate checks need a
+    #: description's exact lower once the version that committed it is gone). Stored
+    #: field, added last: () in versions written before it existed.
+    removed_lowers: tuple[int, ...] = ()
 
     @property
     def seqno(self) -> int:
@@ -239,8 +249,18 @@ class RetentionCommand:
 
 
 def initial_version(*, schema: pa.Schema, upper: int, writer: str, at: str, nonce: str) -> Version:
-    header = Header(0, upper, 0, schema, 0, (), (), Stats())
+    header = Header(0, upper, 0, schema, 0, (), (), Stats(), removal=-1, prior_removal=-1)
     return Version(header, (), (), CommitInfo("create", at, writer, None, None, upper, 0, nonce))
+
+
+def with_removal(header: Header) -> Header:
+    """``header`` (already at its new seqno) marked as a version that removes batches.
+
+    Every transition whose diff removes batches must mark its header this way: GC trusts
+    the chain (:attr:`Header.removal`) to name every such version. An unknown chain
+    (None, from an older writer) stays unknown up to here, which GC handles by reading
+    the history the slow way."""
+    return replace(header, removal=header.seqno, prior_removal=header.removal)
 
 
 def compare_and_append(header: Header, cmd: AppendCommand) -> Version | Refusal:
@@ -317,10 +337,10 @@ def apply_compaction(header: Header, batches: Sequence[BatchMeta], cmd: CompactC
         s.rows - sum(b.rows for b in gone) + sum(p.rows for p in cmd.parts),
         s.bytes - sum(b.bytes for b in gone) + sum(p.bytes for p in cmd.parts),
     )
-    new = replace(_bumped(header, seqno, cmd.compaction_id, cmd.writer, cmd.at), stats=stats)
+    new = with_removal(replace(_bumped(header, seqno, cmd.compaction_id, cmd.writer, cmd.at), stats=stats))
     rows = sum(p.rows for p in cmd.parts)
     info = CommitInfo("compact", cmd.at, cmd.writer, cmd.compaction_id, cmd.lower, cmd.upper, rows, cmd.nonce)
-    return Version(new, added, cmd.inputs, info)
+    return Version(new, added, cmd.inputs, info, tuple(b.lower for b in gone))
 
 
 def since_target(header: Header, cmd: SinceCommand) -> int:
@@ -418,6 +438,8 @@ class HeaderDoc(msgspec.Struct, frozen=True, kw_only=True):
     writers: tuple[WriterRecord, ...]
     stats: Stats
     retention: int | None = None  # the time-travel window (ms); None keeps all history
+    removal: int | None = None  # see Header.removal (None: written before the field existed)
+    prior_removal: int | None = None
 
 
 class VersionDoc(msgspec.Struct, frozen=True, kw_only=True):
@@ -427,6 +449,7 @@ class VersionDoc(msgspec.Struct, frozen=True, kw_only=True):
     added: tuple[BatchMeta, ...]
     removed: tuple[str, ...]
     commit: CommitInfo
+    removed_lowers: tuple[int, ...] = ()
 
 
 class RollupDoc(msgspec.Struct, frozen=True, kw_only=True):
@@ -488,9 +511,10 @@ def _decode_doc(data: bytes, kind: type[msgspec.Struct], *, what: str, where: st
 def encode_version(v: Version) -> bytes:
     h = v.header
     header = HeaderDoc(upper=h.upper, since=h.since, schema=schema_doc(h.schema), rollup=h.rollup,
-                       recent=h.recent, writers=h.writers, stats=h.stats, retention=h.retention)
+                       recent=h.recent, writers=h.writers, stats=h.stats, retention=h.retention, removal=h.removal,
+                       prior_removal=h.prior_removal)
     doc = VersionDoc(format=FORMAT, seqno=h.seqno, header=header, added=v.added, removed=v.removed,
-                     commit=v.commit)
+                     commit=v.commit, removed_lowers=v.removed_lowers)
     return _ENCODER.encode(doc)
 
 
@@ -503,8 +527,9 @@ def decode_version(data: bytes, *, where: str) -> Version:
         schema = _schema_from_arrow(h.schema.arrow)
     except Exception as e:
         raise CorruptionError(f"{where}: unreadable schema in state version ({type(e).__name__}: {e})") from e
-    header = Header(d.seqno, h.upper, h.since, schema, h.rollup, h.recent, h.writers, h.stats, h.retention)
-    return Version(header, d.added, d.removed, d.commit)
+    header = Header(d.seqno, h.upper, h.since, schema, h.rollup, h.recent, h.writers, h.stats, h.retention,
+                    h.removal, h.prior_removal)
+    return Version(header, d.added, d.removed, d.commit, d.removed_lowers)
 
 
 def encode_rollup(seqno: int, batches: Sequence[BatchMeta]) -> bytes:

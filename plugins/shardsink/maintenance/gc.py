@@ -38,14 +38,18 @@ shard; the next run finishes the job).**
    verify lists the stragglers as leaks, and the next run deletes them first;
 3. delete rollups below ``oldest``;
 4. parts and manifests: list ``parts/`` and ``staging/`` FIRST, then read the head and
-   compute what the retained versions reference. Every listed object that is
+   compute what the retained versions reference (:func:`~shardsink.maintenance.history.protected`:
+   the batches at ``oldest`` and at the head plus those the removal chain names, one
+   version read per compaction; every retained version only for shards written before
+   the chain existed). Every listed object that is
    unreferenced and older than the grace period goes to
    :func:`shardsink.core.fate.delete_staged_many` with its description (``only=`` exactly
    the vetted keys; 500 descriptions per call, one head read and one multi-object
    delete): a description that may still commit is refused there, a committed one
-   keeps its batch. The description's lower comes from a retained batch, else its
-   manifest, else the smallest ``_time`` of its parts (``>=`` the true lower, which can
-   only turn CannotCommit into StillPossible, never the reverse);
+   keeps its batch. The description's lower comes from a retained batch, else the
+   removal chain read before step 2 (or the condemned versions), else its manifest,
+   else the smallest ``_time`` of its parts (in ``[lower, upper)``: a proxy for the
+   lower that finds the same crossing version);
 5. lease objects expired for longer than the grace period.
 
 HAZARD (clocks): object ages compare the store's modification times with this host's
@@ -79,10 +83,11 @@ from shardsink.core.shard import Shard
 from shardsink.errors import CorruptionError, InvalidUsageError, ShardsinkError
 from shardsink.maintenance.history import (
     Listing,
-    Referenced,
+    Protected,
     batches_at,
     list_state,
-    referenced,
+    protected,
+    removals,
     retained_start,
 )
 from shardsink.storage.base import ObjectInfo
@@ -290,7 +295,12 @@ def collect(shard: Shard, opts: GcOptions | None = None) -> GcReport:
             log.warning("gc %s: cannot anchor version %d (%s); no versions deleted", shard.url, target, e)
             target = hz.oldest_present
         if target > hz.oldest_present:
-            condemned = _lowers_below(machine, hz.oldest_present, target, listing)
+            # The lowers of batches removed below the new oldest version, read before their
+            # versions go (step 4's fate checks need them): from the removal chain (one
+            # version per compaction), else from every condemned version.
+            chain = removals(machine, _must(machine, hz.head), above=target, down_to=hz.oldest_present - 1)
+            condemned = chain.lowers if chain is not None else _lowers_below(machine, hz.oldest_present, target,
+                                                                             listing)
         if not dry and target > hz.oldest_present:
             machine.anchor(target, batches)
             hook("anchored")
@@ -394,7 +404,7 @@ def _collect_parts(shard: Shard, retained_from: int, listing: Listing, *, cutoff
     listed_staging = list(machine.blob.list("staging/"))
     head = machine.head().version
     try:
-        refs = referenced(machine, retained_from, head.seqno, listing if dry else list_state(machine))
+        refs = protected(machine, retained_from, head, listing if dry else list_state(machine))
     except CorruptionError as e:
         out.skipped.append(f"parts and manifests not collected: the retained history is unreadable ({e})")
         return out
@@ -402,7 +412,7 @@ def _collect_parts(shard: Shard, retained_from: int, listing: Listing, *, cutoff
     groups: dict[str, list[ObjectInfo]] = defaultdict(list)
     manifests: dict[str, list[ObjectInfo]] = defaultdict(list)
     for o in listed_parts:
-        if o.key in refs.parts:
+        if refs.covers(o.key):
             continue
         if o.modified > cutoff:
             out.young += 1
@@ -483,7 +493,7 @@ def _collect_parts(shard: Shard, retained_from: int, listing: Listing, *, cutoff
 _CHUNK = 500
 
 
-def _predicted_keep(machine: Machine, head: st.Version, refs: Referenced, d: str, lower: int) -> frozenset[str]:
+def _predicted_keep(machine: Machine, head: st.Version, refs: Protected, d: str, lower: int) -> frozenset[str]:
     """Dry run: what delete_staged would keep once the versions below the horizon are gone
     (DeleteRefusedError if the description may still commit)."""
     if head.header.committed_seqno(d) is not None:

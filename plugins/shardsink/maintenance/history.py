@@ -132,3 +132,74 @@ def referenced(machine: Machine, oldest: int, head: int, listing: Listing) -> Re
         for b in v.added:
             add(b, v.seqno)
     return Referenced(parts, lowers, keys)
+
+
+@dataclass(frozen=True)
+class Removals:
+    """What the removal chain (:attr:`Header.removal`) says about a stretch of history."""
+
+    ids: frozenset[str]  # batches removed by versions in ``(above, head]``
+    lowers: dict[str, int]  # desc id -> lower, for every removal walked (down to ``down_to``)
+
+
+def removals(machine: Machine, head: st.Version, *, above: int, down_to: int | None = None) -> Removals | None:
+    """Walk the removal chain from ``head``: the batches removed by versions in ``(above, head]``
+    (and the lowers of those removed in ``(down_to, head]``, for fate checks), reading one
+    version per removal (compactions), not every version. None if the chain is unknown
+    inside ``(above, head]`` (versions written before the field existed): read the history.
+    """
+    floor = above if down_to is None else min(above, down_to)
+    ids: set[str] = set()
+    lowers: dict[str, int] = {}
+    last = head.seqno
+    r = head.header.removal
+    while r is not None and r > floor:
+        v = machine.fetch(r)
+        if v is None:
+            if r > above:
+                raise CorruptionError(
+                    f"{machine.url}/{version_key(r)} (a removal inside the retained history) is missing")
+            break  # already collected: nothing older is needed
+        if r > above:
+            ids.update(v.removed)
+        if len(v.removed_lowers) == len(v.removed):
+            lowers.update(zip(v.removed, v.removed_lowers, strict=True))
+        last, r = r, v.header.prior_removal
+    if r is None and last > above:
+        return None
+    return Removals(frozenset(ids), lowers)
+
+
+@dataclass(frozen=True)
+class Protected:
+    """What GC must not delete: exact part keys of known batches, and whole descriptions
+    whose batch was removed inside the retained history (their keys are not read)."""
+
+    keys: dict[str, frozenset[str]]  # desc id -> its batch's part keys
+    descs: frozenset[str]
+    lowers: dict[str, int]  # desc id -> lower of its batch
+
+    def covers(self, key: str) -> bool:
+        segs = key.split("/")
+        d = segs[1] if len(segs) >= 3 else ""
+        return d in self.descs or key in self.keys.get(d, frozenset())
+
+
+def protected(machine: Machine, oldest: int, head: st.Version, listing: Listing) -> Protected:
+    """Everything the retained versions ``[oldest, head]`` reference, cheaply when it can be.
+
+    A batch referenced by a retained version ``v`` is live at ``head`` or was removed by a
+    version in ``(v, head]``, so: the batches at ``oldest`` and at ``head`` plus every batch
+    the removal chain names in ``(oldest, head]``: a rollup and a few diffs, and one
+    version per compaction. Without a known chain: every retained version (:func:`referenced`).
+    """
+    chain = removals(machine, head, above=oldest)
+    if chain is None:
+        refs = referenced(machine, oldest, head.seqno, listing)
+        return Protected(refs.keys, frozenset(), refs.lowers)
+    keys: dict[str, frozenset[str]] = {}
+    lowers: dict[str, int] = {}
+    for b in (*batches_at(machine, oldest, listing), *machine.batches_at(head.header)):
+        keys.setdefault(b.desc_id, frozenset(p.key for p in b.parts))
+        lowers.setdefault(b.desc_id, b.lower)
+    return Protected(keys, chain.ids, lowers)
