@@ -10,6 +10,7 @@ that code: ``json.dumps(..., sort_keys=True)``); health.json and reclock.json ha
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -112,6 +113,14 @@ def test_health_and_sidecar_ignore_unknown_fields_and_refuse_newer_formats_and_g
               r"reclock\.json", "reclock sidecar")
 
 
+def _readme_gc_keys() -> set[str]:
+    """The keys README.md promises ``shardsink gc --json`` prints."""
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    m = re.search(r"`gc --json` prints `\{(.*?)\}`", text, re.S)
+    assert m is not None, "README.md no longer states the gc --json contract"
+    return set(re.findall(r'"(\w+)"', m.group(1)))
+
+
 def _tick() -> float:
     """A cutoff strictly between objects written before and after it (S3 times are whole seconds)."""
     time.sleep(1.1)
@@ -143,7 +152,7 @@ def test_gc_deletes_read_plans_past_the_grace_period_and_a_deleted_plan_is_rebui
     assert {o.key for o in blob.list(PLANS_PREFIX)} == {plan.key(100, 110), plan.key(110, 120), plan.key(120, 130)}
     report = collect(shard, opts())
     assert report.plans_deleted == 2 and report.objects_deleted >= 2
-    assert report.to_dict()["plans_deleted"] == 2
+    assert report.to_dict()["plans_deleted"] == 2 and set(report.to_dict()) == _readme_gc_keys()
     assert {o.key for o in blob.list(PLANS_PREFIX)} == {plan.key(120, 130)}, "young plan deleted or old kept"
     assert blob.get(health.HEALTH_KEY) is not None and blob.get(health.SIDECAR_KEY) is not None
     # The remap shard still works: deleted plans are rebuilt identical, the young one loads, binding goes on.
