@@ -7,8 +7,8 @@ one small object instead of the remap shard's state and parts.
 SUBTLE: the plan is a cache, never a source of truth. Its content is a pure function of
 bindings that are final (every time ``< upper`` is bound before the plan is written), so
 any number of racing mints write identical bytes and a plain put is safe. A missing
-plan (e.g. removed by cleanup) is rebuilt from the remap shard; a plan whose bounds do
-not match is refused.
+plan (e.g. aged out by GC: ``maintenance.gc`` deletes plans older than its grace period)
+is rebuilt from the remap shard; a plan whose bounds do not match is refused.
 """
 
 from __future__ import annotations
