@@ -22,7 +22,6 @@ parts). An unknown outcome at 3 deletes nothing.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 import uuid
@@ -34,6 +33,7 @@ from typing import Literal
 import pyarrow as pa
 
 from shardsink.core import fate as ft
+from shardsink.core import manifests as mf
 from shardsink.core import state as st
 from shardsink.core.shard import Shard, default_writer
 from shardsink.errors import CorruptionError, ShardsinkError, UnknownOutcomeError
@@ -107,20 +107,13 @@ def _now() -> str:
 
 
 def _manifest(cid: str, inputs: Sequence[st.BatchMeta], since: int) -> bytes:
-    return json.dumps({
-        "format": 1, "kind": "compaction", "compaction_id": cid, "since": since,
-        "inputs": [{"desc_id": b.desc_id, "lower": b.lower, "upper": b.upper, "seqno": b.seqno} for b in inputs],
-    }, sort_keys=True).encode()
+    return mf.encode(mf.compaction_manifest(cid, tuple(inputs), since))
 
 
 def _inputs_of(data: bytes, where: str) -> tuple[str, tuple[st.BatchMeta, ...]]:
-    try:
-        d = json.loads(data)
-        return str(d["compaction_id"]), tuple(
-            st.BatchMeta(str(b["desc_id"]), int(b["lower"]), b["upper"], int(b["seqno"]), ()) for b in d["inputs"]
-        )
-    except (ValueError, KeyError, TypeError) as e:
-        raise CorruptionError(f"compaction manifest {where} is unreadable: {type(e).__name__}: {e}") from e
+    """The compaction id and inputs (without parts) of a manifest; CorruptionError naming ``where``."""
+    doc = mf.decode_compaction(data, where=where)
+    return doc.compaction_id, doc.batches()
 
 
 def compact(shard: Shard, *, options: CompactOptions = CompactOptions()) -> CompactionResult:

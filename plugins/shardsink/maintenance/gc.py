@@ -50,7 +50,8 @@ shard; the next run finishes the job).**
    removal chain read before step 2 (or the condemned versions), else its manifest,
    else the smallest ``_time`` of its parts (in ``[lower, upper)``: a proxy for the
    lower that finds the same crossing version);
-5. lease objects expired for longer than the grace period.
+5. lease objects expired for longer than the grace period;
+6. reclock read plans (``plans/``, caches a writer rebuilds) older than the grace period.
 
 HAZARD (clocks): object ages compare the store's modification times with this host's
 clock. Keep clock skew far below the grace period.
@@ -62,7 +63,6 @@ compactor must commit its output within the grace period of writing it, or aband
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import time
 from collections import defaultdict
@@ -74,8 +74,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from shardsink.core import documents as docs
 from shardsink.core import fate as ft
 from shardsink.core import leases as ls
+from shardsink.core import manifests as mf
 from shardsink.core import state as st
 from shardsink.core.machine import LATEST, Machine, version_key
 from shardsink.core.parts import TIME
@@ -155,11 +157,12 @@ class GcReport:
     young_kept: int = 0
     still_possible: tuple[str, ...] = ()
     skipped: tuple[str, ...] = field(default=())
+    plans_deleted: int = 0
 
     @property
     def objects_deleted(self) -> int:
         return (self.versions_deleted + self.rollups_deleted + self.parts_deleted + self.manifests_deleted
-                + self.leases_expired)
+                + self.leases_expired + self.plans_deleted)
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "still_possible": list(self.still_possible), "skipped": list(self.skipped),
@@ -341,18 +344,20 @@ def collect(shard: Shard, opts: GcOptions | None = None) -> GcReport:
     leases_expired = len(expired) if dry else ls.expire(shard, now=cutoff)
     if not dry:
         hook("leases")
+    plans_deleted = _collect_plans(shard, cutoff=cutoff, dry=dry, batch=opts.delete_batch)
 
     report = GcReport(
         url=shard.url, dry_run=dry, head=hz.head, oldest_before=hz.oldest_present, oldest_after=retained_from,
         reason=hz.reason, versions_deleted=versions_deleted, rollups_deleted=rollups_deleted,
         parts_deleted=parts.parts, part_bytes_deleted=parts.bytes, manifests_deleted=parts.manifests,
         leases_expired=leases_expired, young_kept=parts.young, still_possible=tuple(parts.still_possible),
-        skipped=tuple(parts.skipped),
+        skipped=tuple(parts.skipped), plans_deleted=plans_deleted,
     )
-    log.info("gc %s: %s %d versions, %d rollups, %d parts (%d bytes), %d manifests, %d leases; kept %d young "
-             "objects and %d descriptions that may still commit", shard.url, "would delete" if dry else "deleted",
-             report.versions_deleted, report.rollups_deleted, report.parts_deleted, report.part_bytes_deleted,
-             report.manifests_deleted, report.leases_expired, report.young_kept, len(report.still_possible))
+    log.info("gc %s: %s %d versions, %d rollups, %d parts (%d bytes), %d manifests, %d leases, %d plans; kept %d "
+             "young objects and %d descriptions that may still commit", shard.url,
+             "would delete" if dry else "deleted", report.versions_deleted, report.rollups_deleted,
+             report.parts_deleted, report.part_bytes_deleted, report.manifests_deleted, report.leases_expired,
+             report.plans_deleted, report.young_kept, len(report.still_possible))
     return report
 
 
@@ -432,10 +437,9 @@ def _collect_parts(shard: Shard, retained_from: int, listing: Listing, *, cutoff
     condemned: list[ft.Condemned] = []
     sizes: dict[str, int] = {}
     for d in sorted(set(groups) | set(manifests)):
-        if _is_compaction(machine, manifests.get(d, [])):
-            # Its fate depends on its inputs being live, which only the compaction module
-            # decides (``maintenance.compact.sweep``); a pending one may be mid-commit.
-            out.skipped.append(f"compaction {d}: has a compaction manifest; left to the compaction sweep")
+        why = _left_alone(machine, manifests.get(d, []))
+        if why is not None:
+            out.skipped.append(f"description {d}: {why}")
             continue
         old_manifests = [o for o in manifests.get(d, []) if o.modified <= cutoff]
         out.young += len(manifests.get(d, [])) - len(old_manifests)
@@ -505,31 +509,49 @@ def _predicted_keep(machine: Machine, head: st.Version, refs: Protected, d: str,
     return refs.keys.get(d, frozenset())
 
 
-def _is_compaction(machine: Machine, objs: list[ObjectInfo]) -> bool:
+def _left_alone(machine: Machine, objs: list[ObjectInfo]) -> str | None:
+    """Why a description's staged objects are not GC's to decide (None: they are): it has a
+    compaction manifest, or a manifest this shardsink cannot read (garbage, or a newer
+    format whose meaning it does not know: never delete what is not understood)."""
     for o in objs:
         got = machine.blob.get(o.key)
         if got is None:
             continue
         try:
-            if json.loads(got.data).get("kind") == "compaction":
-                return True
-        except (ValueError, AttributeError):
-            continue
-    return False
+            head = mf.decode_head(got.data, where=f"{machine.url}/{o.key}")
+        except CorruptionError as e:
+            return f"{e}; left alone"
+        if head.kind == "compaction":
+            # Its fate depends on its inputs being live, which only the compaction module
+            # decides (``maintenance.compact.sweep``); a pending one may be mid-commit.
+            return "has a compaction manifest; left to the compaction sweep"
+    return None
 
 
 def _manifest_lower(machine: Machine, objs: list[ObjectInfo]) -> int | None:
     """The ``lower`` all of a description's manifests agree on (None: none readable, or they disagree)."""
-    lowers = set()
+    lowers: set[int | None] = set()
     for o in objs:
         got = machine.blob.get(o.key)
         if got is None:
             continue
         try:
-            lowers.add(int(json.loads(got.data)["lower"]))
-        except (ValueError, KeyError, TypeError):
+            lowers.add(mf.decode_head(got.data, where=f"{machine.url}/{o.key}").lower)
+        except CorruptionError:
             continue
+    lowers.discard(None)
     return lowers.pop() if len(lowers) == 1 else None
+
+
+def _collect_plans(shard: Shard, *, cutoff: float, dry: bool, batch: int) -> int:
+    """Step 6: reclock read plans (``plans/`` in a remap shard's root) older than the grace
+    period. They are caches, one per description: a writer slot that finds its plan gone
+    rebuilds the identical plan from the remap shard (``shardsink.reclock.plan.load``)."""
+    old = [o.key for o in shard.blob.list(docs.PLANS_PREFIX) if o.modified <= cutoff]
+    if not dry:
+        for i in range(0, len(old), batch):
+            shard.blob.delete_many(old[i:i + batch])
+    return len(old)
 
 
 def _min_time(machine: Machine, objs: list[ObjectInfo]) -> int | None:

@@ -14,7 +14,8 @@ Problems (each names its object; any problem makes ``shardsink verify`` exit 4):
 Leaks (listed, not problems: GC removes them): unreferenced parts, staging manifests,
 rollups below the oldest version, versions below an anchored version left by an
 interrupted GC (also below a gap: ``history.retained_start``), expired leases, and
-objects under no known prefix.
+objects under no known prefix. Reclock's root objects (read plans under ``plans/``,
+``health.json``, ``reclock.json``) are known, not leaks: GC ages the plans out.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from shardsink.core import documents as docs
 from shardsink.core import leases as ls
 from shardsink.core import state as st
 from shardsink.core.machine import LATEST, rollup_key, version_key
@@ -36,7 +38,9 @@ from shardsink.maintenance.history import Listing, batches_at, list_state, retai
 
 #: The exit code of ``shardsink verify`` when it finds problems.
 EXIT_PROBLEMS = 4
-_KNOWN = ("state/", "parts/", "staging/", "leases/")
+_KNOWN = ("state/", "parts/", "staging/", "leases/", docs.PLANS_PREFIX)
+#: Root objects that are not state and not leaks: reclock's health and sidecar documents.
+_KNOWN_KEYS = frozenset({LATEST, docs.HEALTH_KEY, docs.SIDECAR_KEY})
 
 
 @dataclass(frozen=True)
@@ -135,7 +139,7 @@ def verify(shard: Shard, *, check_rows: bool = True, now: float | None = None) -
         if x.expires_at + ls.CLOCK_SKEW_S < t:
             leaks.append(Leak(x.key, "lease", 0, t - x.expires_at))
     for o in m.blob.list(""):
-        if not o.key.startswith(_KNOWN) and o.key != LATEST:
+        if not o.key.startswith(_KNOWN) and o.key not in _KNOWN_KEYS:
             leaks.append(Leak(o.key, "unknown", o.size, t - o.modified))
 
     if not any(p.object.startswith("parts/") for p in problems) and head in versions:

@@ -7,20 +7,34 @@ one small object instead of the remap shard's state and parts.
 SUBTLE: the plan is a cache, never a source of truth. Its content is a pure function of
 bindings that are final (every time ``< upper`` is bound before the plan is written), so
 any number of racing mints write identical bytes and a plain put is safe. A missing
-plan (e.g. removed by cleanup) is rebuilt from the remap shard; a plan whose bounds do
-not match is refused.
+plan (e.g. aged out by GC: ``maintenance.gc`` deletes plans older than its grace period)
+is rebuilt from the remap shard; a plan whose bounds do not match is refused.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
+import msgspec
+
+from shardsink.core.documents import ENCODER, PLANS_PREFIX, decode_doc
 from shardsink.errors import CorruptionError
 from shardsink.reclock.bindings import FILES, Bindings, BoundFile, Span, spans
 from shardsink.storage.url import open_blob
 
+#: Format of plans: readers accept this or older and ignore unknown fields.
 FORMAT = 1
+
+
+class PlanDoc(msgspec.Struct, frozen=True, kw_only=True):
+    """``plans/<lower>-<upper>.json``: spans as ``[partition, start, end, time]`` and files as
+    ``[ordinal, key, size]`` (arrays, not objects: a plan may list many files)."""
+
+    format: int
+    lower: int
+    upper: int
+    spans: tuple[tuple[str, int, int, int], ...]
+    files: tuple[tuple[int, str, int], ...]
 
 
 @dataclass(frozen=True)
@@ -32,7 +46,7 @@ class Plan:
 
 
 def key(lower: int, upper: int) -> str:
-    return f"plans/{lower}-{upper}.json"
+    return f"{PLANS_PREFIX}{lower}-{upper}.json"
 
 
 def build(bindings: Bindings, lower: int, upper: int) -> Plan:
@@ -47,26 +61,28 @@ def build(bindings: Bindings, lower: int, upper: int) -> Plan:
 
 def publish(remap_url: str, bindings: Bindings, lower: int, upper: int) -> Plan:
     p = build(bindings, lower, upper)
-    doc = {"format": FORMAT, "lower": lower, "upper": upper,
-           "spans": [[s.partition, s.start, s.end, s.time] for s in p.spans],
-           "files": [[f.ordinal, f.key, f.size] for f in p.files.values()]}
-    open_blob(remap_url).put(key(lower, upper), json.dumps(doc, sort_keys=True).encode())
+    doc = PlanDoc(format=FORMAT, lower=lower, upper=upper,
+                  spans=tuple((s.partition, s.start, s.end, s.time) for s in p.spans),
+                  files=tuple((f.ordinal, f.key, f.size) for f in p.files.values()))
+    open_blob(remap_url).put(key(lower, upper), ENCODER.encode(doc))
     return p
 
 
 def load(remap_url: str, lower: int, upper: int) -> Plan:
-    """The published plan of ``[lower, upper)``, or one rebuilt from the remap shard."""
+    """The published plan of ``[lower, upper)``, or one rebuilt from the remap shard.
+    CorruptionError naming the plan if it is unreadable, too new, or of other bounds."""
     got = open_blob(remap_url).get(key(lower, upper))
     if got is None:
         from shardsink.reclock.remap import RemapShard
 
         return build(RemapShard.open(remap_url).bindings(), lower, upper)
-    try:
-        doc = json.loads(got.data)
-        if (doc["format"], doc["lower"], doc["upper"]) != (FORMAT, lower, upper):
-            raise ValueError(f"describes [{doc['lower']}, {doc['upper']}) format {doc['format']}")
-        sp = tuple(Span(str(p), int(a), int(b), int(t)) for p, a, b, t in doc["spans"])
-        files = {int(o): BoundFile(int(o), str(k), int(n)) for o, k, n in doc["files"]}
-    except (ValueError, KeyError, TypeError) as e:
-        raise CorruptionError(f"{remap_url}/{key(lower, upper)} is unreadable: {e}") from e
+    return decode(got.data, lower, upper, where=f"{remap_url}/{key(lower, upper)}")
+
+
+def decode(data: bytes, lower: int, upper: int, *, where: str) -> Plan:
+    doc = decode_doc(data, PlanDoc, what="read plan", where=where, newest=FORMAT)
+    if (doc.lower, doc.upper) != (lower, upper):
+        raise CorruptionError(f"{where}: read plan describes [{doc.lower}, {doc.upper}), expected [{lower}, {upper})")
+    sp = tuple(Span(p, a, b, t) for p, a, b, t in doc.spans)
+    files = {o: BoundFile(o, k, n) for o, k, n in doc.files}
     return Plan(lower, upper, sp, files)

@@ -10,7 +10,8 @@ Objects a description owns, all under the shard root:
 
 * ``parts/<desc_id>/<uuid>.parquet``: staged parts (written by the Spark executors);
 * ``staging/<desc_id>/slot-<i>.json``: the manifest of slot ``i``: the parts its
-  successful write attempt staged, its row count and the source inputs it read.
+  successful write attempt staged, its row count and the source inputs it read
+  (:class:`shardsink.core.manifests.ManifestDoc`).
 
 Description ids are unique per attempt (a fresh one after every lost race), so a
 prefix never mixes two descriptions, and whatever is under ``parts/<desc_id>/`` that
@@ -36,7 +37,10 @@ from typing import Any
 import msgspec
 
 from shardsink import hooks
+from shardsink.core import manifests
 from shardsink.core.fate import STAGED_PREFIXES, CannotCommit, Committed, delete_staged
+from shardsink.core.manifests import MANIFEST_FORMAT as MANIFEST_FORMAT  # re-exported (moved to core:
+from shardsink.core.manifests import ManifestDoc as ManifestDoc  # GC and compaction read manifests too)
 from shardsink.core.shard import AppendResult, Shard, StagedBatch, default_writer
 from shardsink.core.state import PartMeta
 from shardsink.errors import CorruptionError, InvalidUsageError, ShardNotFoundError, UpperMismatchError
@@ -45,8 +49,6 @@ from shardsink.sources.base import Seal, Source
 
 log = logging.getLogger("shardsink.sinks")
 
-#: Format of manifests: readers accept this or older and ignore unknown fields.
-MANIFEST_FORMAT = 1
 #: How far back (in commits) late-data checks look for the commit that sealed a time.
 SEAL_HISTORY = 200
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.=+-]+")
@@ -254,23 +256,6 @@ def manifest_key(desc_id: str, slot: int) -> str:
     return f"{STAGED_PREFIXES[1].format(desc_id)}slot-{slot}.json"
 
 
-class ManifestDoc(msgspec.Struct, frozen=True, kw_only=True):
-    """``staging/<desc_id>/slot-<i>.json``: what one writer slot staged for a description."""
-
-    format: int
-    desc_id: str
-    lower: int
-    upper: int
-    attempt: int
-    slot: int
-    slots: int
-    rows: int
-    parts: tuple[PartMeta, ...]
-    inputs: tuple[dict[str, Any], ...] = ()
-    writer: str = ""
-    written_at: str = ""
-
-
 def write_manifest(
     shard: Shard, desc: Description, *, slot: int, slots: int, parts: Sequence[PartMeta],
     inputs: Sequence[dict[str, Any]] = (),
@@ -282,19 +267,9 @@ def write_manifest(
         slot=slot, slots=slots, rows=sum(p.rows for p in parts), parts=tuple(parts), inputs=tuple(inputs),
         writer=default_writer(), written_at=datetime.now().astimezone().isoformat(timespec="milliseconds"),
     )
-    shard.blob.put(manifest_key(desc.desc_id, slot), _MANIFESTS.encode(doc))
+    shard.blob.put(manifest_key(desc.desc_id, slot), manifests.encode(doc))
     out: dict[str, Any] = msgspec.to_builtins(doc)
     return out
-
-
-_MANIFESTS = msgspec.json.Encoder(order="sorted")
-
-
-def _decode_manifest(data: bytes) -> ManifestDoc:
-    doc = msgspec.json.decode(data, type=ManifestDoc)
-    if doc.format > MANIFEST_FORMAT:
-        raise ValueError(f"format {doc.format} is newer than this shardsink reads ({MANIFEST_FORMAT})")
-    return doc
 
 
 def read_manifests(shard: Shard, desc: Description, slots: int) -> list[StagedBatch]:
@@ -313,9 +288,9 @@ def read_manifests(shard: Shard, desc: Description, slots: int) -> list[StagedBa
             problems.append(f"slot {slot}: manifest {key} is missing (its write task did not finish)")
             continue
         try:
-            doc = _decode_manifest(got.data)
-        except (msgspec.DecodeError, ValueError) as e:
-            problems.append(f"slot {slot}: manifest {key} is unreadable: {e}")
+            doc = manifests.decode_manifest(got.data, where=key)
+        except CorruptionError as e:
+            problems.append(f"slot {slot}: manifest {e}")
             continue
         if (doc.desc_id, doc.lower, doc.upper, doc.slot, doc.slots) != (desc.desc_id, desc.lower, desc.upper,
                                                                           slot, slots):
