@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from shardsink.core.documents import ENCODER
 from shardsink.errors import CorruptionError, InvalidUsageError, LeaseLostError, ReadFrontierError, ShardsinkError
 
 if TYPE_CHECKING:
@@ -78,7 +79,7 @@ class Lease(msgspec.Struct, frozen=True, kw_only=True):
         return f"{PREFIX}{self.lease_id}.json"
 
 
-_ENCODER = msgspec.json.Encoder(order="sorted")
+_ENCODER = ENCODER
 
 
 def _encode(lease: Lease) -> bytes:

@@ -32,6 +32,7 @@ from typing import Any, Literal
 import msgspec
 import pyarrow as pa
 
+from shardsink.core.documents import ENCODER, D, decode_doc
 from shardsink.errors import CorruptionError, InvalidUsageError
 
 #: Format of state versions and rollups. Readers accept documents of this format or older
@@ -459,11 +460,7 @@ class RollupDoc(msgspec.Struct, frozen=True, kw_only=True):
 
 
 #: Canonical JSON: keys sorted at every level, no spaces (the bytes format 1 always had).
-_ENCODER = msgspec.json.Encoder(order="sorted")
-
-
-class _Format(msgspec.Struct):
-    format: int | None = None
+_ENCODER = ENCODER
 
 
 def schema_doc(schema: pa.Schema) -> SchemaDoc:
@@ -491,21 +488,9 @@ def _schema_from_arrow(arrow: str) -> pa.Schema:
     return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(arrow)))
 
 
-def _decode_doc(data: bytes, kind: type[msgspec.Struct], *, what: str, where: str) -> msgspec.Struct:
+def _decode_doc(data: bytes, kind: type[D], *, what: str, where: str) -> D:
     """Decode a stored document; CorruptionError naming ``where`` if unreadable or too new."""
-    try:
-        fmt = msgspec.json.decode(data, type=_Format).format
-    except msgspec.DecodeError as e:
-        raise CorruptionError(f"{where}: unreadable {what} ({e})") from e
-    if fmt is None or fmt > FORMAT:
-        raise CorruptionError(
-            f"{where}: unsupported {what} format {fmt!r} (this shardsink reads formats 1..{FORMAT}; "
-            "a newer shardsink wrote it: upgrade)"
-        )
-    try:
-        return msgspec.json.decode(data, type=kind)
-    except msgspec.DecodeError as e:
-        raise CorruptionError(f"{where}: unreadable {what} ({e})") from e
+    return decode_doc(data, kind, what=what, where=where, newest=FORMAT)
 
 
 def encode_version(v: Version) -> bytes:
@@ -521,7 +506,6 @@ def encode_version(v: Version) -> bytes:
 def decode_version(data: bytes, *, where: str) -> Version:
     """Parse a state version, raising CorruptionError naming ``where`` if it is unreadable."""
     d = _decode_doc(data, VersionDoc, what="state version", where=where)
-    assert isinstance(d, VersionDoc)
     h = d.header
     try:
         schema = _schema_from_arrow(h.schema.arrow)
@@ -538,5 +522,4 @@ def encode_rollup(seqno: int, batches: Sequence[BatchMeta]) -> bytes:
 
 def decode_rollup(data: bytes, *, where: str) -> tuple[int, tuple[BatchMeta, ...]]:
     d = _decode_doc(data, RollupDoc, what="rollup", where=where)
-    assert isinstance(d, RollupDoc)
     return d.seqno, d.batches
