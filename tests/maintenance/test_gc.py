@@ -8,6 +8,7 @@ import time
 import pyarrow as pa
 import pytest
 from gc_helpers import SCHEMA, append_days, compact_like, contents, keys, rows
+from support import tick
 
 from shardsink import Shard
 from shardsink.cli import main
@@ -31,13 +32,6 @@ def _versions(shard: Shard) -> list[int]:
     return sorted(list_state(shard.machine).versions)
 
 
-def _tick() -> float:
-    """A cutoff strictly between objects written before and after it (S3 times are whole seconds)."""
-    time.sleep(1.1)
-    t = time.time()
-    time.sleep(1.1)
-    return t
-
 
 def test_gc_deletes_exactly_what_nothing_can_need(shard_url: str) -> None:
     shard = Shard.create(shard_url, SCHEMA)
@@ -53,7 +47,7 @@ def test_gc_deletes_exactly_what_nothing_can_need(shard_url: str) -> None:
     upper = 280
     future = shard.stage(pa.table({"k": ["f"], "_time": [upper]}), lower=upper, upper=upper + 10, desc_id="future")
     future_manifest = _manifest(shard, "future", upper, upper + 10)
-    cutoff = _tick()
+    cutoff = tick()
     young = shard.stage(rows(2), lower=20, upper=30, desc_id="young-lost")           # can never commit, but young
     young_manifest = _manifest(shard, "young-lost", 20, 30)
     before = contents(shard)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support import tick
 
 from shardsink import Shard
 from shardsink.core.documents import PLANS_PREFIX
@@ -121,13 +122,6 @@ def _readme_gc_keys() -> set[str]:
     return set(re.findall(r'"(\w+)"', m.group(1)))
 
 
-def _tick() -> float:
-    """A cutoff strictly between objects written before and after it (S3 times are whole seconds)."""
-    time.sleep(1.1)
-    t = time.time()
-    time.sleep(1.1)
-    return t
-
 
 def test_gc_deletes_read_plans_past_the_grace_period_and_a_deleted_plan_is_rebuilt(shard_url: str) -> None:
     remap = RemapShard.open_or_create(shard_url, initial_upper=100)
@@ -137,7 +131,7 @@ def test_gc_deletes_read_plans_past_the_grace_period_and_a_deleted_plan_is_rebui
         old[(lo, hi)] = plan.publish(shard_url, got.bindings, lo, hi)
     health.record_failure(shard_url, "StorageError: listing s3://x failed")
     health.write_sidecar(shard_url, shard_url, {"kind": "kafka", "remap": shard_url, "topic": "t"})
-    cutoff = _tick()
+    cutoff = tick()
     got = remap.bind_through(130, lambda _: Proposal({"0": 9}))
     young = plan.publish(shard_url, got.bindings, 120, 130)
     shard = Shard.open(shard_url)
