@@ -417,6 +417,10 @@ def _adjacent_same(table: pa.Table, keys: Sequence[str]) -> Any:
     same: pa.Array | None = None
     for k in keys:
         col = table.column(k)
+        if pa.types.is_dictionary(col.type):
+            # staging's encoded strings (_stage_slice): one dictionary of distinct values,
+            # so equal indices are equal values (and null indices null values)
+            col = _one_array(col).indices
         a, b = col.slice(0, n - 1), col.slice(1, n - 1)
         eq = pc.or_(pc.fill_null(pc.equal(a, b), False), pc.and_(pc.is_null(a), pc.is_null(b)))
         if pa.types.is_floating(col.type):
@@ -465,21 +469,26 @@ def _stage_slice(blob: Blob, piece: pa.Table, keys: Sequence[str], *, prefix: st
                  encoding: PartEncoding) -> tuple[PartMeta, ...]:
     """Consolidate and write one slice of :func:`stage_parts`.
 
-    Fast path (default encoding, no two rows sharing their keys, a schema Parquet keeps
-    without Arrow's schema note, see :func:`_plain_parquet_schema`): string columns are
-    dictionary-encoded once; the sort ranks their dictionaries, the sorted copy gathers
-    integer indices instead of strings, and the writer takes the dictionaries as they are
-    instead of hashing every value again. The file is the same plain Parquet (dictionary
-    pages for those columns, as before) and reads back as the same plain table.
+    Fast path (default encoding, a schema Parquet keeps without Arrow's schema note, see
+    :func:`_plain_parquet_schema`): string columns are dictionary-encoded once; the sort
+    ranks their dictionaries, the sorted copy gathers integer indices instead of strings,
+    duplicates are summed on the encoded table (equal indices are equal strings), and the
+    writer takes the dictionaries as they are instead of hashing every value again. The
+    file is the same plain Parquet (dictionary pages for those columns, as before) and
+    reads back as the same plain table.
     Anything else goes through :func:`consolidate` and :func:`write_parts`.
     """
     if encoding == "default" and piece.num_rows > 1 and _plain_parquet_schema(piece.schema):
         encoded = _strings_encoded(piece)
         fast = _sort_order(encoded, keys) if encoded is not None else None
-        if fast is not None and not fast[1]:  # proven free of duplicates: nothing to sum
+        if encoded is not None and fast is not None:
+            ordered = _take(encoded, fast[0])
+            same = _adjacent_same(ordered, keys) if fast[1] else None  # None: no duplicates to sum
+            if same is not None:
+                ordered = _sum_runs(ordered, same, keys)
             per_row = max(1, piece.nbytes // piece.num_rows)  # part sizes as for the plain table
-            return _write_slices(blob, _take(encoded, fast[0]), prefix=prefix,
-                                 rows_per_part=max(1, target_bytes // per_row), write=_write_encoded)
+            return _write_slices(blob, ordered, prefix=prefix, rows_per_part=max(1, target_bytes // per_row),
+                                 write=_write_encoded)
     return write_parts(blob, consolidate(piece, keys), prefix=prefix, target_bytes=target_bytes, encoding=encoding)
 
 
