@@ -286,10 +286,11 @@ def main() -> int:
         "loadavg_1m_start_end": [load_start[0], os.getloadavg()[0]],
     }
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "delta_appends.json").write_text(json.dumps(doc, indent=2))
+    name = "delta_appends.json" if n == 200 else f"delta_appends@{n}.json"  # both sizes kept for the summary
+    (RESULTS / name).write_text(json.dumps(doc, indent=2))
     print(f"machine load average (1 min) at start/end: {load_start[0]:.1f}/{os.getloadavg()[0]:.1f} "
           f"on {os.cpu_count()} CPUs")
-    print(f"wrote {RESULTS / 'delta_appends.json'} ({doc['wall_s']:.0f}s)")
+    print(f"wrote {RESULTS / name} ({doc['wall_s']:.0f}s)")
     return 0
 
 

@@ -318,6 +318,8 @@ def _key_codes(arr: pa.Array) -> tuple[np.ndarray, int] | None:
         return _with_nulls(codes, 2, arr)
     if t in (pa.string(), pa.large_string(), pa.binary(), pa.large_binary()):
         return _ranked_dictionary(arr, _sorted_rank)
+    if pa.types.is_dictionary(t) and t.value_type in (pa.string(), pa.large_string(), pa.binary(), pa.large_binary()):
+        return _ranked_dictionary(arr, _sorted_rank, arr)  # staging's encoded strings (_stage_slice)
     return None
 
 
@@ -415,6 +417,10 @@ def _adjacent_same(table: pa.Table, keys: Sequence[str]) -> Any:
     same: pa.Array | None = None
     for k in keys:
         col = table.column(k)
+        if pa.types.is_dictionary(col.type):
+            # staging's encoded strings (_stage_slice): one dictionary of distinct values,
+            # so equal indices are equal values (and null indices null values)
+            col = _one_array(col).indices
         a, b = col.slice(0, n - 1), col.slice(1, n - 1)
         eq = pc.or_(pc.fill_null(pc.equal(a, b), False), pc.and_(pc.is_null(a), pc.is_null(b)))
         if pa.types.is_floating(col.type):
@@ -442,21 +448,79 @@ def stage_parts(
     slice per core, and each slice is consolidated, sorted and written as its own parts
     in a thread (Arrow and numpy release the GIL). Every part is still consolidated and
     sorted on its own; a row may appear in two parts of one batch, which every reader
-    sums anyway (as it must for parts of different writers).
+    sums anyway (as it must for parts of different writers). A slice without duplicate
+    keys is sorted and written with its strings dictionary-encoded (:func:`_stage_slice`).
     """
     n = updates.num_rows
     slices = max(1, min(os.cpu_count() or 1, 4)) if n >= PARALLEL_STAGE_ROWS else 1
-    if slices == 1:
-        return write_parts(blob, consolidate(updates, keys), prefix=prefix, target_bytes=target_bytes,
-                           encoding=encoding)
-    step = -(-n // slices)
+    step = -(-n // slices) if n else 1
 
     def one(i: int) -> tuple[PartMeta, ...]:
-        piece = consolidate(updates.slice(i, step), keys)
-        return write_parts(blob, piece, prefix=prefix, target_bytes=target_bytes, encoding=encoding)
+        return _stage_slice(blob, updates.slice(i, step), keys, prefix=prefix, target_bytes=target_bytes,
+                            encoding=encoding)
 
+    if slices == 1:
+        return one(0)
     with ThreadPoolExecutor(max_workers=slices) as pool:
         return tuple(p for parts in pool.map(one, range(0, n, step)) for p in parts)
+
+
+def _stage_slice(blob: Blob, piece: pa.Table, keys: Sequence[str], *, prefix: str, target_bytes: int,
+                 encoding: PartEncoding) -> tuple[PartMeta, ...]:
+    """Consolidate and write one slice of :func:`stage_parts`.
+
+    Fast path (default encoding, a schema Parquet keeps without Arrow's schema note, see
+    :func:`_plain_parquet_schema`): string columns are dictionary-encoded once; the sort
+    ranks their dictionaries, the sorted copy gathers integer indices instead of strings,
+    duplicates are summed on the encoded table (equal indices are equal strings), and the
+    writer takes the dictionaries as they are instead of hashing every value again. The
+    file is the same plain Parquet (dictionary pages for those columns, as before) and
+    reads back as the same plain table.
+    Anything else goes through :func:`consolidate` and :func:`write_parts`.
+    """
+    if encoding == "default" and piece.num_rows > 1 and _plain_parquet_schema(piece.schema):
+        encoded = _strings_encoded(piece)
+        fast = _sort_order(encoded, keys) if encoded is not None else None
+        if encoded is not None and fast is not None:
+            ordered = _take(encoded, fast[0])
+            same = _adjacent_same(ordered, keys) if fast[1] else None  # None: no duplicates to sum
+            if same is not None:
+                ordered = _sum_runs(ordered, same, keys)
+            per_row = max(1, piece.nbytes // piece.num_rows)  # part sizes as for the plain table
+            return _write_slices(blob, ordered, prefix=prefix, rows_per_part=max(1, target_bytes // per_row),
+                                 write=_write_encoded)
+    return write_parts(blob, consolidate(piece, keys), prefix=prefix, target_bytes=target_bytes, encoding=encoding)
+
+
+def _strings_encoded(table: pa.Table) -> pa.Table | None:
+    """``table`` with every string/binary column dictionary-encoded (one chunk each), or None if it has none."""
+    fields, cols, any_string = [], [], False
+    for f, col in zip(table.schema, table.columns, strict=True):
+        if f.type in (pa.string(), pa.binary()):
+            col = _one_array(col).dictionary_encode()
+            f = pa.field(f.name, col.type, f.nullable)
+            any_string = True
+        fields.append(f)
+        cols.append(col)
+    return pa.Table.from_arrays(cols, schema=pa.schema(fields)) if any_string else None
+
+
+def _write_encoded(table: pa.Table, buf: io.BytesIO) -> None:
+    pq.write_table(table, buf, store_schema=False, **_default_options(table))
+
+
+_PLAIN: dict[bytes, bool] = {}
+
+
+def _plain_parquet_schema(schema: pa.Schema) -> bool:
+    """Whether a Parquet file of ``schema`` written without Arrow's stored schema reads back
+    as exactly ``schema`` (e.g. not for large_string or non-UTC time zones). Cached."""
+    key = schema.serialize().to_pybytes()
+    if key not in _PLAIN:
+        buf = io.BytesIO()
+        pq.write_table(schema.empty_table(), buf, store_schema=False)
+        _PLAIN[key] = pq.read_schema(pa.BufferReader(buf.getvalue())).equals(schema)
+    return _PLAIN[key]
 
 
 def write_parts(
@@ -477,16 +541,27 @@ def write_parts(
     if table.num_rows == 0:
         return ()
     per_row = max(1, table.nbytes // max(1, table.num_rows))
-    rows_per_part = max(1, target_bytes // per_row)
-    slices = [table.slice(i, rows_per_part) for i in range(0, table.num_rows, rows_per_part)]
 
-    def one(piece: pa.Table) -> PartMeta:
-        buf = io.BytesIO()
+    def write(piece: pa.Table, buf: io.BytesIO) -> None:
         if encoding == "compact":
             few = [c for c in piece.column_names if pc.count_distinct(piece[c]).as_py() * 4 <= piece.num_rows]
             pq.write_table(piece, buf, compression="zstd", use_dictionary=few)
         else:
             pq.write_table(piece, buf, **_default_options(piece))
+
+    return _write_slices(blob, table, prefix=prefix, rows_per_part=max(1, target_bytes // per_row), write=write)
+
+
+def _write_slices(blob: Blob, table: pa.Table, *, prefix: str, rows_per_part: int,
+                  write: Callable[[pa.Table, io.BytesIO], None]) -> tuple[PartMeta, ...]:
+    """Write ``table`` (consolidated, sorted) as parts of ``rows_per_part`` rows, in parallel."""
+    if table.num_rows == 0:
+        return ()
+    slices = [table.slice(i, rows_per_part) for i in range(0, table.num_rows, rows_per_part)]
+
+    def one(piece: pa.Table) -> PartMeta:
+        buf = io.BytesIO()
+        write(piece, buf)
         data = buf.getvalue()
         key = f"{prefix}/{uuid.uuid4().hex}.parquet"
         blob.put(key, data)
@@ -500,14 +575,15 @@ def write_parts(
 
 
 def _default_options(table: pa.Table) -> dict[str, Any]:
-    """Parquet options of a default part. Statistics only for the first key and ``_time``:
-    a part is sorted by the keys, so only those ranges are selective (readers prune by
-    time; min/max of the other columns would span nearly their whole domain), and
-    computing them is a fifth of the write. No dictionary for ``_time``: event times are
+    """Parquet options of a default part. Statistics only for the first key, ``_time`` and
+    ``_diff``: a part is sorted by the keys, so only those ranges are selective (readers
+    prune by time; min/max of the other columns would span nearly their whole domain),
+    and computing them is a fifth of the write. ``_diff``'s range lets a scan for
+    retractions (``_diff < 0``) skip row groups of insertions unread. No dictionary for ``_time``: event times are
     mostly distinct, and a dictionary the writer builds then abandons costs time and bytes.
     """
     first = table.column_names[0]
-    return {"write_statistics": list(dict.fromkeys([first, TIME])),
+    return {"write_statistics": list(dict.fromkeys([first, TIME, DIFF])),
             "use_dictionary": [c for c in table.column_names if c != TIME]}
 
 

@@ -22,6 +22,11 @@ CorruptionError record if a persisted row sums negative and an InvalidUsageError
 record if a desired ``_count`` sums negative (:func:`shardsink.spark.read.raise_record`;
 leaving the :class:`ShardReads` block raises the error the record names).
 
+``desired`` itself usually costs a shuffle too (a snapshot read consolidates its
+input). For a row-wise view of one input, :func:`linear_correction` skips it: the view
+is applied to the input's raw positive and negative updates and both feed the one
+``groupBy`` (see :mod:`shardsink.spark.view`, which decides when that is exact).
+
 HAZARDS: ``desired`` is evaluated lazily inside the staging job; it must be
 deterministic (re-executed Spark tasks must produce the same rows) and must itself read
 its inputs as of ``upper - 1`` under leases (use the same :class:`ShardReads`). The
@@ -43,6 +48,7 @@ from shardsink.spark.read import raise_record
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
+    from shardsink.outcome import ErrorClass
     from shardsink.spark.read import ShardReads
 
 _D, _P = "__desired", "__persisted"
@@ -83,24 +89,67 @@ def correction_frame(desired: DataFrame, persisted: DataFrame | None, *, schema:
     from pyspark.sql import functions as F
 
     cols = check_desired_schema(desired, schema, where=where)
-    zero = F.lit(0).cast("long")
     mult = F.col(pt.COUNT).cast("long") if pt.COUNT in desired.columns else F.lit(1).cast("long")
-    both = desired.select(*cols, mult.alias(_D), zero.alias(_P))
+    negative: tuple[ErrorClass, str] = ("InvalidUsageError", f"invalid desired DataFrame for {where}: _count sums to ")
+    return _summed(desired.select(*cols, mult.alias(_D)), persisted, cols, upper=upper, where=where,
+                   negative_desired=negative)
+
+
+def linear_correction(positive: DataFrame, negative: DataFrame, persisted: DataFrame | None, *,
+                      schema: pa.Schema, upper: int, where: str, inputs_where: str) -> DataFrame:
+    """:func:`correction_frame` for a row-wise view ``V`` of one input, in ONE aggregation.
+
+    ``positive`` = ``V`` over the input's raw updates with ``_diff > 0`` (each repeated
+    ``_diff`` times), ``negative`` = ``V`` over those with ``_diff < 0`` (each repeated
+    ``-_diff`` times). ``V`` is linear (it maps each row on its own: projections and
+    filters), so ``desired = positive - negative`` as multisets, and
+    ``positive (+1) ∪ negative (-1) ∪ persisted (-_diff)`` summed per row is the
+    correction: the input's own consolidation (a second shuffle) is never needed.
+
+    HAZARD: a negative input multiplicity is detected only where it survives ``V``
+    (a CorruptionError naming ``inputs_where``); a corrupt input row the view filters
+    out, or one cancelled by another input row ``V`` maps to the same output row, goes
+    unnoticed here (a snapshot read of the input still detects it).
+    """
+    from pyspark.sql import functions as F
+
+    cols = check_desired_schema(positive, schema, where=where)
+    signed = positive.select(*cols, F.lit(1).cast("long").alias(_D)).unionByName(
+        negative.select(*cols, F.lit(-1).cast("long").alias(_D)))
+    corrupt: tuple[ErrorClass, str] = ("CorruptionError", f"{inputs_where}: negative multiplicity ")
+    return _summed(signed, persisted, cols, upper=upper, where=where, negative_desired=corrupt)
+
+
+def _summed(desired: DataFrame, persisted: DataFrame | None, cols: list[str], *, upper: int, where: str,
+            negative_desired: tuple[ErrorClass, str]) -> DataFrame:
+    """``desired`` (user columns + signed multiplicity ``_D``) minus ``persisted``: one groupBy."""
+    from pyspark.sql import functions as F
+
+    zero = F.lit(0).cast("long")
+    both = desired.select(*cols, _D, zero.alias(_P))
     if persisted is not None:
         both = both.unionByName(persisted.select(*cols, zero.alias(_D), F.col(pt.DIFF).alias(_P)))
     summed = both.groupBy(*cols).agg(F.sum(_D).alias(_D), F.sum(_P).alias(_P))
     row = F.to_json(F.struct(*cols))
     d, p = F.col(_D), F.col(_P)
+    error_class, message = negative_desired
     diff = (
         F.when(p < 0, raise_record("CorruptionError", F.concat(
             F.lit(f"output shard {where}: negative multiplicity "), p.cast("string"), F.lit(" for row "), row), row))
-        .when(d < 0, raise_record("InvalidUsageError", F.concat(
-            F.lit(f"invalid desired DataFrame for {where}: _count sums to "), d.cast("string"), F.lit(" for row "),
-            row), row))
+        .when(d < 0, raise_record(error_class, F.concat(
+            F.lit(message), d.cast("string"), F.lit(" for row "), row), row))
         .otherwise(d - p)
     )
     out = summed.select(*cols, F.lit(upper - 1).cast("long").alias(pt.TIME), diff.alias(pt.DIFF))
     return out.filter(F.col(pt.DIFF) != 0)
+
+
+def persisted_updates(reads: ShardReads, output_url: str, *, lower: int) -> DataFrame | None:
+    """The output's raw updates as of ``lower - 1`` (leased), or None if no batch covers a time before ``lower``."""
+    shard = Shard.open(output_url)
+    if any(b.lower < lower for b in shard.batches()):
+        return reads.updates(shard.url, lower - 1)
+    return None
 
 
 def compute_correction(reads: ShardReads, desired: DataFrame, output_url: str, *, lower: int,
@@ -116,7 +165,5 @@ def compute_correction(reads: ShardReads, desired: DataFrame, output_url: str, *
     shard = Shard.open(output_url)
     schema = shard.schema
     check_desired_schema(desired, schema, where=shard.url)
-    persisted = None
-    if any(b.lower < lower for b in shard.batches()):
-        persisted = reads.updates(shard.url, lower - 1)
+    persisted = persisted_updates(reads, shard.url, lower=lower)
     return correction_frame(desired, persisted, schema=schema, upper=upper, where=shard.url)

@@ -28,9 +28,16 @@ import pyarrow as pa
 from shardsink.core import parts as pt
 from shardsink.core.shard import AppendResult, Shard
 from shardsink.errors import InvalidUsageError, ShardExistsError
-from shardsink.sinks.correction import check_desired_schema, compute_correction, correction_frame
+from shardsink.sinks.correction import (
+    check_desired_schema,
+    compute_correction,
+    correction_frame,
+    linear_correction,
+    persisted_updates,
+)
 from shardsink.sinks.ingest import Description, NoOp, committed, write_manifest
 from shardsink.sinks.materialize import View, open_output
+from shardsink.spark.linear import linear_view_frames
 from shardsink.spark.read import ShardReads
 from shardsink.spark.stage import stage_dataframe
 
@@ -43,19 +50,35 @@ def desired_frame(reads: ShardReads, v: View, *, as_of: int) -> tuple[DataFrame,
 
     Raises InvalidUsageError if Spark refuses the query at analysis, naming the cause.
     """
-    from pyspark.errors import AnalysisException
-
-    spark = reads.spark
     frames: dict[str, DataFrame] = {}
-    inputs: list[dict[str, Any]] = []
     for name, inp in v.inputs.items():
         if inp.mode == "snapshot":
             frames[name] = reads.snapshot(inp.url, as_of, repeat=True)
-            inputs.append({"name": name, "url": inp.url, "mode": inp.mode, "as_of": as_of})
         else:
             since = Shard.open(inp.url).info().since
             frames[name] = reads.changes(inp.url, since, as_of + 1)
+    return run_view(reads.spark, v, frames), inputs_read(v, as_of=as_of)
+
+
+def inputs_read(v: View, *, as_of: int) -> list[dict[str, Any]]:
+    """What a run of ``v`` as of ``as_of`` reads, JSON-able (recorded in the manifest)."""
+    inputs: list[dict[str, Any]] = []
+    for name, inp in v.inputs.items():
+        if inp.mode == "snapshot":
+            inputs.append({"name": name, "url": inp.url, "mode": inp.mode, "as_of": as_of})
+        else:
+            since = Shard.open(inp.url).info().since
             inputs.append({"name": name, "url": inp.url, "mode": inp.mode, "from": since, "to": as_of + 1})
+    return inputs
+
+
+def run_view(spark: SparkSession, v: View, frames: dict[str, DataFrame]) -> DataFrame:
+    """The view's query over named input frames (lazy), analysed here, on the driver.
+
+    Raises InvalidUsageError if Spark refuses the query at analysis, naming the cause.
+    """
+    from pyspark.errors import AnalysisException
+
     try:
         if v.sql is not None:
             for name, df in frames.items():
@@ -67,7 +90,7 @@ def desired_frame(reads: ShardReads, v: View, *, as_of: int) -> tuple[DataFrame,
     except AnalysisException as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise InvalidUsageError(f"the view query failed in Spark: {first}") from e
-    return desired, inputs
+    return desired
 
 
 def output_schema(desired: DataFrame) -> pa.Schema:
@@ -96,9 +119,24 @@ def _create_output(url: str, schema: pa.Schema, desired: DataFrame, *, upper: in
 def view_correction(reads: ShardReads, v: View, *, output_url: str,
                     desc: Description) -> tuple[DataFrame, pa.Schema, list[dict[str, Any]]]:
     """The correction of ``desc`` (lazy; stage it inside ``reads``' block), the output schema and
-    the inputs read. Shared by the write job and dry runs (:mod:`shardsink.spark.dryrun`)."""
+    the inputs read. Shared by the write job and dry runs (:mod:`shardsink.spark.dryrun`).
+
+    A row-wise view of one input is corrected in one aggregation without consolidating its
+    input (:mod:`shardsink.spark.linear`); every other view through its desired contents.
+    """
     out = open_output(output_url)
-    desired, inputs = desired_frame(reads, v, as_of=desc.upper - 1)
+    as_of = desc.upper - 1
+    linear = linear_view_frames(reads, v, as_of=as_of, run=lambda frames: run_view(reads.spark, v, frames))
+    if linear is not None:
+        positive, negative = linear
+        schema = output_schema(positive) if out is None else out.schema
+        persisted = None if out is None else persisted_updates(reads, out.url, lower=desc.lower)
+        where = output_url if out is None else out.url
+        inputs_where = ", ".join(f"input shard {i.url} as of {as_of}" for i in v.inputs.values())
+        corr = linear_correction(positive, negative, persisted, schema=schema, upper=desc.upper, where=where,
+                                 inputs_where=inputs_where)
+        return corr, schema, inputs_read(v, as_of=as_of)
+    desired, inputs = desired_frame(reads, v, as_of=as_of)
     if out is None:
         schema = output_schema(desired)
         return correction_frame(desired, None, schema=schema, upper=desc.upper, where=output_url), schema, inputs

@@ -1,0 +1,90 @@
+"""Row-wise views: the correction in one aggregation, without consolidating the input.
+
+A view ``V`` of ONE snapshot-mode input is *row-wise* when its analysed plan, from the
+root down to the input, has only projections and filters (``Project``, ``Filter`` and the
+``SubqueryAlias``/``View`` wrappers a temp view adds), with deterministic expressions and
+no subquery. Such a view maps each input row on its own, so it is linear over
+multisets: ``V(A ⊎ B) = V(A) ⊎ V(B)``. The view's contents are then
+``V(positive updates) - V(negative updates)`` (each update repeated ``|_diff|`` times),
+which :func:`shardsink.sinks.correction.linear_correction` sums together with the
+persisted rows in ONE ``groupBy``: the snapshot's own consolidation of the input (a
+second shuffle over every input row) is skipped. The result is exactly the correction
+of :func:`shardsink.sinks.correction.correction_frame` over the consolidated snapshot.
+
+Anything else (aggregates, DISTINCT, joins, windows, LIMIT, unions, generators,
+``rand()``, ``input_file_name()``, a ``_count`` output column, several inputs, an
+``updates``-mode input) takes the general path. The check runs on the driver against
+an empty frame of the input's schema, before any lease or job.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from shardsink.core import parts as pt
+from shardsink.core.shard import Shard
+from shardsink.spark import types as sty
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from pyspark.sql import DataFrame
+
+    from shardsink.sinks.materialize import View
+    from shardsink.spark.read import ShardReads
+
+#: Plan nodes that map each row of their child on its own (when their expressions are
+#: deterministic and hold no subquery).
+_ROW_WISE = frozenset({"Project", "Filter", "SubqueryAlias", "View"})
+
+
+def is_row_wise(result: DataFrame, source: DataFrame) -> bool:
+    """Whether ``result``'s analysed plan is only row-wise nodes on top of ``source``'s plan."""
+    try:
+        target: Any = source._jdf.queryExecution().analyzed()
+        node: Any = result._jdf.queryExecution().analyzed()
+        while not node.equals(target):
+            if node.getClass().getSimpleName() not in _ROW_WISE or node.children().size() != 1:
+                return False
+            if not node.deterministic() or node.subqueries().size() != 0:
+                return False
+            node = node.children().apply(0)
+        return True
+    except Exception:  # no JVM plan to inspect (e.g. Spark Connect): the general path
+        return False
+
+
+def linear_view_frames(reads: ShardReads, v: View, *, as_of: int,
+                       run: Callable[[dict[str, DataFrame]], DataFrame]) -> tuple[DataFrame, DataFrame] | None:
+    """``(V(positive updates), V(negative updates))`` of ``v``'s one input as of ``as_of``
+    (leased by ``reads``), or None if ``v`` is not row-wise (module docstring).
+
+    ``run(frames)`` applies the view to named input frames (the caller's query runner,
+    which turns Spark's analysis errors into InvalidUsageError).
+    """
+    from pyspark.sql import functions as F
+
+    if len(v.inputs) != 1:
+        return None
+    (name, inp), = v.inputs.items()
+    if inp.mode != "snapshot":
+        return None
+    spark = reads.spark
+    schema = Shard.open(inp.url).schema
+    probe = spark.createDataFrame([], sty.spark_schema(schema, time=False, diff=None))
+    if pt.COUNT in (shaped := run({name: probe})).columns or not is_row_wise(shaped, probe):
+        return None
+    raw = reads.updates(inp.url, as_of)
+    cols = [c for c in raw.columns if c != pt.DIFF]
+
+    def repeated(sign: int) -> DataFrame:
+        # Plain comparisons of _diff, which Spark pushes into the Parquet scans: with _diff
+        # statistics in the parts (shardsink.core.parts) row groups without such diffs are
+        # skipped unread (a shard of insertions has no negative diff to scan for).
+        diff = F.col(pt.DIFF)
+        once = raw.filter(diff == sign).select(*cols)
+        many = raw.filter(diff > 1) if sign > 0 else raw.filter(diff < -1)
+        ones = F.array_repeat(F.lit(True), (diff * sign).cast("int"))
+        return once.unionByName(many.withColumn("__n", F.explode(ones)).select(*cols))
+
+    return run({name: repeated(1)}), run({name: repeated(-1)})
