@@ -25,7 +25,7 @@ def _shard_with_leftovers(url: str) -> tuple[Shard, set[str], int]:
     for i in range(4):
         shard.append(pa.table({"k": [f"k{i}"], "_time": [10 * i]}), lower=10 * i, upper=10 * i + 10, desc_id=f"d{i}")
     lost = shard.stage(pa.table({"k": ["x"], "_time": [5]}), lower=0, upper=10, desc_id="lost")
-    shard.blob.put("staging/lost/slot-0.json", b'{"lower": 0, "upper": 10, "desc_id": "lost"}')
+    shard.blob.put("staging/lost/slot-0.json", b'{"format": 1, "lower": 0, "upper": 10, "desc_id": "lost"}')
     keys = {p.key for p in lost.parts}
     part_bytes = sum(o.size for o in shard.blob.list("parts/lost/") if o.key in keys)
     return shard, keys | {"staging/lost/slot-0.json"}, part_bytes
