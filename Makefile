@@ -64,17 +64,22 @@ ui: venv
 	  AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS=True PYTHONWARNINGS=ignore \
 	  $(VENV)/bin/airflow api-server --port $${PORT:-8080} --workers 1
 
-# Two pytest processes side by side: tests/airflow mostly waits (Airflow parses, schedules,
-# starts spark-submit JVMs), the rest mostly computes; together they fit the time budget on
-# two cores. The Airflow half's output follows the other half's.
+# Three pytest processes side by side on two cores: the real-Airflow tests (tests/airflow)
+# mostly wait (Airflow parses and schedules, spark-submit starts JVMs) while the rest mostly
+# computes. The Airflow tests run as two balanced groups: the real-scheduler backfill test
+# (~12 min) with re-processing, and the others. Their logs follow the first process's.
+AIRFLOW_GROUP := tests/airflow/test_backfill_concurrency.py tests/airflow/test_reprocess_dry_run.py
 test: venv java chromium
-	@rm -f .test-airflow.log .test-airflow.rc; \
-	( $(PY) -m pytest -q -p no:cacheprovider tests/airflow >.test-airflow.log 2>&1; \
-	  echo $$? >.test-airflow.rc ) & \
-	$(PY) -m pytest -q -p no:cacheprovider tests --ignore=tests/airflow; rc=$$?; \
-	wait; echo "== tests/airflow (ran alongside the above)"; cat .test-airflow.log; arc=$$(cat .test-airflow.rc); \
-	echo "== make test: tests/airflow exit $$arc, the rest exit $$rc"; \
-	[ "$$rc" -eq 0 ] && [ "$$arc" -eq 0 ]
+	@rm -f .test-*.log .test-*.rc; \
+	( $(PY) -m pytest -q -p no:cacheprovider $(AIRFLOW_GROUP) >.test-airflow-1.log 2>&1; \
+	  echo $$? >.test-airflow-1.rc ) & \
+	( $(PY) -m pytest -q -p no:cacheprovider tests/airflow $(addprefix --ignore=,$(AIRFLOW_GROUP)) \
+	  >.test-airflow-2.log 2>&1; echo $$? >.test-airflow-2.rc ) & \
+	$(PY) -m pytest -q -p no:cacheprovider tests --ignore=tests/airflow; rc=$$?; wait; \
+	for g in 1 2; do echo "== tests/airflow, group $$g (ran alongside the above)"; cat .test-airflow-$$g.log; done; \
+	a1=$$(cat .test-airflow-1.rc); a2=$$(cat .test-airflow-2.rc); \
+	echo "== make test: exit codes: the rest $$rc, tests/airflow group 1 $$a1, group 2 $$a2"; \
+	[ "$$rc" -eq 0 ] && [ "$$a1" -eq 0 ] && [ "$$a2" -eq 0 ]
 
 lint: venv
 	@$(VENV)/bin/ruff check plugins tests bench dags spark_jobs shardsink_dev
