@@ -457,7 +457,7 @@ def _collect_parts(shard: Shard, retained_from: int, listing: Listing, *, cutoff
         sizes.update((o.key, o.size) for o in doomed)
         condemned.append(ft.Condemned(d, lower, frozenset(o.key for o in doomed), manifests=bool(old_manifests)))
 
-    def gone(d: str, keys: frozenset[str] | None, keep: frozenset[str]) -> None:
+    def count_gone(keys: frozenset[str] | None, keep: frozenset[str]) -> None:
         for k in sorted(keys or ()):
             if k in keep:
                 continue
@@ -474,7 +474,7 @@ def _collect_parts(shard: Shard, retained_from: int, listing: Listing, *, cutoff
         if dry:
             for c in chunk:
                 try:
-                    gone(c.desc_id, c.only, _predicted_keep(machine, head, refs, c.desc_id, c.lower))
+                    count_gone(c.only, _predicted_keep(machine, head, refs, c.desc_id, c.lower))
                 except ft.DeleteRefusedError:
                     out.still_possible.append(c.desc_id)
             continue
@@ -488,7 +488,7 @@ def _collect_parts(shard: Shard, retained_from: int, listing: Listing, *, cutoff
             if isinstance(res, ft.DeleteRefusedError):
                 out.still_possible.append(c.desc_id)
                 continue
-            gone(c.desc_id, c.only, res.fate.keys if isinstance(res.fate, ft.Committed) else frozenset())
+            count_gone(c.only, res.fate.keys if isinstance(res.fate, ft.Committed) else frozenset())
         hook("desc")
     return out
 
