@@ -355,8 +355,5 @@ def delete_staged_many(machine: Machine, condemned: Sequence[Condemned]) -> dict
     # Parts before manifests: a crash in between leaves a manifest naming its description
     # (compaction sweeps find their leftovers by them).
     for keys in (doomed_parts, doomed_manifests):
-        if len(keys) == 1:
-            machine.blob.delete(keys[0])  # a plain DELETE: what single cleanups always sent
-        elif keys:
-            machine.blob.delete_many(keys)
+        machine.blob.delete_many(keys)
     return out

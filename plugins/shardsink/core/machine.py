@@ -196,16 +196,18 @@ class Machine:
 
     def batches_at(self, header: st.Header) -> tuple[st.BatchMeta, ...]:
         """The live batches at the version ``header`` belongs to (rollup + later diffs)."""
-        v = header
-        r = v.rollup
+        return self.batches_from(header.rollup, header.seqno)
+
+    def batches_from(self, rollup: int, seqno: int) -> tuple[st.BatchMeta, ...]:
+        """The live batches at version ``seqno``: rollup ``rollup`` (0: the empty list) plus
+        the diffs of versions ``rollup+1 .. seqno``."""
         base: tuple[st.BatchMeta, ...] = ()
-        if r > 0:
-            got = self.rollup(r)
+        if rollup > 0:
+            got = self.rollup(rollup)
             if got is None:
-                raise CorruptionError(f"{self.url}: rollup {r} referenced by version {v.seqno} is missing")
+                raise CorruptionError(f"{self.url}: rollup {rollup} referenced by version {seqno} is missing")
             base = got
-        diffs = self.fetch_many(range(r + 1, v.seqno + 1))
-        return st.apply_diffs(base, diffs)
+        return st.apply_diffs(base, self.fetch_many(range(rollup + 1, seqno + 1)))
 
     def rollup(self, seqno: int) -> tuple[st.BatchMeta, ...] | None:
         """The batch list of rollup ``seqno``, or None if it does not exist.
@@ -451,8 +453,8 @@ class Machine:
         self.blob.delete(rollup_key(seqno))
 
     def delete_versions(self, seqnos: Sequence[int]) -> None:
-        """GC only: delete state versions ``seqnos`` (one multi-object delete per 1,000; a
-        single one is a plain DELETE) and forget any cached copies.
+        """GC only: delete state versions ``seqnos`` (``RetryingBlob.delete_many``: one
+        multi-object delete per 1,000, a plain DELETE for one) and forget any cached copies.
 
         SUBTLE: only versions below an anchored version (:meth:`anchor`), oldest chunk first.
         Within one multi-object delete S3 removes keys in no particular order, so a failure
@@ -460,11 +462,7 @@ class Machine:
         retained chain (``maintenance.history.retained_start``) and ``core.fate``'s search
         stays safe: a version below the chain either answers truthfully or is skipped.
         """
-        keys = [version_key(s) for s in seqnos]
-        if len(keys) == 1:
-            self.blob.delete(keys[0])
-        elif keys:
-            self.blob.delete_many(keys)
+        self.blob.delete_many([version_key(s) for s in seqnos])
         for seqno in seqnos:
             self._versions.pop(seqno, None)
             self._gone.add(seqno)

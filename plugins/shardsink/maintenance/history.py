@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 
 from shardsink.core import state as st
-from shardsink.core.machine import Machine, rollup_key, version_key
+from shardsink.core.machine import Machine, version_key
 from shardsink.errors import CorruptionError
 from shardsink.storage.base import ObjectInfo
 
@@ -96,13 +96,7 @@ def batches_at(machine: Machine, seqno: int, listing: Listing) -> tuple[st.Batch
             f"{machine.url}: no rollup at or below version {seqno} with a complete chain after it "
             f"(version {version_key(r)} is missing and no rollup covers it)"
         )
-    base: tuple[st.BatchMeta, ...] = ()
-    if r > 0:
-        got = machine.rollup(r)
-        if got is None:
-            raise CorruptionError(f"{machine.url}/{rollup_key(r)} vanished while reading")
-        base = got
-    return st.apply_diffs(base, machine.fetch_many(range(r + 1, seqno + 1)))
+    return machine.batches_from(r, seqno)
 
 
 @dataclass(frozen=True)
