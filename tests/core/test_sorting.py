@@ -57,3 +57,32 @@ def test_multi_key_sort_with_ties_beyond_64_bits_matches_arrow() -> None:
         assert got is not None
         want = pc.sort_indices(t, sort_keys=[(k, "ascending", "at_end") for k in cols])
         assert got[0].to_pylist() == want.to_pylist()
+
+
+def test_sorting_only_the_rows_a_wide_prefix_ties_matches_arrow(monkeypatch: Any) -> None:
+    """Few rows tie on the keys that fit one packed sort: only those rows are sorted by the
+    later keys (nested when the later keys tie too), and the order is still Arrow's."""
+    calls = []
+    resolve = pt._resolve_ties
+    monkeypatch.setattr(pt, "_resolve_ties", lambda *a: calls.append(len(a[1])) or resolve(*a))
+    rng = np.random.default_rng(5)
+    for trial in range(40):
+        n = int(rng.integers(1000, 6000))
+        wide = rng.integers(0, 1 << 40, n)
+        dup = rng.integers(0, n, n // 20)  # 5% of rows copy another row's prefix
+        wide[dup] = wide[rng.integers(0, n, len(dup))]
+        mid = rng.integers(0, 1 << 30, n)
+        mid[dup[: len(dup) // 2]] = 7  # and some of those tie on the next keys as well
+        t = pa.table({
+            "a": pa.array(wide, pa.int64()),
+            "b": pa.array(rng.integers(0, 1 << 20, n) * (trial % 2), pa.int64()),  # odd trials: b breaks no tie
+            "c": pa.array(mid, pa.int64()),
+            "s": pa.array(rng.choice(np.array([None, "", "x", "é"], dtype=object), n), pa.string()),
+            "f": pa.array(rng.choice([math.nan, -0.0, 0.0, 1.5], n), pa.float64()),
+            "_time": pa.array(rng.integers(0, 3, n), pa.int64()),
+        })
+        got = pt._sort_order(t, t.column_names)
+        assert got is not None
+        want = pc.sort_indices(t, sort_keys=[(k, "ascending", "at_end") for k in t.column_names])
+        assert got[0].to_pylist() == want.to_pylist()
+    assert len(calls) >= 40 and min(calls) < 1000  # the path ran, on a few hundred rows each

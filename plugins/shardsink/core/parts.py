@@ -232,9 +232,11 @@ def _sum_runs(table: pa.Table, same: Any, keys: Sequence[str]) -> pa.Table:
 # ``pc.sort_indices`` over several keys costs ~0.2 s per million rows (it compares row by
 # row, column by column). Instead each key column is mapped to order-preserving integer
 # codes (nulls last, like ``null_placement="at_end"``), the codes are combined in mixed
-# radix into one uint64 per row, and numpy's vectorised sort orders them. Columns whose
-# codes would overflow 64 bits are folded in after replacing the prefix so far by its
-# dense rank. The row index rides in the low bits, so the sort is stable and the order
+# radix into one uint64 per row, and numpy's vectorised sort orders them. When the next
+# key's codes would overflow 64 bits, the rows are sorted by the prefix so far; the few
+# rows it leaves tied are sorted by the later keys on their own (:func:`_resolve_ties`),
+# and only many ties fold the later keys in after replacing the prefix by its dense rank.
+# The row index rides in the low bits, so the sort is stable and the order
 # is exactly that of ``pc.sort_indices(..., null_placement="at_end")``. Key types without
 # a coding here (decimals, views, ...) and a missing numpy fall back to pc.sort_indices.
 
@@ -332,26 +334,32 @@ def _take(table: pa.Table, order: pa.Array) -> pa.Table:
 
 def _sort_order(table: pa.Table, keys: Sequence[str]) -> tuple[pa.Array, bool] | None:
     """Indices sorting ``table`` ascending by ``keys`` (nulls last), and whether equal keys may
-    be adjacent (False proves there are no duplicates); None if a key type is unsupported.
-
-    One vectorised sort in the common case: when the next key's codes would no longer fit
-    beside the row index, the rows are sorted by the keys so far; if that already tells
-    every row apart (typical of ingested data), later keys cannot change the order and
-    are never looked at. Otherwise the sorted codes are turned into dense ranks (no
-    second sort) and the remaining keys are folded in.
-    """
+    be adjacent (False proves there are no duplicates); None if a key type is unsupported."""
     n = table.num_rows
     if np is None or n >= 1 << 32:
         return None
     if n <= 1:
         return pa.array(np.arange(n, dtype=np.int64)), False
-    idx_bits = (n - 1).bit_length()
+    got = _order_by(None, [_one_array(table.column(k)) for k in keys])
+    return None if got is None else (pa.array(got[0]), got[1])
+
+
+def _order_by(lead: tuple[np.ndarray, int] | None, cols: Sequence[pa.Array]) -> tuple[np.ndarray, bool] | None:
+    """Row order (int64, stable) by ``lead`` codes (if given) then ``cols``; and whether ties remain.
+
+    One vectorised sort of as many leading keys as fit beside the row index. If that
+    leaves ties, and they are few (typical of ingested data: a wide prefix tells almost
+    every row apart), only the tied rows are gathered and sorted by their tie group and
+    the remaining keys (recursively), and put back in their groups' positions: the codes
+    of later keys are never computed for the other rows. Many ties fall back to dense
+    ranks of the prefix, folded with the next keys (no second sort of the prefix).
+    """
+    n = len(cols[0]) if cols else len(lead[0]) if lead is not None else 0
+    idx_bits = max(1, (n - 1).bit_length())
     limit = 1 << (64 - idx_bits)  # codes below this fit beside a row index in a uint64
-    acc: np.ndarray | None = None
-    acc_bound = 1
-    for k in keys:
-        col = table.column(k)
-        got = _key_codes(_one_array(col))
+    acc, acc_bound = lead if lead is not None else (None, 1)
+    for i, col in enumerate(cols):
+        got = _key_codes(col)
         if got is None:
             return None
         codes, bound = got
@@ -364,8 +372,15 @@ def _sort_order(table: pa.Table, keys: Sequence[str]) -> tuple[pa.Array, bool] |
             packed = _packed_sort(acc, idx_bits)
             sorted_codes = packed >> np.uint64(idx_bits)
             ties = sorted_codes[1:] == sorted_codes[:-1]
+            order = _order_of(packed, idx_bits)
             if not ties.any():
-                return _order_of(packed, idx_bits), False  # rows all differ already
+                return order, False  # rows all differ already
+            tied = np.zeros(n, bool)
+            tied[1:] = ties
+            tied[:-1] |= ties
+            pos = np.flatnonzero(tied)
+            if len(pos) * 4 <= n:
+                return _resolve_ties(order, pos, ties, cols[i:])
             acc, acc_bound = _ranks(packed, ties, idx_bits)
             if acc_bound * bound > _U64:
                 codes, bound = _dense(codes)  # both now < 2**32: the product fits
@@ -378,7 +393,31 @@ def _sort_order(table: pa.Table, keys: Sequence[str]) -> tuple[pa.Array, bool] |
     # Equal codes are a superset of equal keys (pc.equal never matches NaN), so no equal
     # adjacent codes proves no adjacent duplicates.
     sorted_codes = packed >> np.uint64(idx_bits)
-    return _order_of(packed, idx_bits), bool(np.any(sorted_codes[1:] == sorted_codes[:-1]))
+    maybe_duplicates = bool(np.any(sorted_codes[1:] == sorted_codes[:-1]))
+    return _order_of(packed, idx_bits), maybe_duplicates
+
+
+def _resolve_ties(order: np.ndarray, pos: np.ndarray, ties: np.ndarray,
+                  rest: Sequence[pa.Array]) -> tuple[np.ndarray, bool] | None:
+    """``order`` (sorted by a prefix of the keys; ``ties[j]``: sorted rows j, j+1 tie on it) with
+    the tied rows at sorted positions ``pos`` reordered by the ``rest`` of the keys.
+
+    Each run of tied rows keeps its positions; within it the rows are sorted by ``rest``,
+    stably: ``order`` lists a run's rows by ascending row index (the packed sort is
+    stable), and so does the gathered sub-table, so full ties keep input order.
+    """
+    starts = np.ones(len(pos), bool)
+    inner = pos > 0
+    starts[inner] = ~ties[pos[inner] - 1]
+    group = np.cumsum(starts, dtype=np.uint64) - np.uint64(1)
+    rows = order[pos]
+    take = pa.array(rows)
+    sub = _order_by((group, int(group[-1]) + 1), [col.take(take) for col in rest])
+    if sub is None:
+        return None
+    order = order.copy()
+    order[pos] = rows[sub[0]]
+    return order, sub[1]
 
 
 def _one_array(col: pa.Array | pa.ChunkedArray) -> pa.Array:
@@ -396,8 +435,10 @@ def _packed_sort(codes: np.ndarray, idx_bits: int) -> np.ndarray:
     return packed
 
 
-def _order_of(packed: np.ndarray, idx_bits: int) -> pa.Array:
-    return pa.array((packed & np.uint64((1 << idx_bits) - 1)).astype(np.int64))
+def _order_of(packed: np.ndarray, idx_bits: int) -> np.ndarray:
+    """The row indices of a packed sort, as int64 (masks ``packed`` in place: the codes are gone)."""
+    np.bitwise_and(packed, np.uint64((1 << idx_bits) - 1), out=packed)
+    return packed.view(np.int64)
 
 
 def _ranks(packed: np.ndarray, ties: np.ndarray, idx_bits: int) -> tuple[np.ndarray, int]:
