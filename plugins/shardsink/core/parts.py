@@ -482,18 +482,20 @@ def stage_parts(
     prefix: str,
     target_bytes: int = TARGET_PART_BYTES,
     encoding: PartEncoding = "default",
+    threads: int | None = None,
 ) -> tuple[PartMeta, ...]:
     """Consolidate and write validated ``updates``; large inputs use every core.
 
     An input of at least :data:`PARALLEL_STAGE_ROWS` rows is cut into one contiguous
-    slice per core, and each slice is consolidated, sorted and written as its own parts
+    slice per core (``threads``: at most that many; 1 where the caller owns one core, as a
+    Spark task does), and each slice is consolidated, sorted and written as its own parts
     in a thread (Arrow and numpy release the GIL). Every part is still consolidated and
     sorted on its own; a row may appear in two parts of one batch, which every reader
     sums anyway (as it must for parts of different writers). A slice without duplicate
     keys is sorted and written with its strings dictionary-encoded (:func:`_stage_slice`).
     """
     n = updates.num_rows
-    slices = max(1, min(os.cpu_count() or 1, 4)) if n >= PARALLEL_STAGE_ROWS else 1
+    slices = max(1, min(os.cpu_count() or 1, 4, threads or 4)) if n >= PARALLEL_STAGE_ROWS else 1
     step = -(-n // slices) if n else 1
 
     def one(i: int) -> tuple[PartMeta, ...]:
