@@ -157,61 +157,6 @@ def consolidate(table: pa.Table, keys: Sequence[str]) -> pa.Table:
     return _sum_runs(table, same, keys)
 
 
-def consolidate_sorted(table: pa.Table, keys: Sequence[str]) -> pa.Table:
-    """:func:`consolidate` for input the caller expects to be sorted by ``keys`` already.
-
-    One pass over adjacent rows checks the order (as :func:`consolidate` sorts: ascending,
-    NaN after numbers, nulls last) and finds the runs of equal keys; runs are summed in
-    place, without reordering. If any adjacent pair is out of order, the input is
-    consolidated from scratch instead, so the result is exactly :func:`consolidate`'s
-    whoever sorted it (e.g. Spark's ``sortWithinPartitions``, whose order can differ
-    from Arrow's only among keys Arrow compares equal).
-    """
-    n = table.num_rows
-    if n <= 1:
-        return consolidate(table, keys)
-    same = _adjacent_order(table, keys)
-    if same is None:
-        return consolidate(table, keys)
-    if not pc.any(same).as_py():
-        return table
-    return _sum_runs(table, _bools(same), keys)
-
-
-def _adjacent_order(table: pa.Table, keys: Sequence[str]) -> Any:
-    """For a table sorted by ``keys``: mask ``m[i]`` = rows i and i+1 agree on every key.
-    None if some row is greater than the next (the table is not sorted)."""
-    n = table.num_rows
-    tied: Any = None  # rows i, i+1 equal on every key so far
-    for k in keys:
-        col = table.column(k)
-        a, b = col.slice(0, n - 1), col.slice(1, n - 1)
-        a_null, b_null = pc.is_null(a), pc.is_null(b)
-        eq = pc.or_(pc.fill_null(pc.equal(a, b), False), pc.and_(a_null, b_null))
-        # a > b in the sort's order: nulls last, then NaN after every number
-        gt = pc.or_(pc.fill_null(pc.greater(a, b), False), pc.and_(a_null, pc.invert(b_null)))
-        if pa.types.is_floating(col.type):
-            a_nan, b_nan = pc.fill_null(pc.is_nan(a), False), pc.fill_null(pc.is_nan(b), False)
-            eq = pc.or_(eq, pc.and_(a_nan, b_nan))
-            gt = pc.or_(gt, pc.and_(a_nan, pc.and_(pc.invert(b_nan), pc.invert(b_null))))
-        bad = gt if tied is None else pc.and_(tied, gt)
-        if pc.any(bad).as_py():
-            return None
-        tied = eq if tied is None else pc.and_(tied, eq)
-        if not pc.any(tied).as_py():
-            break  # no two adjacent rows tie on the keys so far: later keys cannot break the order
-    return tied
-
-
-def _bools(mask: Any) -> Any:
-    """A boolean Arrow (chunked) array as a numpy array (the mask itself without numpy)."""
-    if np is None:  # pragma: no cover
-        return mask
-    if isinstance(mask, pa.ChunkedArray):
-        mask = mask.combine_chunks()
-    return mask.to_numpy(zero_copy_only=False)
-
-
 def _sum_runs(table: pa.Table, same: Any, keys: Sequence[str]) -> pa.Table:
     """Sum ``_diff`` over runs of rows where ``same[i]`` (row i equals row i+1); drop zeros."""
     if np is None:  # pragma: no cover - numpy ships with every supported install
@@ -381,7 +326,7 @@ def _order_by(lead: tuple[np.ndarray, int] | None, cols: Sequence[pa.Array]) -> 
             pos = np.flatnonzero(tied)
             if len(pos) * 4 <= n:
                 return _resolve_ties(order, pos, ties, cols[i:])
-            acc, acc_bound = _ranks(packed, ties, idx_bits)
+            acc, acc_bound = _ranks(order, ties)
             if acc_bound * bound > _U64:
                 codes, bound = _dense(codes)  # both now < 2**32: the product fits
         acc = acc * np.uint64(bound) + codes
@@ -441,11 +386,11 @@ def _order_of(packed: np.ndarray, idx_bits: int) -> np.ndarray:
     return packed.view(np.int64)
 
 
-def _ranks(packed: np.ndarray, ties: np.ndarray, idx_bits: int) -> tuple[np.ndarray, int]:
-    """Dense ranks per row (in input order) from a packed sort and its adjacent-tie mask."""
+def _ranks(order: np.ndarray, ties: np.ndarray) -> tuple[np.ndarray, int]:
+    """Dense ranks per row (in input order) from a sort's row order and its adjacent-tie mask."""
     sorted_ranks = np.concatenate(([0], np.cumsum(~ties, dtype=np.uint64)))
-    ranks = np.empty(len(packed), np.uint64)
-    ranks[packed & np.uint64((1 << idx_bits) - 1)] = sorted_ranks
+    ranks = np.empty(len(order), np.uint64)
+    ranks[order] = sorted_ranks
     return ranks, int(sorted_ranks[-1]) + 1
 
 
