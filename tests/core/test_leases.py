@@ -107,9 +107,13 @@ def test_unreadable_lease_is_corruption(shard: Shard) -> None:
 
 
 def test_keeper_renews_and_releases(shard: Shard) -> None:
-    keeper = ls.LeaseKeeper(ttl_s=0.3)
+    # A TTL a loaded machine cannot outrun (at 0.3 s a slow S3 renewal under a busy suite let the
+    # lease expire); the thread renews every ttl/3 = 0.5 s, and the test waits for a renewal.
+    keeper = ls.LeaseKeeper(ttl_s=1.5)
     lease = keeper.acquire(shard, 15, holder="keeper")
-    time.sleep(0.5)  # the thread renews every 0.1 s
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and keeper.leases()[0].expires_at == lease.expires_at:
+        time.sleep(0.05)
     (renewed,) = keeper.leases()
     assert renewed.lease_id == lease.lease_id and renewed.expires_at > lease.expires_at
     keeper.close()
