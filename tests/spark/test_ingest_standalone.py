@@ -37,7 +37,14 @@ def _env(tmp: Path) -> dict[str, str]:
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[str]:
-    port, ui = free_port(), free_port()
+    # Three distinct ports: free_port releases its socket, so two calls can return the same port
+    # (once /json/ on the master's UI port answered with an HTML page).
+    ports: list[int] = []
+    while len(ports) < 3:
+        candidate = free_port()
+        if candidate not in ports:
+            ports.append(candidate)
+    port, ui, worker_ui = ports
     env = _env(tmp_path)
     cls = "org.apache.spark.deploy"
     procs = [subprocess.Popen([str(BIN / "spark-class"), f"{cls}.master.Master", "--host", "127.0.0.1", "--port",
@@ -45,7 +52,7 @@ def cluster(tmp_path: Path) -> Iterator[str]:
                               stderr=subprocess.DEVNULL, start_new_session=True)]
     master = f"spark://127.0.0.1:{port}"
     procs.append(subprocess.Popen([str(BIN / "spark-class"), f"{cls}.worker.Worker", master, "--host", "127.0.0.1",
-                                   "--cores", "2", "--memory", "1g", "--webui-port", str(free_port())], env=env,
+                                   "--cores", "2", "--memory", "1g", "--webui-port", str(worker_ui)], env=env,
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
     try:
         deadline = time.monotonic() + 120
@@ -54,7 +61,7 @@ def cluster(tmp_path: Path) -> Iterator[str]:
                 state = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{ui}/json/", timeout=2).read())
                 if any(w.get("state") == "ALIVE" for w in state.get("workers", [])):
                     break
-            except OSError:
+            except (OSError, ValueError):  # not up yet, or a page that is not the JSON status yet
                 pass
             assert time.monotonic() < deadline, "the standalone worker did not register"
             time.sleep(0.5)
