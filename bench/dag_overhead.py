@@ -25,6 +25,7 @@ import tempfile
 import time
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import _path  # noqa: F401  (repo root on sys.path: shardsink_dev)
 
@@ -35,14 +36,13 @@ DAY = 86_400_000
 TARGET_STAGE = 1.2
 
 
-def staging_ratio(rows: int, work: Path, reps: int = 3) -> dict[str, object]:
+def staging_frame(rows: int) -> tuple[Any, Any, Any]:
+    """A local[2] SparkSession, the cached staging DataFrame of ``rows`` rows (user string,
+    action string, amount int64, _time) and its shard schema; shared with
+    bench/spark_staging_floor.py so both measure the same rows."""
     import pyarrow as pa
-    from proc_cpu import spark_pid, tree_cpu  # bench/ is on sys.path when run as a script
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
-
-    from shardsink import Shard
-    from shardsink.spark.stage import stage_dataframe
 
     # Python workers must run this interpreter (it has pyarrow), not whatever python3 is on PATH.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -55,7 +55,16 @@ def staging_ratio(rows: int, work: Path, reps: int = 3) -> dict[str, object]:
                   (F.col("id") % 7).cast("string").alias("action"), (F.col("id") * 3).alias("amount"),
                   (F.lit(START) + F.col("id") % DAY).alias("_time"))).cache()
     df.count()
-    schema = pa.schema([("user", pa.string()), ("action", pa.string()), ("amount", pa.int64())])
+    return spark, df, pa.schema([("user", pa.string()), ("action", pa.string()), ("amount", pa.int64())])
+
+
+def staging_ratio(rows: int, work: Path, reps: int = 3) -> dict[str, object]:
+    from proc_cpu import spark_pid, tree_cpu  # bench/ is on sys.path when run as a script
+
+    from shardsink import Shard
+    from shardsink.spark.stage import stage_dataframe
+
+    spark, df, schema = staging_frame(rows)
     runs: dict[str, list[float]] = {"stage": [], "write_parquet": []}
     cpu: dict[str, list[float]] = {"stage": [], "write_parquet": []}
     jvm = spark_pid(spark)

@@ -44,23 +44,13 @@ def main() -> int:
     load_start = os.getloadavg()
 
     import pyarrow as pa
+    from dag_overhead import staging_frame  # the same rows as the staging target's benchmark
     from proc_cpu import spark_pid, tree_cpu
-    from pyspark.sql import SparkSession
-    from pyspark.sql import functions as F
 
     from shardsink import Shard
     from shardsink.spark.stage import ARROW_BATCH_ROWS, stage_dataframe
 
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false").getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
-    df = (spark.range(args.rows, numPartitions=max(4, args.rows // 500_000))
-          .select(F.concat(F.lit("user-"), (F.col("id") % 100000).cast("string")).alias("user"),
-                  (F.col("id") % 7).cast("string").alias("action"), (F.col("id") * 3).alias("amount"),
-                  (F.lit(START) + F.col("id") % DAY).alias("_time"))).cache()
-    df.count()
-    schema = pa.schema([("user", pa.string()), ("action", pa.string()), ("amount", pa.int64())])
+    spark, df, schema = staging_frame(args.rows)
     work = Path(tempfile.mkdtemp(prefix="shardsink-bench-floor-"))
     jvm = spark_pid(spark)
 
