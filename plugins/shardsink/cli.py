@@ -152,7 +152,7 @@ def inspect_json(shard: Shard) -> dict[str, Any]:
 
 def _commit_json(c: Any) -> dict[str, Any]:
     return {"at": c.at, "kind": c.kind, "desc_id": c.desc_id, "lower": c.lower, "upper": c.upper,
-            "rows": c.rows, "writer": c.writer}
+            "rows": c.rows, "writer": c.writer, **({"props": dict(c.props)} if c.props else {})}
 
 
 def _compact(shard: Shard, args: argparse.Namespace) -> int:

@@ -161,6 +161,17 @@ def test_version_codec_round_trips_every_field() -> None:
         assert back.header.schema.equals(v.header.schema)
 
 
+def test_append_props_reach_the_commit_info_and_versions_without_them_still_decode() -> None:
+    props = (("view.basis", "full"), ("view.fingerprint", "f00"))
+    c = st.AppendCommand("d1", 0, 10, (), "w1", "2024-01-01T00:00:00.000+00:00", "n", props)
+    v1 = commit(v0().header, c)
+    assert v1.commit.props == props
+    assert st.decode_version(st.encode_version(v1), where="mem").commit.props == props
+    plain = st.encode_version(commit(v0().header, cmd("d2", 0, 10)))
+    assert b"props" not in plain  # empty props are left out: older readers see the bytes they always did
+    assert st.decode_version(plain, where="mem").commit.props == ()
+
+
 def test_codec_round_trips_schema_metadata_and_types() -> None:
     schema = pa.schema(
         [pa.field("ts", pa.timestamp("ms", tz="UTC")), pa.field("x", pa.decimal128(10, 2), nullable=False)],

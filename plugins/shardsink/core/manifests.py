@@ -48,6 +48,8 @@ class ManifestDoc(msgspec.Struct, frozen=True, kw_only=True):
     inputs: tuple[dict[str, Any], ...] = ()
     writer: str = ""
     written_at: str = ""
+    #: What the append records in the commit info (:class:`shardsink.core.state.CommitInfo`).
+    props: dict[str, str] = msgspec.field(default_factory=dict)
 
 
 class CompactionInput(msgspec.Struct, frozen=True, kw_only=True):

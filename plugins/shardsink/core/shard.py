@@ -10,7 +10,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Literal
@@ -183,13 +183,15 @@ class Shard:
         return StagedBatch(desc_id, lower, upper, written)
 
     def compare_and_append(self, staged: Sequence[StagedBatch], *, expected_upper: int,
-                           new_upper: int | None, desc_id: str, writer: str | None = None) -> AppendResult:
+                           new_upper: int | None, desc_id: str, writer: str | None = None,
+                           props: Mapping[str, str] | None = None) -> AppendResult:
         """Commit ``staged`` as the batch ``[expected_upper, new_upper)`` (DESIGN.md's commit).
 
-        Returns ``committed`` or ``already_committed`` (an earlier attempt with this
-        ``desc_id`` landed). Raises UpperMismatchError (nothing committed; staged parts
-        are left for the caller to :meth:`discard`), ShardClosedError, or
-        UnknownOutcomeError (re-read before deciding).
+        ``props`` (string keys and values) are recorded in the version's commit info
+        (:class:`shardsink.core.state.CommitInfo`). Returns ``committed`` or
+        ``already_committed`` (an earlier attempt with this ``desc_id`` landed). Raises
+        UpperMismatchError (nothing committed; staged parts are left for the caller to
+        :meth:`discard`), ShardClosedError, or UnknownOutcomeError (re-read before deciding).
         """
         _check_desc_id(desc_id)
         _check_bounds(expected_upper, new_upper)
@@ -202,13 +204,15 @@ class Shard:
         # A handle that just committed or read the head starts from it (2 requests uncontended);
         # a stale start costs a failed create, never a wrong commit (Machine.commit).
         return self._commit(staged, expected_upper=expected_upper, new_upper=new_upper, desc_id=desc_id,
-                            writer=writer, start=self.machine.known_head())
+                            writer=writer, start=self.machine.known_head(), props=props)
 
     def _commit(self, staged: Sequence[StagedBatch], *, expected_upper: int, new_upper: int | None,
-                desc_id: str, writer: str | None, start: Head | None = None) -> AppendResult:
+                desc_id: str, writer: str | None, start: Head | None = None,
+                props: Mapping[str, str] | None = None) -> AppendResult:
         all_parts = tuple(p for s in staged for p in s.parts)
+        pairs = tuple(sorted((str(k), str(v)) for k, v in (props or {}).items()))
         cmd = st.AppendCommand(desc_id, expected_upper, new_upper, all_parts, writer or default_writer(),
-                               _now(), uuid.uuid4().hex)
+                               _now(), uuid.uuid4().hex, pairs)
         out = self.machine.commit(lambda header: st.compare_and_append(header, cmd), start=start)
         rows = sum(p.rows for p in all_parts)
         if isinstance(out, st.Version):

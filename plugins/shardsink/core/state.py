@@ -89,13 +89,16 @@ class Stats(msgspec.Struct, frozen=True):
     bytes: int = 0
 
 
-class CommitInfo(msgspec.Struct, frozen=True):
+class CommitInfo(msgspec.Struct, frozen=True, omit_defaults=True):
     """Who committed what, when: the entry ``shardsink log`` shows.
 
     ``lower``/``upper`` are the batch bounds for append/close/compact, the old and new
     ``since`` for a since advance, the old and new retention (ms) for a retention change.
     ``kind`` is a :data:`CommitKind`; it is typed ``str`` so that a reader tolerates kinds
-    a newer writer adds.
+    a newer writer adds. ``props``: what the writer says of how it computed an append
+    (sorted ``(key, value)`` pairs, like an Iceberg snapshot summary; e.g. the view sink's
+    definition fingerprint, :mod:`shardsink.spark.delta`). Stored field, added last and
+    left out of the JSON when empty (versions written before it read as ``()``).
     """
 
     kind: str
@@ -106,6 +109,7 @@ class CommitInfo(msgspec.Struct, frozen=True):
     upper: int | None
     rows: int
     nonce: str
+    props: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -159,7 +163,8 @@ class AppendCommand:
     """Append ``parts`` as the batch ``[lower, upper)`` named ``desc_id``.
 
     ``upper=None`` closes the shard. ``nonce`` identifies this one call, so that an
-    unknown outcome can be resolved by recognising our own version.
+    unknown outcome can be resolved by recognising our own version. ``props`` go to the
+    version's :class:`CommitInfo` unchanged.
     """
 
     desc_id: str
@@ -169,6 +174,7 @@ class AppendCommand:
     writer: str
     at: str
     nonce: str
+    props: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -292,7 +298,7 @@ def compare_and_append(header: Header, cmd: AppendCommand) -> Version | Refusal:
         stats=stats,
     )
     kind: CommitKind = "close" if cmd.upper is None else "append"
-    info = CommitInfo(kind, cmd.at, cmd.writer, cmd.desc_id, cmd.lower, cmd.upper, rows, cmd.nonce)
+    info = CommitInfo(kind, cmd.at, cmd.writer, cmd.desc_id, cmd.lower, cmd.upper, rows, cmd.nonce, cmd.props)
     return Version(new, added, (), info)
 
 

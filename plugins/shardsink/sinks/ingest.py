@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import re
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
@@ -258,14 +258,20 @@ def manifest_key(desc_id: str, slot: int) -> str:
 
 def write_manifest(
     shard: Shard, desc: Description, *, slot: int, slots: int, parts: Sequence[PartMeta],
-    inputs: Sequence[dict[str, Any]] = (),
+    inputs: Sequence[dict[str, Any]] = (), props: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Publish what slot ``slot`` staged (a plain put: a retried write attempt replaces it);
-    returns the manifest as plain values."""
+    returns the manifest as plain values.
+
+    ``props`` are recorded in the commit info if every slot of ``desc`` publishes the same
+    ones (:func:`append_from_manifests`). SUBTLE: they travel in the same document as the
+    parts, so a commit never pairs one attempt's parts with another attempt's props.
+    """
     doc = ManifestDoc(
         format=MANIFEST_FORMAT, desc_id=desc.desc_id, lower=desc.lower, upper=desc.upper, attempt=desc.attempt,
         slot=slot, slots=slots, rows=sum(p.rows for p in parts), parts=tuple(parts), inputs=tuple(inputs),
         writer=default_writer(), written_at=datetime.now().astimezone().isoformat(timespec="milliseconds"),
+        props=dict(props or {}),
     )
     shard.blob.put(manifest_key(desc.desc_id, slot), manifests.encode(doc))
     out: dict[str, Any] = msgspec.to_builtins(doc)
@@ -278,8 +284,13 @@ def read_manifests(shard: Shard, desc: Description, slots: int) -> list[StagedBa
     Raises CorruptionError naming every missing or inconsistent manifest, or a listed
     part that is not in the store.
     """
+    return [StagedBatch(desc.desc_id, desc.lower, desc.upper, doc.parts) for doc in _manifests(shard, desc, slots)]
+
+
+def _manifests(shard: Shard, desc: Description, slots: int) -> list[ManifestDoc]:
+    """:func:`read_manifests`, as the verified documents."""
     problems: list[str] = []
-    staged: list[StagedBatch] = []
+    staged: list[ManifestDoc] = []
     present = {o.key for o in shard.blob.list(f"parts/{desc.desc_id}/")}
     for slot in range(slots):
         key = manifest_key(desc.desc_id, slot)
@@ -301,7 +312,7 @@ def read_manifests(shard: Shard, desc: Description, slots: int) -> list[StagedBa
         if foreign or gone:
             problems.append(f"slot {slot}: parts outside the description {foreign[:3]} or missing {gone[:3]}")
             continue
-        staged.append(StagedBatch(desc.desc_id, desc.lower, desc.upper, doc.parts))
+        staged.append(doc)
     if problems:
         raise CorruptionError(
             f"cannot append description {desc.desc_id} [{desc.lower}, {desc.upper}) to {shard.url}: "
@@ -346,7 +357,7 @@ def append_from_manifests(shard: Shard, desc: Description, slots: int, *, writer
             expected=desc.lower, current=fate.upper,
         )
     try:
-        staged = read_manifests(shard, desc, slots)
+        docs = _manifests(shard, desc, slots)
     except CorruptionError:
         # SUBTLE: a twin may have settled the description (committed it, or seen it lose to a
         # rival) and deleted the manifests under our feet. Judge by a fresh fate read.
@@ -356,10 +367,14 @@ def append_from_manifests(shard: Shard, desc: Description, slots: int, *, writer
         if isinstance(again, CannotCommit):
             return _settle_loss(shard, desc)
         raise
+    staged = [StagedBatch(desc.desc_id, desc.lower, desc.upper, doc.parts) for doc in docs]
+    # Slots that disagree on their props (none do today) record none: props are claims
+    # about the whole batch, and readers treat a missing one as "unknown".
+    props = docs[0].props if all(doc.props == docs[0].props for doc in docs) else {}
     hooks.fire("append.before_commit", shard_url=shard.url, desc_id=desc.desc_id, attempt=desc.attempt)
     try:
         result = shard.compare_and_append(staged, expected_upper=desc.lower, new_upper=desc.upper,
-                                          desc_id=desc.desc_id, writer=writer)
+                                          desc_id=desc.desc_id, writer=writer, props=props)
     except UpperMismatchError:
         return _settle_loss(shard, desc)
     hooks.fire("append.committed", shard_url=shard.url, desc_id=desc.desc_id, attempt=desc.attempt,
