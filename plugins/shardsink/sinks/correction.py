@@ -120,9 +120,30 @@ def linear_correction(positive: DataFrame, negative: DataFrame, persisted: DataF
     return _summed(signed, persisted, cols, upper=upper, where=where, negative_desired=corrupt)
 
 
+def incremental_correction(positive: DataFrame, negative: DataFrame, *, schema: pa.Schema, upper: int,
+                           where: str) -> DataFrame:
+    """The correction of a row-wise view from its input's changes alone (one aggregation).
+
+    ``positive``/``negative`` = ``V`` over the input's updates in ``[lower, upper)`` with
+    ``_diff > 0`` / ``< 0`` (each repeated ``|_diff|`` times). Exact only when the output
+    as of ``lower - 1`` equals ``V`` of the input as of ``lower - 1``
+    (:mod:`shardsink.spark.incremental` decides that). A negative sum is a retraction
+    here, not an error.
+    """
+    from pyspark.sql import functions as F
+
+    cols = check_desired_schema(positive, schema, where=where)
+    signed = positive.select(*cols, F.lit(1).cast("long").alias(_D)).unionByName(
+        negative.select(*cols, F.lit(-1).cast("long").alias(_D)))
+    return _summed(signed, None, cols, upper=upper, where=where, negative_desired=None)
+
+
 def _summed(desired: DataFrame, persisted: DataFrame | None, cols: list[str], *, upper: int, where: str,
-            negative_desired: tuple[ErrorClass, str]) -> DataFrame:
-    """``desired`` (user columns + signed multiplicity ``_D``) minus ``persisted``: one groupBy."""
+            negative_desired: tuple[ErrorClass, str] | None) -> DataFrame:
+    """``desired`` (user columns + signed multiplicity ``_D``) minus ``persisted``: one groupBy.
+
+    ``negative_desired``: the error record for a negative ``_D`` sum, or None if one is a
+    legitimate retraction (an incremental correction)."""
     from pyspark.sql import functions as F
 
     zero = F.lit(0).cast("long")
@@ -132,14 +153,13 @@ def _summed(desired: DataFrame, persisted: DataFrame | None, cols: list[str], *,
     summed = both.groupBy(*cols).agg(F.sum(_D).alias(_D), F.sum(_P).alias(_P))
     row = F.to_json(F.struct(*cols))
     d, p = F.col(_D), F.col(_P)
-    error_class, message = negative_desired
-    diff = (
-        F.when(p < 0, raise_record("CorruptionError", F.concat(
-            F.lit(f"output shard {where}: negative multiplicity "), p.cast("string"), F.lit(" for row "), row), row))
-        .when(d < 0, raise_record(error_class, F.concat(
+    checked = F.when(p < 0, raise_record("CorruptionError", F.concat(
+        F.lit(f"output shard {where}: negative multiplicity "), p.cast("string"), F.lit(" for row "), row), row))
+    if negative_desired is not None:
+        error_class, message = negative_desired
+        checked = checked.when(d < 0, raise_record(error_class, F.concat(
             F.lit(message), d.cast("string"), F.lit(" for row "), row), row))
-        .otherwise(d - p)
-    )
+    diff = checked.otherwise(d - p)
     out = summed.select(*cols, F.lit(upper - 1).cast("long").alias(pt.TIME), diff.alias(pt.DIFF))
     return out.filter(F.col(pt.DIFF) != 0)
 

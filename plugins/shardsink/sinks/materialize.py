@@ -17,8 +17,10 @@ or an input whose ``since`` is past ``upper - 1`` (compacted away), is a clear
 InvalidUsageError / ReadFrontierError; the output shard is left unchanged.
 
 write: ``correction = desired(upper - 1) - persisted(lower - 1)``, stamped at
-``upper - 1`` (:mod:`shardsink.sinks.correction`). An unchanged view stages nothing
-(zero parts) and its append only advances the upper.
+``upper - 1`` (:mod:`shardsink.sinks.correction`); for a row-wise view whose output was
+written by the same definition, equivalently ``V(input changes in [lower, upper))``
+(:mod:`shardsink.spark.incremental`). An unchanged view stages nothing (zero parts) and
+its append only advances the upper.
 
 **Output schema: fixed at creation, from the query.** The output shard is created by
 the first successful write job from the query's analysed schema (every column
@@ -56,6 +58,9 @@ ViewKind = Literal["sql", "python"]
 #: A Python view: ``fn(spark, inputs) -> DataFrame``; ``inputs`` maps names to DataFrames.
 ViewFunction = Callable[["SparkSession", Mapping[str, "DataFrame"]], "DataFrame"]
 
+#: Default :attr:`View.full_every`: a full comparison at least every 64 runs.
+DEFAULT_FULL_EVERY = 64
+
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 
 
@@ -87,11 +92,17 @@ class View:
     Exactly one of ``sql`` (Spark SQL; each input is a temporary view named by its key)
     or ``function`` (``"module:callable"``, a :data:`ViewFunction` importable on the
     Spark driver) is set. The query must be deterministic: Spark may re-run tasks.
+
+    ``full_every``: a row-wise view is corrected from its input's changes alone while the
+    output's newest batches come from the same definition (:mod:`shardsink.spark.incremental`);
+    at most ``full_every - 1`` such runs in a row, then one compares the whole view with
+    the whole output again. 1: compare in full on every run.
     """
 
     inputs: Mapping[str, ViewInput]
     sql: str | None = None
     function: str | None = None
+    full_every: int = DEFAULT_FULL_EVERY
     kind: ViewKind = field(init=False)
 
     def __post_init__(self) -> None:
@@ -104,6 +115,8 @@ class View:
             raise InvalidUsageError(f"view input names {bad} are invalid; expected SQL identifiers ([A-Za-z_]\\w*)")
         if self.function is not None and ":" not in self.function:
             raise InvalidUsageError(f"view function {self.function!r} is invalid; expected 'module:callable'")
+        if isinstance(self.full_every, bool) or not isinstance(self.full_every, int) or self.full_every < 1:
+            raise InvalidUsageError(f"full_every={self.full_every!r} is invalid; expected an integer >= 1")
         object.__setattr__(self, "inputs", dict(sorted(self.inputs.items())))
         object.__setattr__(self, "kind", "sql" if self.sql is not None else "python")
 
@@ -112,13 +125,15 @@ class View:
             "kind": self.kind,
             "inputs": {n: {"url": i.url, "mode": i.mode} for n, i in self.inputs.items()},
             **({"sql": self.sql} if self.sql is not None else {"function": self.function}),
+            **({"full_every": self.full_every} if self.full_every != DEFAULT_FULL_EVERY else {}),
         }
 
     @classmethod
     def from_spec(cls, spec: Mapping[str, Any]) -> View:
         try:
             inputs = {str(n): ViewInput(str(i["url"]), i.get("mode", "snapshot")) for n, i in spec["inputs"].items()}
-            return cls(inputs, sql=spec.get("sql"), function=spec.get("function"))
+            return cls(inputs, sql=spec.get("sql"), function=spec.get("function"),
+                       full_every=spec.get("full_every", DEFAULT_FULL_EVERY))
         except (KeyError, TypeError, AttributeError) as e:
             raise InvalidUsageError(f"view spec {dict(spec)!r} is malformed: {e}") from e
 
@@ -139,12 +154,12 @@ class View:
 
 
 def view(*, inputs: Mapping[str, str | ViewInput], sql: str | None = None,
-         function: str | ViewFunction | None = None) -> View:
+         function: str | ViewFunction | None = None, full_every: int = DEFAULT_FULL_EVERY) -> View:
     """Build a :class:`View`; inputs may be plain URLs (snapshot mode), a function a callable."""
     ins = {n: i if isinstance(i, ViewInput) else ViewInput(i) for n, i in inputs.items()}
     if function is not None and not isinstance(function, str):
         function = f"{function.__module__}:{function.__qualname__}"
-    return View(ins, sql=sql, function=function)
+    return View(ins, sql=sql, function=function, full_every=full_every)
 
 
 @dataclass(frozen=True)

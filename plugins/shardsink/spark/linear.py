@@ -19,16 +19,18 @@ an empty frame of the input's schema, before any lease or job.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from shardsink.core import parts as pt
 from shardsink.core.shard import Shard
 from shardsink.spark import types as sty
+from shardsink.spark.incremental import fingerprint
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, SparkSession
 
     from shardsink.sinks.materialize import View
     from shardsink.spark.read import ShardReads
@@ -54,28 +56,38 @@ def is_row_wise(result: DataFrame, source: DataFrame) -> bool:
         return False
 
 
-def linear_view_frames(reads: ShardReads, v: View, *, as_of: int,
-                       run: Callable[[dict[str, DataFrame]], DataFrame]) -> tuple[DataFrame, DataFrame] | None:
-    """``(V(positive updates), V(negative updates))`` of ``v``'s one input as of ``as_of``
-    (leased by ``reads``), or None if ``v`` is not row-wise (module docstring).
+@dataclass(frozen=True, kw_only=True)
+class RowWiseView:
+    """A row-wise view's one input, and its definition fingerprint (None: not fingerprintable,
+    see :func:`shardsink.spark.incremental.fingerprint`)."""
 
-    ``run(frames)`` applies the view to named input frames (the caller's query runner,
-    which turns Spark's analysis errors into InvalidUsageError).
-    """
-    from pyspark.sql import functions as F
+    name: str
+    url: str
+    fingerprint: str | None
 
+
+def row_wise_view(spark: SparkSession, v: View, *,
+                  run: Callable[[dict[str, DataFrame]], DataFrame]) -> RowWiseView | None:
+    """``v``'s input if ``v`` is row-wise, else None (module docstring). Driver only: no lease, no job."""
     if len(v.inputs) != 1:
         return None
     (name, inp), = v.inputs.items()
     if inp.mode != "snapshot":
         return None
-    spark = reads.spark
     schema = Shard.open(inp.url).schema
     probe = spark.createDataFrame([], sty.spark_schema(schema, time=False, diff=None))
     if pt.COUNT in (shaped := run({name: probe})).columns or not is_row_wise(shaped, probe):
         return None
-    raw = reads.updates(inp.url, as_of)
-    cols = [c for c in raw.columns if c != pt.DIFF]
+    return RowWiseView(name=name, url=inp.url, fingerprint=fingerprint(shaped, v, input_schema=str(schema)))
+
+
+def signed_views(rw: RowWiseView, raw: DataFrame, *,
+                 run: Callable[[dict[str, DataFrame]], DataFrame]) -> tuple[DataFrame, DataFrame]:
+    """``(V(updates of raw with _diff > 0), V(those with _diff < 0))``, each update repeated
+    ``|_diff|`` times; ``raw`` = the input's user columns + ``_diff`` (+ ``_time``, ignored)."""
+    from pyspark.sql import functions as F
+
+    cols = [c for c in raw.columns if c not in (pt.DIFF, pt.TIME)]
 
     def repeated(sign: int) -> DataFrame:
         # Plain comparisons of _diff, which Spark pushes into the Parquet scans: with _diff
@@ -87,4 +99,18 @@ def linear_view_frames(reads: ShardReads, v: View, *, as_of: int,
         ones = F.array_repeat(F.lit(True), (diff * sign).cast("int"))
         return once.unionByName(many.withColumn("__n", F.explode(ones)).select(*cols))
 
-    return run({name: repeated(1)}), run({name: repeated(-1)})
+    return run({rw.name: repeated(1)}), run({rw.name: repeated(-1)})
+
+
+def linear_view_frames(reads: ShardReads, v: View, *, as_of: int,
+                       run: Callable[[dict[str, DataFrame]], DataFrame]) -> tuple[DataFrame, DataFrame] | None:
+    """``(V(positive updates), V(negative updates))`` of ``v``'s one input as of ``as_of``
+    (leased by ``reads``), or None if ``v`` is not row-wise (module docstring).
+
+    ``run(frames)`` applies the view to named input frames (the caller's query runner,
+    which turns Spark's analysis errors into InvalidUsageError).
+    """
+    rw = row_wise_view(reads.spark, v, run=run)
+    if rw is None:
+        return None
+    return signed_views(rw, reads.updates(rw.url, as_of), run=run)

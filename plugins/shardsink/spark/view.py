@@ -20,7 +20,9 @@ append step once the description's fate is known (see :mod:`shardsink.sinks.inge
 
 from __future__ import annotations
 
+import functools
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -32,12 +34,15 @@ from shardsink.sinks.correction import (
     check_desired_schema,
     compute_correction,
     correction_frame,
+    incremental_correction,
     linear_correction,
     persisted_updates,
 )
 from shardsink.sinks.ingest import Description, NoOp, committed, write_manifest
 from shardsink.sinks.materialize import View, open_output
-from shardsink.spark.linear import linear_view_frames
+from shardsink.spark import incremental
+from shardsink.spark.incremental import Basis
+from shardsink.spark.linear import row_wise_view, signed_views
 from shardsink.spark.read import ShardReads
 from shardsink.spark.stage import stage_dataframe
 
@@ -116,32 +121,64 @@ def _create_output(url: str, schema: pa.Schema, desired: DataFrame, *, upper: in
         return shard
 
 
+@dataclass(frozen=True, kw_only=True)
+class ViewCorrection:
+    """A run's correction (lazy; stage it inside the ``ShardReads`` block), the output
+    schema, the inputs read (JSON-able) and how it was computed: ``basis`` and the props
+    its commit records (:mod:`shardsink.spark.incremental`)."""
+
+    frame: DataFrame
+    schema: pa.Schema
+    inputs: list[dict[str, Any]]
+    basis: Basis
+    props: dict[str, str]
+
+
 def view_correction(reads: ShardReads, v: View, *, output_url: str,
                     desc: Description) -> tuple[DataFrame, pa.Schema, list[dict[str, Any]]]:
-    """The correction of ``desc`` (lazy; stage it inside ``reads``' block), the output schema and
-    the inputs read. Shared by the write job and dry runs (:mod:`shardsink.spark.dryrun`).
+    """``(frame, schema, inputs)`` of :func:`correct_view`."""
+    c = correct_view(reads, v, output_url=output_url, desc=desc)
+    return c.frame, c.schema, c.inputs
 
-    A row-wise view of one input is corrected in one aggregation without consolidating its
-    input (:mod:`shardsink.spark.linear`); every other view through its desired contents.
+
+def correct_view(reads: ShardReads, v: View, *, output_url: str, desc: Description) -> ViewCorrection:
+    """The correction of ``desc``. Shared by the write job and dry runs (:mod:`shardsink.spark.dryrun`).
+
+    A row-wise view of one input is corrected from its input's changes in ``desc`` when
+    the output's newest batch comes from the same definition
+    (:mod:`shardsink.spark.incremental`), else in one aggregation over its raw input
+    updates and the output (:mod:`shardsink.spark.linear`); every other view through its
+    desired contents.
     """
     out = open_output(output_url)
     as_of = desc.upper - 1
-    linear = linear_view_frames(reads, v, as_of=as_of, run=lambda frames: run_view(reads.spark, v, frames))
-    if linear is not None:
-        positive, negative = linear
+    run = functools.partial(run_view, reads.spark, v)
+    rw = row_wise_view(reads.spark, v, run=run)
+    if rw is not None:
+        how = incremental.plan(reads, v, fp=rw.fingerprint, output=out, input_url=rw.url, lower=desc.lower)
+        inputs_where = ", ".join(f"input shard {i.url} as of {as_of}" for i in v.inputs.values())
+        if how.basis == "incremental":
+            assert out is not None
+            changes = reads.changes(rw.url, desc.lower, desc.upper, consolidate=False)
+            positive, negative = signed_views(rw, changes, run=run)
+            corr = incremental_correction(positive, negative, schema=out.schema, upper=desc.upper, where=out.url)
+            inputs = [{**i, "changes_from": desc.lower} for i in inputs_read(v, as_of=as_of)]
+            return ViewCorrection(frame=corr, schema=out.schema, inputs=inputs, basis=how.basis, props=how.props)
+        positive, negative = signed_views(rw, reads.updates(rw.url, as_of), run=run)
         schema = output_schema(positive) if out is None else out.schema
         persisted = None if out is None else persisted_updates(reads, out.url, lower=desc.lower)
         where = output_url if out is None else out.url
-        inputs_where = ", ".join(f"input shard {i.url} as of {as_of}" for i in v.inputs.values())
         corr = linear_correction(positive, negative, persisted, schema=schema, upper=desc.upper, where=where,
                                  inputs_where=inputs_where)
-        return corr, schema, inputs_read(v, as_of=as_of)
+        return ViewCorrection(frame=corr, schema=schema, inputs=inputs_read(v, as_of=as_of), basis=how.basis,
+                              props=how.props)
     desired, inputs = desired_frame(reads, v, as_of=as_of)
     if out is None:
         schema = output_schema(desired)
-        return correction_frame(desired, None, schema=schema, upper=desc.upper, where=output_url), schema, inputs
+        corr = correction_frame(desired, None, schema=schema, upper=desc.upper, where=output_url)
+        return ViewCorrection(frame=corr, schema=schema, inputs=inputs, basis="full", props={})
     corr = compute_correction(reads, desired, out.url, lower=desc.lower, upper=desc.upper)
-    return corr, out.schema, inputs
+    return ViewCorrection(frame=corr, schema=out.schema, inputs=inputs, basis="full", props={})
 
 
 def write_view(spark: SparkSession, v: View, *, output_url: str, desc: Description,
@@ -159,15 +196,17 @@ def write_view(spark: SparkSession, v: View, *, output_url: str, desc: Descripti
         if done is not None:
             return {"status": "already_committed", "seqno": done.seqno, "slot": 0}
     with ShardReads(spark, holder=holder or f"view-write:{desc.desc_id}") as reads:
-        corr, schema, inputs = view_correction(reads, v, output_url=output_url, desc=desc)
+        c = correct_view(reads, v, output_url=output_url, desc=desc)
         # A correction is a small, sparse set of rows: compact parts (zstd, selective dictionaries).
-        parts = stage_dataframe(corr, shard_url=output_url, schema=schema, lower=desc.lower, upper=desc.upper,
-                                desc_id=desc.desc_id, encoding="compact")
+        parts = stage_dataframe(c.frame, shard_url=output_url, schema=c.schema, lower=desc.lower,
+                                upper=desc.upper, desc_id=desc.desc_id, encoding="compact")
     if out is None:
         # SUBTLE: created only now, after the query ran: a failing query leaves no shard behind.
-        out = _create_output(output_url, schema, corr.drop(pt.TIME, pt.DIFF), upper=desc.lower)
-    doc = write_manifest(out, desc, slot=0, slots=1, parts=parts, inputs=inputs)
-    return {"status": "staged", "slot": 0, "parts": len(parts), "rows": doc["rows"],
+        out = _create_output(output_url, c.schema, c.frame.drop(pt.TIME, pt.DIFF), upper=desc.lower)
+    # SUBTLE: the props (the basis the next run builds on) travel in the manifest with the
+    # parts they describe: a twin attempt's manifest replaces both at once.
+    doc = write_manifest(out, desc, slot=0, slots=1, parts=parts, inputs=c.inputs, props=c.props)
+    return {"status": "staged", "slot": 0, "parts": len(parts), "rows": doc["rows"], "basis": c.basis,
             "bytes": sum(p.bytes for p in parts), "seconds": round(time.monotonic() - t0, 2)}
 
 
