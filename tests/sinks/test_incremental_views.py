@@ -175,3 +175,31 @@ def test_a_view_with_a_udf_is_never_incremental(spark: Any, shard_url: str) -> N
         out = Shard.open(out_url)
         assert _basis(out) is None
         assert _contents(out, r * 10 + 9) == _model(src, r * 10 + 9, 3)
+
+
+def test_a_retried_write_with_another_definition_commits_its_own_fingerprint(spark: Any, shard_url: str) -> None:
+    """Two write attempts of one description (a task retried after its DAG file changed):
+    the commit pairs the last manifest's parts with that manifest's props, so the next
+    run builds on the definition whose rows were committed, never the other one."""
+    from shardsink.sinks.ingest import Description, append_from_manifests
+    from shardsink.sinks.materialize import mint_view
+    from shardsink.spark.view import write_view
+
+    src = Shard.create(f"{shard_url}/events", SCHEMA)
+    out_url = f"{shard_url}/view"
+    first, second = (view(inputs={"events": src.url}, sql=q) for q in (SQL, OTHER_SQL))
+    src.append(_table([("a", 1, 1, 1), ("b", 2, 2, 1), ("c", 3, 3, 1)]), lower=0, upper=10)
+    refresh_view(spark, first, output_url=out_url)
+    src.append(_table([("d", 5, 11, 1), ("e", 4, 12, 1)]), lower=10, upper=20)
+    desc = mint_view(first, output_url=out_url, initial_upper=0, interval_end=None, max_span=None,
+                     dag_id="t", run_id="twin", attempt=1)
+    assert isinstance(desc, Description)
+    assert write_view(spark, first, output_url=out_url, desc=desc)["basis"] == "incremental"
+    assert write_view(spark, second, output_url=out_url, desc=desc)["basis"] == "full"  # replaces the manifest
+    append_from_manifests(Shard.open(out_url), desc, 1)
+    out = Shard.open(out_url)
+    assert _basis(out) == "full" and _contents(out, 19) == _model(src, 19, 2)
+
+    src.append(_table([("f", 7, 21, 1), ("b", 2, 22, -1)]), lower=20, upper=30)
+    refresh_view(spark, first, output_url=out_url, run_id="back-to-first")
+    assert _basis(out) == "full" and _contents(out, 29) == _model(src, 29, 3)
