@@ -19,7 +19,7 @@ from shardsink.sinks.ingest import Description
 from shardsink.sinks.materialize import mint_view, view
 from shardsink.spark.linear import is_row_wise, linear_view_frames
 from shardsink.spark.read import ShardReads
-from shardsink.spark.view import desired_frame, refresh_view, run_view, view_correction
+from shardsink.spark.view import correct_view, desired_frame, refresh_view, run_view
 
 SCHEMA = pa.schema([("k", pa.string()), ("n", pa.int64()), ("x", pa.float64())])
 SQL = "SELECT k, n * 2 AS n2, x FROM events WHERE n <> 0"
@@ -89,7 +89,7 @@ def test_row_wise_view_equals_the_general_path_and_a_from_scratch_computation(sp
     with ShardReads(spark) as reads:
         linear = linear_view_frames(reads, v, as_of=19, run=lambda frames: run_view(spark, v, frames))
         assert linear is not None
-        fast, _, _ = view_correction(reads, v, output_url=out_url, desc=desc)
+        fast = correct_view(reads, v, output_url=out_url, desc=desc).frame
         desired, _ = desired_frame(reads, v, as_of=19)
         general = compute_correction(reads, desired, out_url, lower=15, upper=20)
         fast_rows, general_rows = fast.toArrow().to_pylist(), general.toArrow().to_pylist()

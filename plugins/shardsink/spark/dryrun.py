@@ -111,13 +111,14 @@ def dry_run_view(spark: SparkSession, v: View, *, output_url: str, desc: Descrip
                  sample: int = 5) -> dict[str, Any]:
     """What a view run would write (its correction); creates and writes nothing."""
     from shardsink.spark.read import ShardReads
-    from shardsink.spark.view import view_correction
+    from shardsink.spark.view import correct_view
 
     with ShardReads(spark, holder=f"dry-run:{desc.desc_id}") as reads:
-        corr, schema, _ = view_correction(reads, v, output_url=output_url, desc=desc)
-        parts = stage_dataframe(corr, shard_url=output_url, schema=schema, lower=desc.lower, upper=desc.upper,
+        c = correct_view(reads, v, output_url=output_url, desc=desc)
+        parts = stage_dataframe(c.frame, shard_url=output_url, schema=c.schema, lower=desc.lower, upper=desc.upper,
                                 desc_id=desc.desc_id, encoding="compact", dry_run=True)
-        return summary(desc, parts, what="view correction", sample=sample_rows(corr, sample), signs=_signs(corr))
+        return summary(desc, parts, what="view correction", sample=sample_rows(c.frame, sample),
+                       signs=_signs(c.frame))
 
 
 def totals(lines: Sequence[dict[str, Any]]) -> dict[str, Any]:

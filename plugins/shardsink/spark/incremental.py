@@ -33,7 +33,7 @@ schema (expression ids removed), that schema, the input's URL and mode, the Spar
 the session time zone and ANSI mode: a change to any of them forces a full comparison.
 
 HAZARDS: an input shard deleted and re-created at the same URL is not noticed (run the
-view once with ``full_every=1``; docs/runbooks). An incremental run cannot tell a corrupt
+view once with ``full_every=1``; README, views). An incremental run cannot tell a corrupt
 input retraction (a negative multiplicity) from a legitimate one; the next full
 comparison reports it as a negative multiplicity of the output.
 """

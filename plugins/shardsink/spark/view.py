@@ -134,13 +134,6 @@ class ViewCorrection:
     props: dict[str, str]
 
 
-def view_correction(reads: ShardReads, v: View, *, output_url: str,
-                    desc: Description) -> tuple[DataFrame, pa.Schema, list[dict[str, Any]]]:
-    """``(frame, schema, inputs)`` of :func:`correct_view`."""
-    c = correct_view(reads, v, output_url=output_url, desc=desc)
-    return c.frame, c.schema, c.inputs
-
-
 def correct_view(reads: ShardReads, v: View, *, output_url: str, desc: Description) -> ViewCorrection:
     """The correction of ``desc``. Shared by the write job and dry runs (:mod:`shardsink.spark.dryrun`).
 
@@ -156,7 +149,6 @@ def correct_view(reads: ShardReads, v: View, *, output_url: str, desc: Descripti
     rw = row_wise_view(reads.spark, v, run=run)
     if rw is not None:
         how = incremental.plan(reads, v, fp=rw.fingerprint, output=out, input_url=rw.url, lower=desc.lower)
-        inputs_where = ", ".join(f"input shard {i.url} as of {as_of}" for i in v.inputs.values())
         if how.basis == "incremental":
             assert out is not None
             changes = reads.changes(rw.url, desc.lower, desc.upper, consolidate=False)
@@ -168,6 +160,7 @@ def correct_view(reads: ShardReads, v: View, *, output_url: str, desc: Descripti
         schema = output_schema(positive) if out is None else out.schema
         persisted = None if out is None else persisted_updates(reads, out.url, lower=desc.lower)
         where = output_url if out is None else out.url
+        inputs_where = ", ".join(f"input shard {i.url} as of {as_of}" for i in v.inputs.values())
         corr = linear_correction(positive, negative, persisted, schema=schema, upper=desc.upper, where=where,
                                  inputs_where=inputs_where)
         return ViewCorrection(frame=corr, schema=schema, inputs=inputs_read(v, as_of=as_of), basis=how.basis,
