@@ -97,7 +97,7 @@ class CommitInfo(msgspec.Struct, frozen=True, omit_defaults=True):
     ``kind`` is a :data:`CommitKind`; it is typed ``str`` so that a reader tolerates kinds
     a newer writer adds. ``props``: what the writer says of how it computed an append
     (sorted ``(key, value)`` pairs, like an Iceberg snapshot summary; e.g. the view sink's
-    definition fingerprint, :mod:`shardsink.spark.delta`). Stored field, added last and
+    definition fingerprint, :mod:`shardsink.spark.incremental`). Stored field, added last and
     left out of the JSON when empty (versions written before it read as ``()``).
     """
 

@@ -111,11 +111,8 @@ def linear_correction(positive: DataFrame, negative: DataFrame, persisted: DataF
     out, or one cancelled by another input row ``V`` maps to the same output row, goes
     unnoticed here (a snapshot read of the input still detects it).
     """
-    from pyspark.sql import functions as F
-
     cols = check_desired_schema(positive, schema, where=where)
-    signed = positive.select(*cols, F.lit(1).cast("long").alias(_D)).unionByName(
-        negative.select(*cols, F.lit(-1).cast("long").alias(_D)))
+    signed = _signed(positive, negative, cols)
     corrupt: tuple[ErrorClass, str] = ("CorruptionError", f"{inputs_where}: negative multiplicity ")
     return _summed(signed, persisted, cols, upper=upper, where=where, negative_desired=corrupt)
 
@@ -130,12 +127,16 @@ def incremental_correction(positive: DataFrame, negative: DataFrame, *, schema: 
     (:mod:`shardsink.spark.incremental` decides that). A negative sum is a retraction
     here, not an error.
     """
+    cols = check_desired_schema(positive, schema, where=where)
+    return _summed(_signed(positive, negative, cols), None, cols, upper=upper, where=where, negative_desired=None)
+
+
+def _signed(positive: DataFrame, negative: DataFrame, cols: list[str]) -> DataFrame:
+    """``positive`` with multiplicity ``_D`` = +1 and ``negative`` with -1, one frame."""
     from pyspark.sql import functions as F
 
-    cols = check_desired_schema(positive, schema, where=where)
-    signed = positive.select(*cols, F.lit(1).cast("long").alias(_D)).unionByName(
+    return positive.select(*cols, F.lit(1).cast("long").alias(_D)).unionByName(
         negative.select(*cols, F.lit(-1).cast("long").alias(_D)))
-    return _summed(signed, None, cols, upper=upper, where=where, negative_desired=None)
 
 
 def _summed(desired: DataFrame, persisted: DataFrame | None, cols: list[str], *, upper: int, where: str,
