@@ -1,5 +1,3 @@
-import sys
+from shardsink.cli import run
 
-from shardsink.cli import main
-
-sys.exit(main())
+run()

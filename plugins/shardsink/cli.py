@@ -8,11 +8,15 @@ stderr names the current upper), 4 ``verify`` found problems (each names its obj
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import logging
+import os
 import sys
+import traceback
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, NoReturn
 
 import pyarrow as pa
 
@@ -322,6 +326,7 @@ def _remap(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command and return its documented exit code (callable in-process, e.g. from tests)."""
     args = _parser().parse_args(argv)
     try:
         return _run(args)
@@ -332,5 +337,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
 
+def run(argv: Sequence[str] | None = None) -> NoReturn:
+    """The ``shardsink`` executable: :func:`main`, then a hard exit with its code.
+
+    SUBTLE: pyarrow can abort the interpreter at exit (``terminate called without an
+    active exception``, SIGABRT; apache/arrow#34314): its C++ thread pools are torn down
+    by static destructors while a pool thread is still joinable. The command's work is
+    done by then, but the abort replaces its documented exit code with -6. So once the
+    output is flushed and logging shut down, the process ends with ``os._exit``, which
+    runs no static destructors. Only the executable does this; :func:`main` returns.
+    """
+    try:
+        code = main(argv)
+    except SystemExit as e:  # argparse: --help (0) and usage errors (2)
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
+    except KeyboardInterrupt:
+        code = 130
+    except Exception:  # a bug or an unclassified failure: exit 1 as documented, with its traceback
+        traceback.print_exc()
+        code = 1
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(BrokenPipeError, ValueError):  # reader gone / stream closed: nothing to add
+            stream.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

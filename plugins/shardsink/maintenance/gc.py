@@ -562,7 +562,7 @@ def _min_time(machine: Machine, objs: list[ObjectInfo]) -> int | None:
         if got is None:
             continue
         try:
-            col = pq.read_table(pa.BufferReader(got.data), columns=[TIME])[TIME]
+            col = pq.read_table(pa.BufferReader(got.data), columns=[TIME], use_threads=False)[TIME]
         except (pa.ArrowException, OSError, KeyError) as e:
             log.warning("gc: part %s is unreadable (%s); its description is kept", o.key, e)
             return None
