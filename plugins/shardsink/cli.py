@@ -14,52 +14,74 @@ import logging
 import os
 import sys
 import traceback
-from collections.abc import Sequence
-from datetime import datetime
-from typing import Any, NoReturn
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any, NoReturn, TypeVar
 
 import pyarrow as pa
 
 from shardsink import io as sio
+from shardsink.core import checks as ck
 from shardsink.core import parts as pt
 from shardsink.core.shard import Shard
 from shardsink.core.state import schema_to_json
 from shardsink.errors import InvalidUsageError, ShardsinkError
 
 
+def _checked(check: Callable[[], T]) -> T:
+    """Run a :mod:`shardsink.core.checks` check for argparse: its refusal becomes a usage error (exit 2)."""
+    try:
+        return check()
+    except InvalidUsageError as e:
+        raise argparse.ArgumentTypeError(str(e)) from e
+
+
 def parse_time(text: str) -> int:
-    """Milliseconds since the epoch, from an integer or an ISO-8601 timestamp (UTC if naive)."""
+    """Milliseconds since the epoch in ``[0, 2**63 - 1]``, from an integer or an ISO-8601 timestamp (UTC if naive)."""
     try:
-        return int(text)
+        ms = int(text)
     except ValueError:
-        pass
-    try:
-        dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a time; expected integer milliseconds or an ISO-8601 timestamp"
-        ) from e
-    if dt.tzinfo is None:
-        from datetime import UTC
+        try:
+            dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not a time; expected integer milliseconds or an ISO-8601 timestamp"
+            ) from e
+        if dt.tzinfo is None:
+            dt = dt.replace(tzinfo=UTC)
+        ms = int(dt.timestamp() * 1000)
+    return _checked(lambda: ck.check_time(ms))
 
-        dt = dt.replace(tzinfo=UTC)
-    return int(dt.timestamp() * 1000)
 
+T = TypeVar("T")
 
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
 def parse_duration(text: str) -> float:
-    """Seconds, from ``90``, ``90s``, ``15m``, ``1h`` or ``2d``."""
+    """Finite seconds >= 0, from ``90``, ``90s``, ``15m``, ``1h`` or ``2d``; ``nan``, ``inf``, ``-1`` refused."""
     t = text.strip().lower()
     unit = _UNITS.get(t[-1:])
     try:
         value = float(t[:-1] if unit is not None else t) * (unit or 1.0)
     except ValueError:
-        value = -1.0
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a duration; expected e.g. 3600, 90s, 15m, 1h or 2d")
-    return value
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a duration; expected e.g. 3600, 90s, 15m, 1h or 2d") from None
+    return _checked(lambda: ck.check_seconds(value, what=f"duration {text!r} ="))
+
+
+def parse_limit(text: str) -> int:
+    """A count of at least 1."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    return _checked(lambda: ck.check_count(n, what="--limit", lo=1))
+
+
+def parse_writer(text: str) -> str:
+    """A writer name: 1 to 1,024 printable characters."""
+    return _checked(lambda: ck.check_writer(text))
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -77,13 +99,13 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--upper", type=parse_time, required=True)
     a.add_argument("--input", required=True, metavar="FILE")
     a.add_argument("--desc-id", default=None)
-    a.add_argument("--writer", default=None)
+    a.add_argument("--writer", type=parse_writer, default=None)
 
     i = sub.add_parser("inspect", help="show upper, since, seqno, batches, sizes and schema")
     i.add_argument("url")
     i.add_argument("--json", action="store_true")
     i.add_argument("--leaks", action="store_true", help="also list parts no batch references (lists parts/)")
-    i.add_argument("--grace", type=float, default=3600.0, metavar="SECONDS",
+    i.add_argument("--grace", type=parse_duration, default=3600.0, metavar="SECONDS",
                    help="with --leaks: ignore parts younger than this (in-flight writers); default 3600")
 
     rm = sub.add_parser("remap", help="show a remap shard's bindings (time -> source offsets)")
@@ -92,7 +114,7 @@ def _parser() -> argparse.ArgumentParser:
 
     lg = sub.add_parser("log", help="show commits, newest first")
     lg.add_argument("url")
-    lg.add_argument("--limit", type=int, default=20)
+    lg.add_argument("--limit", type=parse_limit, default=20)
     lg.add_argument("--json", action="store_true")
 
     g = sub.add_parser("gc", help="delete history outside retention and objects nothing references")

@@ -20,6 +20,7 @@ from typing import Any, NoReturn
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException, DownstreamTasksSkipped
 
+from shardsink.core import checks as ck
 from shardsink.core.shard import AppendResult, Shard
 from shardsink.errors import (
     CorruptionError,
@@ -74,6 +75,20 @@ class IngestSettings:
     catch_up_after: float = 300.0
     poke_interval: float = 15.0
     sample_rows: int = 5
+
+    def __post_init__(self) -> None:
+        """Range-check every time, duration and count (a DAG file with a bad one fails to parse, naming it)."""
+        ck.check_count(self.writers, what="writers", lo=1)
+        ck.check_count(self.max_attempts, what="max_attempts", lo=1)
+        ck.check_count(self.max_chain, what="max_chain", lo=1)
+        ck.check_count(self.sample_rows, what="sample_rows")
+        ck.check_time(self.initial_upper, what="initial_upper")
+        if self.max_span is not None:
+            ck.check_duration_ms(self.max_span, what="max_span")
+        for what, value, positive in (("backoff_base", self.backoff_base, False), ("backoff_cap", self.backoff_cap,
+                                      False), ("catch_up_after", self.catch_up_after, False),
+                                      ("poke_interval", self.poke_interval, True)):
+            ck.check_seconds(value, what=what, positive=positive)
 
     def backoff(self, attempt: int) -> float:
         """Full-jitter exponential backoff before attempt ``attempt`` (>= 2)."""

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from shardsink.core import checks as ck
 from shardsink.core.documents import ENCODER
 from shardsink.errors import CorruptionError, InvalidUsageError, LeaseLostError, ReadFrontierError, ShardsinkError
 
@@ -104,8 +105,10 @@ def acquire(shard: Shard, as_of: int, *, holder: str, ttl_s: float = DEFAULT_TTL
     and again after (see the module docstring). The upper bound of a read is the
     caller's business: a lease only holds ``since`` back.
     """
-    if ttl_s <= 0:
-        raise InvalidUsageError(f"lease ttl {ttl_s} must be positive")
+    ck.check_seconds(ttl_s, what="lease ttl", positive=True)
+    ck.check_time(as_of, what="lease as_of")
+    if not isinstance(holder, str) or not holder:
+        raise InvalidUsageError(f"lease holder {holder!r} must be a non-empty string")
     head = shard.machine.head().version
     _check_since(shard, head.header.since, as_of)
     now = clock()
@@ -130,6 +133,7 @@ def _check_since(shard: Shard, since: int, as_of: int) -> None:
 
 def renew(shard: Shard, lease: Lease, *, ttl_s: float = DEFAULT_TTL_S, clock: Clock = time.time) -> Lease:
     """Extend ``lease``; LeaseLostError if it is gone or already expired (then release it)."""
+    ck.check_seconds(ttl_s, what="lease ttl", positive=True)
     now = clock()
     got = shard.blob.get(lease.key)
     if got is None or now > lease.expires_at:
@@ -192,7 +196,7 @@ class LeaseKeeper:
     """
 
     def __init__(self, *, ttl_s: float = DEFAULT_TTL_S, clock: Clock = time.time) -> None:
-        self.ttl_s = ttl_s
+        self.ttl_s = ck.check_seconds(ttl_s, what="lease ttl", positive=True)
         self.clock = clock
         self.held: list[tuple[Shard, Lease]] = []
         self.lost: list[str] = []

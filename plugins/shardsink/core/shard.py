@@ -18,9 +18,11 @@ from typing import TYPE_CHECKING, Literal
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from shardsink.core import checks as ck
 from shardsink.core import fate as ft
 from shardsink.core import parts as pt
 from shardsink.core import state as st
+from shardsink.core.checks import check_as_of, check_changes
 from shardsink.core.machine import Head, Machine
 from shardsink.errors import (
     CorruptionError,
@@ -42,48 +44,6 @@ def default_writer() -> str:
 
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
-
-
-def _check_desc_id(desc_id: str) -> str:
-    # ASCII only: the id becomes an object key segment (storage.base.check_key).
-    if not desc_id or len(desc_id) > 128 or not all((c.isascii() and c.isalnum()) or c in "-_.=+" for c in desc_id):
-        raise InvalidUsageError(
-            f"description id {desc_id!r} is invalid; expected 1-128 letters, digits or -_.=+"
-        )
-    if desc_id in (".", ".."):
-        raise InvalidUsageError(f"description id {desc_id!r} is invalid")
-    return desc_id
-
-
-def _is_time(t: object) -> bool:
-    return isinstance(t, int) and not isinstance(t, bool)
-
-
-def _check_bounds(lower: int, upper: int | None) -> None:
-    if not _is_time(lower) or (upper is not None and not _is_time(upper)):
-        raise InvalidUsageError(f"bounds must be integers, got lower={lower!r} upper={upper!r}")
-    if upper is not None and upper <= lower:
-        raise InvalidUsageError(f"batch bounds [{lower}, {upper}) are empty or reversed; expected lower < upper")
-
-
-def check_as_of(url: str, h: st.Header, as_of: int) -> None:
-    """ReadFrontierError unless ``since <= as_of < upper`` (any as_of >= since once closed)."""
-    if as_of < h.since or (h.upper is not None and as_of >= h.upper):
-        raise ReadFrontierError(
-            f"as_of {as_of} is not readable on {url}: expected since ({h.since}) <= as_of < upper ({h.upper})"
-        )
-
-
-def check_changes(url: str, h: st.Header, lower: int, upper: int) -> None:
-    """InvalidUsageError / ReadFrontierError unless ``since <= lower <= upper <= shard upper``."""
-    if upper < lower:
-        raise InvalidUsageError(f"changes bounds [{lower}, {upper}) are reversed; expected from <= to")
-    if lower < h.since:
-        raise ReadFrontierError(f"changes from {lower} is before since {h.since} on {url}")
-    if h.upper is not None and upper > h.upper:
-        raise ReadFrontierError(
-            f"changes to {upper} is beyond upper {h.upper} on {url}; times >= upper are not sealed yet"
-        )
 
 
 @dataclass(frozen=True)
@@ -140,13 +100,13 @@ class Shard:
     def create(cls, url: str, schema: pa.Schema, *, upper: int = 0, writer: str | None = None,
                blob: Blob | None = None) -> Shard:
         """Create an empty shard with ``schema`` and the given upper (since is 0)."""
+        if not isinstance(schema, pa.Schema):
+            raise InvalidUsageError(f"schema must be a pyarrow.Schema, got {type(schema).__name__}")
         pt.check_schema(schema, what="schema")
-        if not _is_time(upper) or upper < 0:
-            raise InvalidUsageError(f"initial upper {upper!r} is invalid; expected an integer >= 0")
+        ck.check_time(upper, what="initial upper")
+        writer = ck.check_writer(writer if writer is not None else default_writer())
         shard = cls(url, blob=blob)
-        v0 = st.initial_version(
-            schema=schema, upper=upper, writer=writer or default_writer(), at=_now(), nonce=uuid.uuid4().hex
-        )
+        v0 = st.initial_version(schema=schema, upper=upper, writer=writer, at=_now(), nonce=uuid.uuid4().hex)
         shard.machine.create(v0)
         return shard
 
@@ -175,8 +135,11 @@ class Shard:
         Nothing is written if the input is refused. Parts land under
         ``parts/<desc_id>/`` with fresh keys; they are invisible until committed.
         """
-        _check_desc_id(desc_id)
-        _check_bounds(lower, upper)
+        ck.check_desc_id(desc_id)
+        ck.check_bounds(lower, upper)
+        table = ck.as_table(table)
+        if schema is not None and not isinstance(schema, pa.Schema):
+            raise InvalidUsageError(f"schema must be a pyarrow.Schema, got {type(schema).__name__}")
         schema = schema if schema is not None else self.schema
         updates = pt.validate_updates(table, schema, lower=lower, upper=upper)
         written = pt.stage_parts(self.blob, updates, [*schema.names, pt.TIME], prefix=f"parts/{desc_id}")
@@ -193,8 +156,13 @@ class Shard:
         UpperMismatchError (nothing committed; staged parts are left for the caller to
         :meth:`discard`), ShardClosedError, or UnknownOutcomeError (re-read before deciding).
         """
-        _check_desc_id(desc_id)
-        _check_bounds(expected_upper, new_upper)
+        ck.check_desc_id(desc_id)
+        ck.check_bounds(expected_upper, new_upper)
+        if writer is not None:
+            ck.check_writer(writer)
+        ck.check_props(props)
+        if isinstance(staged, StagedBatch) or not all(isinstance(s, StagedBatch) for s in staged):
+            raise InvalidUsageError("staged must be a sequence of StagedBatch (from Shard.stage)")
         for s in staged:
             if (s.lower, s.upper) != (expected_upper, new_upper) or s.desc_id != desc_id:
                 raise InvalidUsageError(
@@ -264,8 +232,11 @@ class Shard:
         """
         # SUBTLE: only None means "mint one"; an empty id (e.g. a template that rendered to
         # nothing) is refused rather than silently losing idempotency.
-        desc_id = _check_desc_id(uuid.uuid4().hex if desc_id is None else desc_id)
-        _check_bounds(lower, upper)
+        desc_id = ck.check_desc_id(uuid.uuid4().hex if desc_id is None else desc_id)
+        ck.check_bounds(lower, upper)
+        table = ck.as_table(table)
+        if writer is not None:
+            ck.check_writer(writer)
         # Uncontended, this costs what a bare commit does (4 requests): GET the hint,
         # PUT the part, create the next version (the create is the probe past the hint),
         # replace the hint. SUBTLE: the hint may be stale. Its "committed" is final; its
@@ -319,7 +290,7 @@ class Shard:
         Cost: one listing of ``parts/``; meant for operators and GC, not hot paths.
         """
         live = {p.key for b in self.batches() for p in b.parts}
-        cutoff = time.time() - grace_seconds
+        cutoff = time.time() - ck.check_seconds(grace_seconds, what="grace")
         return [o for o in self.blob.list("parts/") if o.key not in live and o.modified <= cutoff]
 
     def snapshot(self, as_of: int | None = None) -> pa.Table:
@@ -393,8 +364,7 @@ class Shard:
 
         GC deletes versions oldest first, so the history ends at the first missing one.
         """
-        if limit < 1:
-            raise InvalidUsageError(f"--limit {limit} must be at least 1")
+        ck.check_count(limit, what="log limit", lo=1)
         head = self.machine.head().version
         seqnos = range(head.seqno, max(-1, head.seqno - limit), -1)
         out = []

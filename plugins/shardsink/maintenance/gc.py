@@ -74,6 +74,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from shardsink.core import checks as ck
 from shardsink.core import documents as docs
 from shardsink.core import fate as ft
 from shardsink.core import leases as ls
@@ -121,10 +122,9 @@ class GcOptions:
     def __post_init__(self) -> None:
         if not 1 <= self.delete_batch <= 1000:
             raise InvalidUsageError(f"delete_batch {self.delete_batch} must be between 1 and 1000")
-        if self.grace_s < 0:
-            raise InvalidUsageError(f"grace period {self.grace_s} s must be >= 0")
-        if isinstance(self.retention, int) and self.retention < 1:
-            raise InvalidUsageError(f"retention {self.retention} ms must be at least 1 (None keeps all)")
+        ck.check_seconds(self.grace_s, what="grace period")  # NaN and inf too: NaN acted as grace 0
+        if self.retention is not None and self.retention != "shard":
+            ck.check_duration_ms(self.retention, what="retention")
 
 
 @dataclass(frozen=True)

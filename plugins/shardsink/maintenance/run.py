@@ -19,6 +19,7 @@ import logging
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from shardsink.core import checks as ck
 from shardsink.core.shard import Shard
 from shardsink.maintenance.compact import CompactionResult, CompactOptions, Swept, compact, sweep
 from shardsink.maintenance.gc import GcOptions, GcReport, collect
@@ -37,6 +38,9 @@ class MaintenanceOptions:
     sweep_grace_s: float = 3600.0
     gc: GcOptions | None = field(default_factory=GcOptions)  # None: no GC
     verify: bool = True
+
+    def __post_init__(self) -> None:
+        ck.check_seconds(self.sweep_grace_s, what="sweep grace")
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+from shardsink.core import checks as ck
 from shardsink.core import leases
 from shardsink.core import state as st
 from shardsink.core.shard import Shard, default_writer
@@ -44,7 +45,7 @@ def parse_duration(text: str | int | timedelta | None) -> int | None:
         )
     if ms < 1:
         raise InvalidUsageError(f"retention {text!r} must be at least 1 ms (or 'none' to keep all history)")
-    return ms
+    return ck.check_duration_ms(ms, what=f"retention {text!r} =")
 
 
 def format_duration(ms: int | None) -> str:
@@ -77,8 +78,10 @@ def advance_since(shard: Shard, *, target: int | None = None, writer: str | None
 
     With no retention set and no ``target``, nothing moves.
     """
-    if target is not None and (not isinstance(target, int) or isinstance(target, bool)):
-        raise InvalidUsageError(f"since target {target!r} must be an integer time")
+    if target is not None:
+        ck.check_time(target, what="since target")
+    if writer is not None:
+        ck.check_writer(writer)
     before = shard.machine.head().version.header.since
     cap = leases.min_leased_as_of(shard, now=now)  # immediately before the conditional put
     cmd = st.SinceCommand(cap, target, writer or default_writer(), _now(), uuid.uuid4().hex)
@@ -91,6 +94,8 @@ def advance_since(shard: Shard, *, target: int | None = None, writer: str | None
 def set_retention(shard: Shard, retention: str | int | timedelta | None, *, writer: str | None = None) -> bool:
     """Set the shard's retention (committed state transition); False if it already was that."""
     ms = parse_duration(retention)
+    if writer is not None:
+        ck.check_writer(writer)
     cmd = st.RetentionCommand(ms, writer or default_writer(), _now(), uuid.uuid4().hex)
     out = shard.machine.commit(lambda header: st.set_retention(header, cmd))
     return isinstance(out, st.Version)

@@ -32,7 +32,10 @@ def configured_urls() -> list[str]:
 def leak_grace_seconds() -> float:
     from airflow.configuration import conf
 
-    return conf.getfloat("shardsink", "leak_grace_seconds", fallback=3600.0)
+    from shardsink.core.checks import check_seconds
+
+    return check_seconds(conf.getfloat("shardsink", "leak_grace_seconds", fallback=3600.0),
+                         what="[shardsink] leak_grace_seconds")
 
 
 def asset_urls() -> list[str]:

@@ -37,6 +37,7 @@ from typing import Any
 import msgspec
 
 from shardsink import hooks
+from shardsink.core import checks as ck
 from shardsink.core import manifests
 from shardsink.core.fate import STAGED_PREFIXES, CannotCommit, Committed, delete_staged
 from shardsink.core.manifests import MANIFEST_FORMAT as MANIFEST_FORMAT  # re-exported (moved to core:
@@ -132,7 +133,13 @@ def source_progress(shard: Shard, source: Source, *, lower: int | None, interval
     the binding for the run's target if needed (:func:`shardsink.reclock.source.reclocked_upper`)."""
     if isinstance(source, Reclocked) and lower is not None:
         return reclocked_upper(source, shard_url=shard.url, lower=lower, interval_end=interval_end, max_span=max_span)
-    return source.watermark()
+    wm = source.watermark()
+    if wm is None:
+        return None
+    # A source's watermark is input too: an integer; no shard upper can pass int64's largest time.
+    if not ck.is_int(wm):
+        raise InvalidUsageError(f"source {source.kind} reported watermark {wm!r}; expected integer milliseconds")
+    return max(0, min(wm, ck.TIME_MAX))
 
 
 def mint(

@@ -40,6 +40,9 @@ def _refuse_dotdot(url: str, path: str, *, allow_dot: bool = False) -> None:
 
 def parse_url(url: str) -> ShardUrl:
     """Parse and validate a shard URL, raising InvalidUsageError naming what is wrong."""
+    if not isinstance(url, str):
+        raise InvalidUsageError(f"shard URL {url!r} is not a string; expected file:///abs/path/name or "
+                                "s3://bucket/prefix/name")
     if not url:
         raise InvalidUsageError("empty shard URL; expected file:///abs/path/name or s3://bucket/prefix/name")
     if "://" not in url:
