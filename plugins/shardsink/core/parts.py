@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from shardsink.core import floats as fl
 from shardsink.core.state import PartMeta
 from shardsink.errors import CorruptionError, InvalidUsageError
 from shardsink.storage.base import Blob
@@ -109,7 +110,8 @@ def validate_updates(table: pa.Table, schema: pa.Schema, *, lower: int, upper: i
     if TIME not in names:
         raise InvalidUsageError(f"input has no {TIME!r} column (int64 milliseconds since the epoch)")
     n = table.num_rows
-    cols = [_conform_column(table.column(f.name), f) for f in schema]
+    # Canonical floats (-0.0 as 0.0, one NaN): see shardsink.core.floats for why and where.
+    cols = [fl.canonical_array(_conform_column(table.column(f.name), f)) for f in schema]
     time = _as_int64(table.column(TIME), TIME, "int64 milliseconds")
     if time.null_count:
         raise InvalidUsageError(f"column {TIME!r} has {time.null_count} null values; times must be set")
@@ -601,9 +603,10 @@ def read_parts(blob: Blob, parts: Sequence[PartMeta], schema: pa.Schema) -> pa.T
         except Exception as e:
             raise CorruptionError(f"part {blob.url}/{p.key} is unreadable: {type(e).__name__}: {e}") from e
         try:
-            return t.select(full.names).cast(full)
+            t = t.select(full.names).cast(full)
         except Exception as e:
             raise CorruptionError(f"part {blob.url}/{p.key} does not match the shard schema: {e}") from e
+        return fl.canonical_table(t)  # parts written before canonical floats, or by another writer
 
     if not parts:
         return full.empty_table()

@@ -38,6 +38,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from shardsink.core import floats as fl
 from shardsink.core import parts as pt
 from shardsink.core.state import PartMeta
 from shardsink.errors import CorruptionError
@@ -152,7 +153,7 @@ def _reader(f: pq.ParquetFile, p: PartMeta, blob: Blob, full: pa.Schema, since: 
             batch_rows: int) -> Iterator[pa.Table]:
     try:
         for rb in f.iter_batches(batch_size=batch_rows, columns=full.names):
-            yield _advance(pa.Table.from_batches([rb]).cast(full), since)
+            yield _advance(fl.canonical_table(pa.Table.from_batches([rb]).cast(full)), since)
     except CorruptionError:
         raise
     except Exception as e:

@@ -52,6 +52,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
+from shardsink.core import floats as fl
 from shardsink.core import parts as pt
 from shardsink.core.machine import Machine
 from shardsink.core.shard import check_as_of, check_changes
@@ -235,6 +236,7 @@ def _batches(f: pq.ParquetFile, part: PartMeta, plan: ReadPlan, wire: pa.Schema)
     out_names = wire.names
     cols = list(dict.fromkeys([*out_names, pt.TIME])) if filtered else out_names
     for batch in f.iter_batches(batch_size=plan.batch_rows, columns=cols):
+        batch = fl.canonical_batch(batch)  # one float equality with every other path (core/floats.py)
         if advance:  # times below since read as since (they may be stored either way)
             i = batch.schema.get_field_index(pt.TIME)
             batch = batch.set_column(i, batch.schema.field(i),
