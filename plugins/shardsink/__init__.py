@@ -14,6 +14,8 @@ from shardsink.core.shard import AppendResult, Shard, ShardInfo, StagedBatch
 from shardsink.errors import (
     ConditionFailedError,
     CorruptionError,
+    DescriptionConflictError,
+    FateUnknownError,
     InvalidUsageError,
     LeaseLostError,
     ReadFrontierError,
@@ -32,6 +34,8 @@ __all__ = [
     "AppendResult",
     "ConditionFailedError",
     "CorruptionError",
+    "DescriptionConflictError",
+    "FateUnknownError",
     "InvalidUsageError",
     "LeaseLostError",
     "ReadFrontierError",

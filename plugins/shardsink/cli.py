@@ -2,7 +2,8 @@
 
 Exit codes: 0 success (including *already committed*), 1 any other failure,
 2 invalid usage or bad input (nothing written), 3 upper mismatch (nothing appended;
-stderr names the current upper), 4 ``verify`` found problems (each names its object).
+stderr names the current upper), 4 ``verify`` found problems (each names its object),
+5 a description's fate is unknown (its evidence is older than the retained history).
 """
 
 from __future__ import annotations

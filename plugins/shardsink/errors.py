@@ -9,6 +9,7 @@ class                             what the caller does
 :class:`InvalidUsageError`        fix the call or the input; nothing was written
 :class:`UpperMismatchError`       mint a fresh description from ``current`` upper
 :class:`UnknownOutcomeError`      re-read state before deciding anything
+:class:`FateUnknownError`         check the data by hand; never re-send blindly (exit 5)
 :class:`StorageError`             retry later (the request definitely failed)
 :class:`CorruptionError`          stop and page a human; never guess
 :class:`LeaseLostError`           re-run the read: its frontier may have moved under it
@@ -76,6 +77,24 @@ class UnknownOutcomeError(ShardsinkError):
 
     SUBTLE: never clean up after this error; re-read state and decide from what is there.
     """
+
+
+class FateUnknownError(ShardsinkError):
+    """Whether a description committed is not known: the evidence is older than the retained
+    history (GC removed the version that sealed its lower, and no retained batch or
+    compaction lineage names it). It can no longer commit.
+
+    Do NOT mint a fresh description for its rows: they may already be in the shard. Check
+    the shard's contents (``snapshot`` / ``changes`` over its bounds) before re-sending them.
+    CLI exit code 5.
+    """
+
+    exit_code = 5
+
+
+class DescriptionConflictError(InvalidUsageError):
+    """A description id was reused with other bounds than the batch it committed: an id names
+    one description. Nothing was written for this request; use a fresh id."""
 
 
 class StorageError(ShardsinkError):

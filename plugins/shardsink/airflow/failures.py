@@ -7,6 +7,8 @@ in its outcome record (:mod:`shardsink.outcome`), so both decide alike:
   no Airflow retries (retrying cannot fix the input); the message names the value;
 * corruption: fail now, loudly (stop and page a human; never guess);
 * a storage error that retrying cannot help (access denied, no such bucket): fail now;
+* a fate that is unknown (the evidence is older than the retained history): fail now,
+  naming it; a retry would get the same answer, and a fresh description could duplicate rows;
 * everything else (storage errors, unknown outcomes, lost leases): raised as is, so
   Airflow retries the task.
 """
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 from airflow.sdk.exceptions import AirflowFailException
 
-from shardsink.errors import CorruptionError, InvalidUsageError, ShardsinkError, StorageError
+from shardsink.errors import CorruptionError, FateUnknownError, InvalidUsageError, ShardsinkError, StorageError
 
 
 def for_airflow(e: ShardsinkError) -> BaseException:
@@ -25,6 +27,8 @@ def for_airflow(e: ShardsinkError) -> BaseException:
         return AirflowFailException(f"invalid input, not retried: {name}: {e}")
     if isinstance(e, CorruptionError):
         return AirflowFailException(f"CORRUPTION, not retried (stop and page a human): {name}: {e}")
+    if isinstance(e, FateUnknownError):
+        return AirflowFailException(f"fate unknown, not retried (check the shard by hand): {name}: {e}")
     if isinstance(e, StorageError) and not e.retryable:
         return AirflowFailException(f"storage error that retrying cannot fix, not retried: {name}: {e}")
     return e

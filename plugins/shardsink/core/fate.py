@@ -2,18 +2,14 @@
 
 ::
 
-    fate = read_fate(machine, desc_id, lower)   # Committed | CannotCommit | StillPossible
+    fate = read_fate(machine, desc_id, lower)   # Committed | CannotCommit | StillPossible | Unknown
     deleted = delete_staged(machine, desc_id, lower)   # re-derives the fate, then deletes
 
-The **fate** of a description ``desc_id`` with lower bound ``lower`` is one of
-
-* :class:`Committed`: a state version committed it; ``keys`` are the exact part keys
-  of its batch (an empty batch has none);
-* :class:`CannotCommit`: it is not committed and never can be: the shard's upper is
-  past ``lower`` (uppers never move back) or the shard is closed;
-* :class:`StillPossible`: not committed, and the shard's upper has not passed
-  ``lower``: a commit of it may be in flight right now.
-
+The **fate** of a description ``desc_id`` with lower bound ``lower``: :class:`Committed`
+(a version committed it; ``keys``: its batch's part keys), :class:`CannotCommit` (not
+committed, and the upper is past ``lower`` or the shard closed), :class:`StillPossible`
+(not committed, the upper has not passed ``lower``: a commit may be in flight), or
+:class:`Unknown` (the evidence is older than the retained history, see below).
 :func:`decide` is the pure rule; :func:`gather` reads its evidence from ONE head
 version (and immutable objects reachable from it). No other code answers "is this
 description committed?".
@@ -23,18 +19,16 @@ moved the shard's upper past ``lower``: uppers are monotonic in seqno (appends r
 it, compaction keeps it, closing makes it infinite). That version is found in the
 header's idempotency window (``recent``) or by a galloping search back from the head:
 O(log distance) reads, and 2-3 for a race lost a moment ago. If the crossing is at or
-below the oldest retained version, the batch list there is the evidence (a batch
-committed before the horizon and still referenced is in it).
+below the oldest retained version, the records in the batch list there are the evidence
+(:func:`_beyond_horizon`: appended batches and compacted batches' lineage); with none
+that tells, the fate is Unknown.
 
 **Deleting.** A description's staged objects are ``parts/<desc_id>/…`` and
 ``staging/<desc_id>/…``; only its own batch can reference a key under its prefixes.
 :func:`delete_staged` (one description) and :func:`delete_staged_many` (GC: many, one
 head read, multi-object deletes) are the only code that deletes them. It re-derives the fate
-right before deleting and
-
-* deletes nothing if the fate is StillPossible (:class:`DeleteRefusedError`);
-* keeps every key of the committed batch if it is Committed;
-* deletes everything under the prefixes if it CannotCommit.
+right before deleting: StillPossible deletes nothing (:class:`DeleteRefusedError`);
+Committed keeps every key of its batch; CannotCommit and Unknown delete all of it.
 
 **Compactions** have fates too (:func:`gather_compaction`, same :func:`decide`): a
 compaction ``cid`` stages its output under ``parts/<cid>/`` and, when it applies, is
@@ -55,7 +49,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from shardsink.core import state as st
@@ -72,11 +66,15 @@ STAGED_PREFIXES = ("parts/{}/", "staging/{}/")
 
 @dataclass(frozen=True)
 class Committed:
-    """``desc_id`` landed at ``seqno``; ``keys`` are its batch's part keys."""
+    """``desc_id`` landed at ``seqno`` as the batch ``[lower, upper)``; ``keys`` are the part
+    keys of its batch that the read state still references (none once compaction merged it)."""
 
     seqno: int
     keys: frozenset[str]
     rows: int
+    #: The committed bounds (not part of equality: a fate is its commit, its parts and rows).
+    lower: int | None = field(default=None, compare=False)
+    upper: int | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -94,7 +92,17 @@ class StillPossible:
     upper: int | None
 
 
-Fate = Committed | CannotCommit | StillPossible
+@dataclass(frozen=True)
+class Unknown:
+    """Not known whether it committed: the version that sealed its lower is older than the
+    retained history (``oldest``: the oldest retained seqno) and no retained record tells.
+    It can never commit (``upper`` is past its lower). Never reported as "not committed"."""
+
+    upper: int | None
+    oldest: int
+
+
+Fate = Committed | CannotCommit | StillPossible | Unknown
 
 
 @dataclass(frozen=True)
@@ -125,21 +133,44 @@ def _passed(upper: int | None, lower: int) -> bool:
 
 def decide(ev: Evidence, desc_id: str, lower: int) -> Fate:
     """The pure fate rule (module docstring). Consistent with ``state.compare_and_append``:
-    a ``desc_id`` in the idempotency window is committed whatever its bounds."""
+    a ``desc_id`` in the idempotency window is committed whatever its bounds (the caller
+    compares :attr:`Committed.lower`/``upper`` with its own: :mod:`shardsink.core.verdicts`)."""
     c = ev.crossing
     if c is not None and c.commit.desc_id == desc_id:
         batch = [p for b in c.added if b.desc_id == desc_id for p in b.parts]
-        return Committed(c.seqno, frozenset(p.key for p in batch), sum(p.rows for p in batch))
+        return Committed(c.seqno, frozenset(p.key for p in batch), sum(p.rows for p in batch),
+                         c.commit.lower, c.commit.upper)
     for b in ev.horizon or ():
         if b.desc_id == desc_id:
-            return Committed(b.seqno, frozenset(p.key for p in b.parts), b.rows)
+            return Committed(b.seqno, frozenset(p.key for p in b.parts), b.rows, b.lower, b.upper)
     upper = ev.head.upper
     if ev.inputs_live is not None:  # a compaction: it can apply only while every input is live
         return StillPossible(upper) if ev.inputs_live else CannotCommit(upper)
-    if _passed(upper, lower):
+    if not _passed(upper, lower):
+        assert upper is not None
+        return StillPossible(upper)
+    if ev.horizon is None:  # the crossing version is retained: it alone could have committed desc_id
         return CannotCommit(upper)
-    assert upper is not None
-    return StillPossible(upper)
+    return _beyond_horizon(ev, desc_id, lower)
+
+
+def _beyond_horizon(ev: Evidence, desc_id: str, lower: int) -> Fate:
+    """The crossing may be older than the retained history: only records can tell.
+
+    A record "description E committed ``[a, b)``" (an appended batch, or a compacted batch's
+    lineage) with ``a <= lower < b`` decides: E is ``desc_id`` starting at ``lower``
+    (Committed; its own parts are no longer referenced if it was merged), or ``desc_id``
+    cannot have committed at ``lower`` (time ``lower`` was sealed by E's commit). With no
+    such record (an empty batch leaves none; lineage is bounded) the answer is Unknown.
+    """
+    assert ev.horizon is not None and ev.crossing is not None
+    records = [m for b in ev.horizon for m in st.lineage_of(b)]
+    for m in records:  # first: an id names one description, wherever its record is
+        if m.desc_id == desc_id:
+            return Committed(m.seqno, frozenset(), m.rows, m.lower, m.upper)
+    if any(m.lower <= lower and _passed(m.upper, lower) for m in records):
+        return CannotCommit(ev.head.upper)
+    return Unknown(ev.head.upper, ev.crossing.seqno)
 
 
 # --- reading the evidence ------------------------------------------------------------------
@@ -251,7 +282,8 @@ def _find_crossing(machine: Machine, head: st.Version, lower: int) -> tuple[st.V
             lo_seqno = mid
         else:
             hi = v
-    below_retained = lo_seqno < 0 or machine.fetch(lo_seqno) is None
+    # Version 0 (the creation) as the crossing is the real one: nothing is older than it.
+    below_retained = lo_seqno >= 0 and machine.fetch(lo_seqno) is None
     return hi, below_retained
 
 
@@ -262,7 +294,7 @@ def _find_crossing(machine: Machine, head: st.Version, lower: int) -> tuple[st.V
 class Deleted:
     """What :func:`delete_staged` did: the fate it decided by, and how many objects went."""
 
-    fate: Committed | CannotCommit
+    fate: Committed | CannotCommit | Unknown
     parts: int
     manifests: int
 
@@ -311,8 +343,15 @@ def delete_staged_many(machine: Machine, condemned: Sequence[Condemned]) -> dict
     description would cost more than the appends that staged them).
 
     Returns, per description id, what was deleted or the refusal (nothing of that one was
-    deleted). Fates Committed and CannotCommit are final, so deciding them all from one
-    read and deleting afterwards is as safe as deciding each right before its delete.
+    deleted). Fates Committed, CannotCommit and Unknown are final, so deciding them all from
+    one read and deleting afterwards is as safe as deciding each right before its delete.
+
+    SUBTLE: Unknown deletes like CannotCommit. Whether it once committed is not known, but
+    a deletion needs only this: it can never commit (the upper is past its lower), and the
+    oldest retained batch list, which every retained batch descends from, does not name
+    it, so nothing retained references its objects, nor ever will. Nothing of it is in
+    flight (this is no unknown *outcome*). Callers asked "was it committed?" still say
+    unknown (:class:`shardsink.errors.FateUnknownError`), never "not committed".
     """
     if len({c.desc_id for c in condemned}) != len(condemned):
         raise InvalidUsageError("delete_staged_many: a description may be condemned once per call")

@@ -22,6 +22,7 @@ from shardsink.core import checks as ck
 from shardsink.core import fate as ft
 from shardsink.core import parts as pt
 from shardsink.core import state as st
+from shardsink.core import verdicts as vd
 from shardsink.core.checks import check_as_of, check_changes
 from shardsink.core.machine import Head, Machine
 from shardsink.errors import (
@@ -185,13 +186,17 @@ class Shard:
         rows = sum(p.rows for p in all_parts)
         if isinstance(out, st.Version):
             return AppendResult("committed", desc_id, out.seqno, expected_upper, new_upper, rows)
-        if isinstance(out, st.AlreadyCommitted):
-            return AppendResult("already_committed", desc_id, out.seqno, expected_upper, new_upper, rows)
-        if not isinstance(out, st.UpperMismatch):  # compare_and_append refuses with nothing else
+        if not isinstance(out, st.AlreadyCommitted | st.UpperMismatch):  # compare_and_append refuses with no other
             raise AssertionError(f"unexpected refusal of an append: {out}")
+        # Committed earlier (an AlreadyCommitted from the header's window is checked for its
+        # bounds), landed long ago beyond the window, lost, or: evidence gone.
         fate = ft.read_fate(self.machine, desc_id, expected_upper)
-        if isinstance(fate, ft.Committed):  # landed long ago, beyond the headers' idempotency window
-            return AppendResult("already_committed", desc_id, fate.seqno, expected_upper, new_upper, fate.rows)
+        if isinstance(fate, ft.Committed):
+            return self._landed(fate, desc_id, expected_upper, new_upper)
+        if isinstance(fate, ft.Unknown):
+            raise vd.unknown_fate_error(self.url, desc_id, expected_upper, new_upper, fate)
+        if not isinstance(out, st.UpperMismatch):  # window said committed, the fate cannot disagree
+            raise AssertionError(f"description {desc_id} is in the idempotency window but its fate is {fate}")
         if out.current is None:
             raise ShardClosedError(f"shard {self.url} is closed; it accepts no appends")
         raise UpperMismatchError(
@@ -201,9 +206,15 @@ class Shard:
             current=out.current,
         )
 
+    def _landed(self, fate: ft.Committed, desc_id: str, lower: int, upper: int | None) -> AppendResult:
+        """``already_committed`` if ``desc_id`` committed these bounds; DescriptionConflictError if others."""
+        vd.check_same_bounds(self.url, desc_id, fate, lower, upper)
+        return AppendResult("already_committed", desc_id, fate.seqno, lower, upper, fate.rows)
+
     def fate(self, desc_id: str, lower: int) -> ft.Fate:
-        """Committed (with its part keys), CannotCommit or StillPossible, from one state read."""
-        return ft.read_fate(self.machine, desc_id, lower)
+        """Committed (with its bounds and part keys), CannotCommit, StillPossible or Unknown
+        (the evidence is older than the retained history), from one state read."""
+        return ft.read_fate(self.machine, desc_id, ck.check_time(lower, what="lower"))
 
     def discard(self, staged: Sequence[StagedBatch]) -> int:
         """Delete staged parts that no committed batch references; return how many.
@@ -250,7 +261,9 @@ class Shard:
         head = v.header
         fate = ft.decide(ft.gather(self.machine, desc_id, lower, head=v), desc_id, lower)
         if isinstance(fate, ft.Committed):
-            return AppendResult("already_committed", desc_id, fate.seqno, lower, upper, fate.rows)
+            return self._landed(fate, desc_id, lower, upper)
+        if isinstance(fate, ft.Unknown):
+            raise vd.unknown_fate_error(self.url, desc_id, lower, upper, fate)
         if head.upper is None:
             raise ShardClosedError(f"shard {self.url} is closed; it accepts no appends")
         if head.upper != lower:

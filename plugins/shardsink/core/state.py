@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
@@ -43,6 +44,10 @@ FORMAT = 1
 RECENT_DESCS = 128
 #: How many writers' last commits each header remembers.
 WRITERS = 64
+#: How many merged descriptions a compacted batch remembers (the newest; ~40-100 bytes each in JSON).
+LINEAGE_MAX = 1024
+#: The ids compaction gives its output batches (shardsink.maintenance.compact).
+COMPACTION_ID = re.compile(r"compact-[0-9a-f]{32}")
 
 CommitKind = Literal["create", "append", "close", "compact", "since", "retention"]
 
@@ -57,14 +62,33 @@ class PartMeta(msgspec.Struct, frozen=True):
     max_time: int
 
 
-class BatchMeta(msgspec.Struct, frozen=True):
-    """The parts one batch description committed, with its bounds."""
+class MergedDesc(msgspec.Struct, frozen=True, array_like=True):
+    """A description whose batch a compaction merged: its id, bounds and commit seqno."""
+
+    desc_id: str
+    lower: int
+    upper: int | None
+    seqno: int
+    rows: int = 0
+
+
+class BatchMeta(msgspec.Struct, frozen=True, omit_defaults=True):
+    """The parts one batch description committed, with its bounds.
+
+    ``lineage`` (compaction outputs only): the descriptions merged into this batch, in time
+    order, at most :data:`LINEAGE_MAX` (the newest kept), so a fate can still answer
+    "committed" for a description whose own batch was compacted away
+    (:mod:`shardsink.core.fate`). None: an appended batch, or a compaction output written
+    before lineage was recorded (its id then matches :data:`COMPACTION_ID`). Stored field,
+    left out of the JSON when None.
+    """
 
     desc_id: str
     lower: int
     upper: int | None
     seqno: int
     parts: tuple[PartMeta, ...]
+    lineage: tuple[MergedDesc, ...] | None = None
 
     @property
     def rows(self) -> int:
@@ -336,7 +360,8 @@ def apply_compaction(header: Header, batches: Sequence[BatchMeta], cmd: CompactC
         )
     gone = batches[first:first + len(cmd.inputs)]
     seqno = header.seqno + 1
-    added = (BatchMeta(cmd.compaction_id, cmd.lower, cmd.upper, seqno, cmd.parts),) if cmd.parts else ()
+    added = (BatchMeta(cmd.compaction_id, cmd.lower, cmd.upper, seqno, cmd.parts, merged_lineage(gone)),
+             ) if cmd.parts else ()
     s = header.stats
     stats = Stats(
         s.batches - len(gone) + len(added),
@@ -348,6 +373,26 @@ def apply_compaction(header: Header, batches: Sequence[BatchMeta], cmd: CompactC
     rows = sum(p.rows for p in cmd.parts)
     info = CommitInfo("compact", cmd.at, cmd.writer, cmd.compaction_id, cmd.lower, cmd.upper, rows, cmd.nonce)
     return Version(new, added, cmd.inputs, info, tuple(b.lower for b in gone))
+
+
+def merged_lineage(batches: Sequence[BatchMeta]) -> tuple[MergedDesc, ...]:
+    """The lineage of one batch merging ``batches`` (in time order): every appended batch
+    is one record, a compacted one brings its own records; the newest LINEAGE_MAX are kept.
+
+    A batch of unknown origin (a compaction output written before lineage existed) adds
+    nothing: what it merged is not known, and a record of it could claim the wrong thing.
+    """
+    return tuple(m for b in batches for m in lineage_of(b))[-LINEAGE_MAX:]
+
+
+def lineage_of(b: BatchMeta) -> tuple[MergedDesc, ...]:
+    """The descriptions whose commits ``b`` holds: itself if appended, its lineage if compacted,
+    nothing if it is a compaction output of unknown lineage (written before lineage existed)."""
+    if b.lineage is not None:
+        return b.lineage
+    if COMPACTION_ID.fullmatch(b.desc_id):
+        return ()
+    return (MergedDesc(b.desc_id, b.lower, b.upper, b.seqno, b.rows),)
 
 
 def since_target(header: Header, cmd: SinceCommand) -> int:

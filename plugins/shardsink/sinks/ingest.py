@@ -39,11 +39,12 @@ import msgspec
 from shardsink import hooks
 from shardsink.core import checks as ck
 from shardsink.core import manifests
-from shardsink.core.fate import STAGED_PREFIXES, CannotCommit, Committed, delete_staged
+from shardsink.core.fate import STAGED_PREFIXES, CannotCommit, Committed, Unknown, delete_staged
 from shardsink.core.manifests import MANIFEST_FORMAT as MANIFEST_FORMAT  # re-exported (moved to core:
 from shardsink.core.manifests import ManifestDoc as ManifestDoc  # GC and compaction read manifests too)
 from shardsink.core.shard import AppendResult, Shard, StagedBatch, default_writer
 from shardsink.core.state import PartMeta
+from shardsink.core.verdicts import check_same_bounds, unknown_fate_error
 from shardsink.errors import CorruptionError, InvalidUsageError, ShardNotFoundError, UpperMismatchError
 from shardsink.reclock.source import Reclocked, reclocked_upper
 from shardsink.sources.base import Seal, Source
@@ -229,8 +230,11 @@ def mint_chain(
 
 
 def committed(shard: Shard, desc: Description) -> Committed | None:
-    """The commit of ``desc`` if it landed: the Committed fate (see :mod:`shardsink.core.fate`)."""
+    """The commit of ``desc`` if it landed: the Committed fate (see :mod:`shardsink.core.fate`);
+    None if it did not or may still; FateUnknownError if the evidence is older than the retained history."""
     f = shard.fate(desc.desc_id, desc.lower)
+    if isinstance(f, Unknown):
+        raise unknown_fate_error(shard.url, desc.desc_id, desc.lower, desc.upper, f)
     return f if isinstance(f, Committed) else None
 
 
@@ -352,6 +356,8 @@ def append_from_manifests(shard: Shard, desc: Description, slots: int, *, writer
     steps; then the next fate read says Committed and its parts are kept.
     """
     fate = shard.fate(desc.desc_id, desc.lower)
+    if isinstance(fate, Unknown):  # nothing deleted, nothing claimed: the task fails, naming the window
+        raise unknown_fate_error(shard.url, desc.desc_id, desc.lower, desc.upper, fate)
     if isinstance(fate, Committed):
         return _landed(shard, desc)
     if isinstance(fate, CannotCommit):
@@ -373,6 +379,8 @@ def append_from_manifests(shard: Shard, desc: Description, slots: int, *, writer
             return _landed(shard, desc)
         if isinstance(again, CannotCommit):
             return _settle_loss(shard, desc)
+        if isinstance(again, Unknown):
+            raise unknown_fate_error(shard.url, desc.desc_id, desc.lower, desc.upper, again) from None
         raise
     staged = [StagedBatch(desc.desc_id, desc.lower, desc.upper, doc.parts) for doc in docs]
     # Slots that disagree on their props (none do today) record none: props are claims
@@ -394,6 +402,7 @@ def _landed(shard: Shard, desc: Description) -> AppendResult:
     """``desc`` is committed: delete its leftovers (the primitive keeps its batch) and report it."""
     gone = delete_staged(shard.machine, desc.desc_id, desc.lower)
     assert isinstance(gone.fate, Committed)
+    check_same_bounds(shard.url, desc.desc_id, gone.fate, desc.lower, desc.upper)
     return AppendResult("already_committed", desc.desc_id, gone.fate.seqno, desc.lower, desc.upper, gone.fate.rows)
 
 
@@ -405,8 +414,11 @@ def _settle_loss(shard: Shard, desc: Description) -> AppendResult:
     """
     gone = delete_staged(shard.machine, desc.desc_id, desc.lower)
     if isinstance(gone.fate, Committed):
+        check_same_bounds(shard.url, desc.desc_id, gone.fate, desc.lower, desc.upper)
         return AppendResult("already_committed", desc.desc_id, gone.fate.seqno, desc.lower, desc.upper,
                             gone.fate.rows)
+    if isinstance(gone.fate, Unknown):  # GC passed it meanwhile: never "lost" on an unknown history
+        raise unknown_fate_error(shard.url, desc.desc_id, desc.lower, desc.upper, gone.fate)
     current = gone.fate.upper
     raise LostRaceError(
         f"lost the race on {shard.url}: shard upper is {current}, not {desc.lower}; description "
