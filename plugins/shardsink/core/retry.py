@@ -19,7 +19,7 @@ from typing import TypeVar
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, stop_after_delay, wait_random_exponential
 
 from shardsink.errors import StorageError, UnknownOutcomeError
-from shardsink.storage.base import Blob, Fetched, ObjectInfo
+from shardsink.storage.base import Blob, Fetched, ObjectInfo, SourceObject
 
 T = TypeVar("T")
 
@@ -96,6 +96,9 @@ class RetryingBlob:
             self.delete(keys[0])
         elif keys:
             self.policy.call(lambda: self.inner.delete_many(keys), retry_on=transient)
+
+    def get_source(self, key: str) -> SourceObject | None:
+        return self.policy.call(lambda: self.inner.get_source(key), retry_on=transient)
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
         return iter(self.policy.call(lambda: list(self.inner.list(prefix)), retry_on=transient))

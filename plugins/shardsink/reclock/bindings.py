@@ -37,11 +37,14 @@ Frontier = Mapping[str, int]
 
 @dataclass(frozen=True)
 class BoundFile:
-    """A file bound to a shard time: its ordinal (offset), key under the root, and size."""
+    """A file bound to a shard time: its ordinal (offset), key under the root, size, and
+    identity (:attr:`shardsink.storage.base.ObjectInfo.identity`; "" if bound before
+    identities were recorded: then only the size is checked on read)."""
 
     ordinal: int
     key: str
     size: int
+    identity: str = ""
 
 
 @dataclass(frozen=True)
@@ -172,11 +175,15 @@ def binding_rows(old: Frontier, new: Frontier, files: Iterable[BoundFile]) -> li
         rows.append({"partition": p, "offset": new[p], "name": "", "size": 0, "diff": 1})
     for f in files:
         rows.append({"partition": FILE_ROW, "offset": f.ordinal, "name": f.key, "size": f.size, "diff": 1})
+        if f.identity:
+            rows.append({"partition": FILE_ID_ROW, "offset": f.ordinal, "name": f.identity, "size": 0, "diff": 1})
     return rows
 
 
 #: Partition name of the rows recording which file got which ordinal (never retracted).
 FILE_ROW = "#file"
+#: Partition name of the rows recording a bound file's identity (``name``), by ordinal.
+FILE_ID_ROW = "#file-id"
 
 
 def replay(updates: Iterable[tuple[str, int, str, int, int, int]], *, upper: int, since: int) -> Bindings:
@@ -189,11 +196,14 @@ def replay(updates: Iterable[tuple[str, int, str, int, int, int]], *, upper: int
     for t in sorted(by_time):
         counts: dict[tuple[str, int], int] = {(p, o): 1 for p, o in frontier.items()}
         files = []
+        ids = {o: n for p, o, n, _, _ in by_time[t] if p == FILE_ID_ROW}
         for p, o, n, s, d in by_time[t]:
+            if p == FILE_ID_ROW:
+                continue
             if p == FILE_ROW:
                 if d != 1:
                     raise CorruptionError(f"remap: file {n!r} (ordinal {o}) has diff {d} at {t}; expected +1")
-                files.append(BoundFile(o, n, s))
+                files.append(BoundFile(o, n, s, ids.get(o, "")))
                 continue
             counts[(p, o)] = counts.get((p, o), 0) + d
         live = {k: c for k, c in counts.items() if c}

@@ -26,7 +26,7 @@ from shardsink.storage.url import open_blob
 FORMAT = 1
 
 
-class PlanDoc(msgspec.Struct, frozen=True, kw_only=True):
+class PlanDoc(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """``plans/<lower>-<upper>.json``: spans as ``[partition, start, end, time]`` and files as
     ``[ordinal, key, size]`` (arrays, not objects: a plan may list many files)."""
 
@@ -35,6 +35,8 @@ class PlanDoc(msgspec.Struct, frozen=True, kw_only=True):
     upper: int
     spans: tuple[tuple[str, int, int, int], ...]
     files: tuple[tuple[int, str, int], ...]
+    #: The files' identities, in ``files`` order (absent in plans written before them).
+    identities: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -63,7 +65,9 @@ def publish(remap_url: str, bindings: Bindings, lower: int, upper: int) -> Plan:
     p = build(bindings, lower, upper)
     doc = PlanDoc(format=FORMAT, lower=lower, upper=upper,
                   spans=tuple((s.partition, s.start, s.end, s.time) for s in p.spans),
-                  files=tuple((f.ordinal, f.key, f.size) for f in p.files.values()))
+                  files=tuple((f.ordinal, f.key, f.size) for f in p.files.values()),
+                  identities=tuple(f.identity for f in p.files.values()) if any(f.identity for f in p.files.values())
+                  else ())
     open_blob(remap_url).put(key(lower, upper), ENCODER.encode(doc))
     return p
 
@@ -84,5 +88,6 @@ def decode(data: bytes, lower: int, upper: int, *, where: str) -> Plan:
     if (doc.lower, doc.upper) != (lower, upper):
         raise CorruptionError(f"{where}: read plan describes [{doc.lower}, {doc.upper}), expected [{lower}, {upper})")
     sp = tuple(Span(p, a, b, t) for p, a, b, t in doc.spans)
-    files = {o: BoundFile(o, k, n) for o, k, n in doc.files}
+    ids = doc.identities if len(doc.identities) == len(doc.files) else ("",) * len(doc.files)
+    files = {o: BoundFile(o, k, n, i) for (o, k, n), i in zip(doc.files, ids, strict=True)}
     return Plan(lower, upper, sp, files)

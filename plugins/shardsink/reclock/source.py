@@ -176,9 +176,16 @@ class ReclockedBase:
     def bind_through(self, target: int, *, shard_url: str, lower: int) -> int:
         """Bind ``target - 1`` if needed; publish the description's read plan; return ``target``.
 
-        Requests on the happy path: the remap shard's state and binding parts, the source
-        listing, and (when minting) one part, one state version, the hint; plus the plan.
+        Requests on the happy path: the outputs' pointers (one PUT each), the remap shard's
+        state and binding parts, the source listing, and (when minting) one part, one state
+        version, the hint; plus the plan.
         """
+        # SUBTLE: the outputs' pointer to their remap shard (reclock.json) is written first, on
+        # every mint: a mint that dies right after its binding commits must not leave an output
+        # without it (no later mint would write it), and an output added to an existing remap
+        # shard must get one too. A plain put of a pure function of the spec: idempotent.
+        for url in self.routing.shard_urls(shard_url):
+            health.write_sidecar(url, self.remap_url, self.spec())
         remap = RemapShard(Shard(self.remap_url))
         try:
             try:
@@ -190,9 +197,6 @@ class ReclockedBase:
             health.record_failure(self.remap_url, f"{type(e).__name__}: {e}")
             raise
         plan.publish(self.remap_url, got.bindings, lower, target)
-        if got.minted and len(got.bindings.history) <= 1:  # first bindings: point the outputs at their remap
-            for url in self.routing.shard_urls(shard_url):
-                health.write_sidecar(url, self.remap_url, self.spec())
         return target
 
     def read_plan(self, lower: int, upper: int) -> plan.Plan:

@@ -23,7 +23,7 @@ Contract every source keeps:
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -109,3 +109,18 @@ def source_from_spec(spec: Mapping[str, Any]) -> Source:
     if not isinstance(src, Source):
         raise InvalidUsageError(f"source kind {kind!r} built {type(src).__name__}, which is not a Source")
     return src
+
+
+def map_on_executors(df: DataFrame, read: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]],
+                     schema: Any) -> DataFrame:
+    """``df.mapInArrow(read, schema)`` with typed errors: the one way a source reads on executors.
+
+    A ShardsinkError raised by ``read`` on an executor (a changed, vanished or malformed
+    file; a late row; a Kafka range that cannot be read) reaches the driver as its typed
+    record (:func:`shardsink.outcome.carry_errors`), so the write job's outcome says
+    ``MalformedInputError`` and the Airflow task fails at once instead of retrying an
+    ``UnexpectedError``. Every source's ``read_slot`` goes through here.
+    """
+    from shardsink.outcome import carry_errors
+
+    return df.mapInArrow(carry_errors(read), schema)

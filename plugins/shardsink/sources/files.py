@@ -31,11 +31,13 @@ import pyarrow as pa
 from shardsink.core import parts as pt
 from shardsink.core.state import schema_from_json, schema_to_json
 from shardsink.errors import InvalidUsageError
+from shardsink.reclock import health
 from shardsink.reclock.bindings import FILES, Bindings, BoundFile, split
 from shardsink.reclock.remap import Proposal
 from shardsink.reclock.source import ReclockedBase, Routing, stamp
-from shardsink.sources.base import Seal
+from shardsink.sources.base import Seal, map_on_executors
 from shardsink.sources.landing import LandingSource, parse_columns, read_data_file
+from shardsink.storage.base import check_source_key
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -100,12 +102,30 @@ class FileArrivals(ReclockedBase):
     # --- binding (driver, in mint) --------------------------------------------------------
 
     def propose(self, bindings: Bindings) -> Proposal:
+        """Bind every settled, unbound data file, recording its key, size and identity.
+
+        A key no store can hold under the root (:func:`check_source_key`) is never bound:
+        it would fail every write of its description for good. It is reported in the
+        source's health instead, and the other files go on.
+        """
         bound = bindings.bound_keys()
         n = bindings.latest().get(FILES, 0)
         cutoff = self.clock() - self.settle_seconds
-        new = sorted((f for f in self.landing.files() if f.key not in bound and f.modified <= cutoff),
-                     key=lambda f: (f.modified, f.key))
-        files = tuple(BoundFile(n + i, f.key, f.size) for i, f in enumerate(new))
+        new, unreadable = [], []
+        for f in self.landing.files():
+            if f.key in bound or f.modified > cutoff:
+                continue
+            try:
+                check_source_key(f.key)
+            except InvalidUsageError as e:
+                unreadable.append(str(e))
+                continue
+            new.append(f)
+        if unreadable:
+            health.record_failure(self.remap_url, f"{len(unreadable)} landed files are never bound: "
+                                  + "; ".join(unreadable[:5]))
+        new.sort(key=lambda f: (f.modified, f.key))
+        files = tuple(BoundFile(n + i, f.key, f.size, f.identity) for i, f in enumerate(new))
         return Proposal({FILES: n + len(files)} if (n or files) else {}, files)
 
     # --- reading (write job) --------------------------------------------------------------
@@ -135,11 +155,12 @@ class FileArrivals(ReclockedBase):
             for batch in batches:
                 for row in batch.to_pylist():
                     where = f"{src.root}/{row['key']}"
-                    t = read_data_file(blob, row["key"], user, where=where, size=row["size"])
+                    t = read_data_file(blob, row["key"], user, where=where, size=row["size"], identity=row["identity"])
                     t = src.routing.select(t, where=where)
                     yield from stamp(t, user, row["time"], where=where).to_batches()
 
-        rows = [(f.key, f.size, t) for f, t in mine]
+        rows = [(f.key, f.size, f.identity, t) for f, t in mine]
         n = max(1, min(len(rows), spark.sparkContext.defaultParallelism * 2))
-        df = spark.createDataFrame(spark.sparkContext.parallelize(rows, n), "key string, size long, time long")
-        return df.mapInArrow(read, spark_schema), listing
+        df = spark.createDataFrame(spark.sparkContext.parallelize(rows, n),
+                                   "key string, size long, identity string, time long")
+        return map_on_executors(df, read, spark_schema), listing

@@ -39,7 +39,7 @@ from shardsink.errors import InvalidUsageError, StorageError
 from shardsink.reclock.bindings import Bindings, Span, split
 from shardsink.reclock.remap import Proposal
 from shardsink.reclock.source import ReclockedBase, Routing, resumption, stamp
-from shardsink.sources.base import Seal
+from shardsink.sources.base import Seal, map_on_executors
 from shardsink.sources.landing import MalformedInputError, parse_columns
 
 if TYPE_CHECKING:
@@ -247,4 +247,4 @@ class KafkaSource(ReclockedBase):
         n = max(1, min(len(rows), spark.sparkContext.defaultParallelism * 2))
         df = spark.createDataFrame(spark.sparkContext.parallelize(rows, n),
                                    "partition string, start long, end long, time long")
-        return df.mapInArrow(read, spark_schema), listing
+        return map_on_executors(df, read, spark_schema), listing

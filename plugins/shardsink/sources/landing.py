@@ -38,8 +38,7 @@ import pyarrow.parquet as pq
 from shardsink.core import parts as pt
 from shardsink.core.state import schema_from_json, schema_to_json
 from shardsink.errors import InvalidUsageError
-from shardsink.outcome import carry_errors
-from shardsink.sources.base import Seal
+from shardsink.sources.base import Seal, map_on_executors
 from shardsink.storage.base import Blob, ObjectInfo
 from shardsink.storage.url import ShardUrl, open_blob, parse_url
 
@@ -63,6 +62,7 @@ class LandingFile:
     key: str  # relative to the landing root
     size: int
     modified: float  # epoch seconds (mtime / S3 LastModified)
+    identity: str = ""  # ObjectInfo.identity: S3 ETag, or local mtime ns + size
 
 
 def slot_of(key: str, slots: int) -> int:
@@ -167,7 +167,6 @@ class LandingSource:
         spec, time_column, seal_list = self.spec(), self.time_column, list(seals)
         schema_bytes = schema.serialize().to_pybytes()
 
-        @carry_errors  # late or malformed files reach the driver as typed records
         def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             # Runs on executors: rebuild what it needs from plain values.
             src = LandingSource.from_spec(spec)
@@ -184,11 +183,11 @@ class LandingSource:
         n = max(1, min(len(mine), spark.sparkContext.defaultParallelism * 2))
         rdd = spark.sparkContext.parallelize([(f.key, f.size, f.modified) for f in mine], n)
         files_df = spark.createDataFrame(rdd, "key string, size long, modified double")
-        return files_df.mapInArrow(read, spark_schema), listing
+        return map_on_executors(files_df, read, spark_schema), listing
 
 
 def _file(o: ObjectInfo) -> LandingFile:
-    return LandingFile(o.key, o.size, o.modified)
+    return LandingFile(o.key, o.size, o.modified, o.identity)
 
 
 def _to_millis(col: pa.ChunkedArray, *, where: str, name: str) -> pa.ChunkedArray:
@@ -206,20 +205,30 @@ def _to_millis(col: pa.ChunkedArray, *, where: str, name: str) -> pa.ChunkedArra
 
 
 def read_data_file(blob: Blob, key: str, schema: pa.Schema | None, *, where: str,
-                   size: int | None = None) -> pa.Table:
+                   size: int | None = None, identity: str = "") -> pa.Table:
     """Read one Parquet / CSV / JSONL file as it is (format from the key's suffix).
 
-    ``schema`` pins the types of the columns it names (CSV, JSONL). ``size``: the size the
-    caller expects; a file of another size was changed in place (refused). Raises
-    MalformedInputError naming ``where``.
+    ``key`` is a source key: whatever the store allows (``Blob.get_source``). ``schema``
+    pins the types of the columns it names (CSV, JSONL). ``size`` and ``identity``: what
+    the file was when it was bound (identity: the S3 ETag, or the local mtime in ns and
+    size; "" for bindings made before identities were recorded, which check the size
+    only); a file that differs was changed in place (refused). Raises MalformedInputError
+    naming ``where``.
     """
-    got = blob.get(key)
+    try:
+        got = blob.get_source(key)
+    except InvalidUsageError as e:  # a key no store can hold: the file is unreadable, not the call
+        raise MalformedInputError(f"{where}: {e}") from e
     if got is None:
         raise MalformedInputError(f"{where} disappeared while reading; landed files must never be removed")
     if size is not None and len(got.data) != size:
         raise MalformedInputError(
             f"{where} has {len(got.data)} bytes, not the {size} it had when it was bound; landed files must "
             "never be changed in place")
+    if identity and got.identity != identity:
+        raise MalformedInputError(
+            f"{where} was rewritten after it was bound (identity {got.identity!r}, bound as {identity!r}); "
+            "landed files must never be changed in place")
     fmt = key.lower().rsplit(".", 1)[-1]
     try:
         if fmt == "parquet":

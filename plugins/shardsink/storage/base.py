@@ -37,6 +37,16 @@ class ObjectInfo:
     key: str
     size: int
     modified: float  # seconds since the epoch
+    #: What changes when the object is rewritten: the S3 ETag; locally mtime in ns and size.
+    identity: str = ""
+
+
+@dataclass(frozen=True)
+class SourceObject:
+    """A source file's bytes and identity (:attr:`ObjectInfo.identity`, read with the bytes)."""
+
+    data: bytes
+    identity: str
 
 
 class Blob(Protocol):
@@ -61,6 +71,31 @@ class Blob(Protocol):
         ...
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]: ...
+
+    def get_source(self, key: str) -> SourceObject | None:
+        """Read a *source* object (a landed file) with its identity; None if it is missing.
+
+        Source keys are whatever the store allows (spaces, unicode, ``%``, ``+``, ``#``):
+        they are not shard keys and skip :func:`check_key`; only :func:`check_source_key`
+        applies (what no store can hold, or what would leave the root)."""
+        ...
+
+
+#: The longest S3 object key, in UTF-8 bytes.
+S3_KEY_MAX_BYTES = 1024
+
+
+def check_source_key(key: str) -> str:
+    """``key`` if a store can hold it under the root: non-empty, no NUL, not absolute, no
+    empty, ``.`` or ``..`` segment (a local folder would resolve those outside the file),
+    at most 1,024 UTF-8 bytes (S3's limit); else InvalidUsageError naming it."""
+    bad = ("empty" if not key else "contains NUL" if "\0" in key else "is absolute" if key.startswith("/")
+           else "has an empty, '.' or '..' segment" if any(s in ("", ".", "..") for s in key.split("/"))
+           else f"is over {S3_KEY_MAX_BYTES} UTF-8 bytes" if len(key.encode("utf-8", "surrogatepass"))
+           > S3_KEY_MAX_BYTES else None)
+    if bad is not None:
+        raise InvalidUsageError(f"source key {key[:300]!r} cannot be read: it {bad}", value=key[:300])
+    return key
 
 
 def check_key(key: str) -> str:

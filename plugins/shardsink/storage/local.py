@@ -19,7 +19,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from shardsink.errors import ConditionFailedError, StorageError
-from shardsink.storage.base import Fetched, ObjectInfo, check_key
+from shardsink.storage.base import Fetched, ObjectInfo, SourceObject, check_key, check_source_key
 
 _TMP_PREFIX = ".tmp-"
 _LOCKS = ".locks"
@@ -29,6 +29,11 @@ def _etag(st: os.stat_result, data: bytes) -> str:
     # Inode + mtime alone can repeat (an inode reused within one timestamp tick), so the
     # content's checksum is part of it: equal etags then mean equal bytes.
     return f"{st.st_ino:x}-{st.st_mtime_ns:x}-{st.st_size:x}-{zlib.crc32(data):08x}"
+
+
+def _identity(st: os.stat_result) -> str:
+    """A landed file's identity: a rewrite in place changes its mtime (ns) or size."""
+    return f"{st.st_mtime_ns:x}-{st.st_size:x}"
 
 
 class LocalBlob:
@@ -126,4 +131,15 @@ class LocalBlob:
                     st = p.stat()
                 except FileNotFoundError:
                     continue
-                yield ObjectInfo(p.relative_to(self.root).as_posix(), st.st_size, st.st_mtime)
+                yield ObjectInfo(p.relative_to(self.root).as_posix(), st.st_size, st.st_mtime, _identity(st))
+
+    def get_source(self, key: str) -> SourceObject | None:
+        path = self.root / check_source_key(key)
+        try:
+            with open(path, "rb") as f:
+                st = os.fstat(f.fileno())
+                return SourceObject(f.read(), _identity(st))
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            return None
+        except OSError as e:
+            raise StorageError(f"cannot read {path}: {e}") from e

@@ -33,7 +33,7 @@ import botocore.exceptions as bexc
 from botocore.config import Config
 
 from shardsink.errors import ConditionFailedError, StorageError, UnknownOutcomeError
-from shardsink.storage.base import Fetched, ObjectInfo, check_key
+from shardsink.storage.base import Fetched, ObjectInfo, SourceObject, check_key, check_source_key
 
 # Errors raised before a request could reach the server: definitely not applied.
 _NOT_SENT = (bexc.EndpointConnectionError, bexc.ConnectTimeoutError, bexc.NoCredentialsError)
@@ -167,6 +167,20 @@ class S3Blob:
         except Exception as e:
             raise self._fail(e, f"GET {key}", write=False) from e
 
+    def get_source(self, key: str) -> SourceObject | None:
+        k = check_source_key(key)
+        full = f"{self.prefix}/{k}" if self.prefix else k
+        try:
+            r = self.client.get_object(Bucket=self.bucket, Key=full)
+            return SourceObject(r["Body"].read(), str(r["ETag"]))
+        except bexc.ClientError as e:
+            status, code = _status(e)
+            if status == 404 and code != "NoSuchBucket":
+                return None
+            raise self._fail(e, f"GET {key!r}", write=False) from e
+        except Exception as e:
+            raise self._fail(e, f"GET {key!r}", write=False) from e
+
     def _put(self, key: str, data: bytes, what: str, **cond: str) -> str:
         try:
             r = self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data, **cond)
@@ -221,6 +235,7 @@ class S3Blob:
             pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=full)
             for page in pages:
                 for obj in page.get("Contents", []):
-                    yield ObjectInfo(obj["Key"][strip:], int(obj["Size"]), obj["LastModified"].timestamp())
+                    yield ObjectInfo(obj["Key"][strip:], int(obj["Size"]), obj["LastModified"].timestamp(),
+                                     str(obj.get("ETag", "")))
         except Exception as e:
             raise self._fail(e, f"LIST {prefix}", write=False) from e
