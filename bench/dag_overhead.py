@@ -133,7 +133,8 @@ def _task_seconds(log: str) -> dict[str, float]:
 
 
 def dag_vs_bare(work: Path) -> dict[str, object]:
-    from shardsink.sinks.ingest import Description, mint, open_or_create
+    from shardsink.sinks.description import Description
+    from shardsink.sinks.ingest import mint_chain, open_or_create
     from shardsink.sources.landing import LandingSource
     from shardsink.spark import build_pyfiles_zip, job_path
     from shardsink_dev.synthetic import generate
@@ -149,9 +150,11 @@ def dag_vs_bare(work: Path) -> dict[str, object]:
     # the task runner: under `dags test` the first task also pays for starting Airflow's
     # in-process execution API, which a deployed scheduler/worker does not.
     t = time.perf_counter()
-    d = mint(open_or_create(scratch.url, src, initial_upper=START), src, interval_end=START + DAY,
-             max_span=None, dag_id="bench", run_id="bare", attempt=1)
+    chain = mint_chain(open_or_create(scratch.url, src, initial_upper=START), src, interval_end=START + DAY,
+                       max_span=None, max_chain=1, dag_id="bench", run_id="bare", attempt=1)
     mint_work = time.perf_counter() - t
+    assert isinstance(chain, list)
+    d = chain[0]
     assert isinstance(d, Description)
     cmd = [str(BIN / "spark-submit"), "--master", "local[2]", "--conf", "spark.ui.enabled=false", "--conf",
            "spark.sql.shuffle.partitions=2", "--py-files", build_pyfiles_zip(), job_path(), "--shard-url",

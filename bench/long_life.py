@@ -45,7 +45,8 @@ import pyarrow as pa
 
 from shardsink import Shard, StagedBatch
 from shardsink.maintenance import MaintenanceOptions, compaction_pass, set_retention
-from shardsink.maintenance.gc import GcOptions, GcReport, collect
+from shardsink.maintenance.gc import collect
+from shardsink.maintenance.gc_types import GcOptions, GcReport
 from shardsink.maintenance.history import list_state, referenced, retained_start
 from shardsink.storage.s3 import make_client
 from shardsink_dev.testing import moto_server

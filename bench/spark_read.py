@@ -45,8 +45,10 @@ from proc_cpu import tree_cpu  # bench/ is on sys.path when run as a script
 from pyspark.sql import functions as F
 
 from shardsink import Shard
-from shardsink.core import parts as pt
+from shardsink.core.consolidate import consolidate
+from shardsink.core.part_io import write_parts
 from shardsink.core.shard import StagedBatch
+from shardsink.core.updates import TIME, validate_updates
 from shardsink.spark import datasource as ds
 from shardsink.spark.read import ShardReads, read_changes, read_snapshot
 from shardsink_dev.testing import local_spark
@@ -76,8 +78,8 @@ def build(root: Path, rows: int, batches: int) -> tuple[Shard, list[str]]:
         # One part per batch, as the module docstring says (Shard.append would cut a big
         # batch into one part per core, as several Spark tasks would).
         desc = f"b{b}"
-        updates = pt.validate_updates(t, SCHEMA, lower=b * 1000, upper=(b + 1) * 1000)
-        parts = pt.write_parts(shard.blob, pt.consolidate(updates, [*SCHEMA.names, pt.TIME]), prefix=f"parts/{desc}")
+        updates = validate_updates(t, SCHEMA, lower=b * 1000, upper=(b + 1) * 1000)
+        parts = write_parts(shard.blob, consolidate(updates, [*SCHEMA.names, TIME]), prefix=f"parts/{desc}")
         staged = StagedBatch(desc, b * 1000, (b + 1) * 1000, parts)
         shard.compare_and_append([staged], expected_upper=b * 1000, new_upper=(b + 1) * 1000, desc_id=desc)
     files = [f"{root}/events/{p.key}" for bt in shard.batches() for p in bt.parts]

@@ -17,7 +17,7 @@ import os
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from shardsink.airflow import ingest_dag
+from shardsink.airflow import AttemptOptions, SparkOptions, ingest_dag
 from shardsink.sources.files import FileArrivals
 
 env = os.environ.get
@@ -36,9 +36,11 @@ dag = ingest_dag(
     writers=int(env("SHARDSINK_WRITERS", "2")),
     schedule="@daily",
     start_date=datetime.fromisoformat(env("SHARDSINK_START", "2024-01-01")).replace(tzinfo=UTC),
-    max_attempts=int(env("SHARDSINK_MAX_ATTEMPTS", "5")),
-    retry_backoff=float(env("SHARDSINK_RETRY_BACKOFF", "2")),
-    task_retries=int(env("SHARDSINK_TASK_RETRIES", "2")),
-    task_retry_delay=timedelta(seconds=float(env("SHARDSINK_TASK_RETRY_DELAY_S", "30"))),
-    spark_conf={"spark.sql.shuffle.partitions": "2"},
+    attempts=AttemptOptions(
+        max_attempts=int(env("SHARDSINK_MAX_ATTEMPTS", "5")),
+        backoff=float(env("SHARDSINK_RETRY_BACKOFF", "2")),
+        task_retries=int(env("SHARDSINK_TASK_RETRIES", "2")),
+        task_retry_delay=timedelta(seconds=float(env("SHARDSINK_TASK_RETRY_DELAY_S", "30"))),
+    ),
+    spark=SparkOptions(conf={"spark.sql.shuffle.partitions": "2"}),
 )

@@ -25,7 +25,7 @@ import os
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from shardsink.airflow import ingest_dag
+from shardsink.airflow import AttemptOptions, ShardOptions, SparkOptions, ingest_dag
 from shardsink.sources import LandingSource
 
 env = os.environ.get
@@ -38,13 +38,17 @@ dag = ingest_dag(
     writers=int(env("SHARDSINK_WRITERS", "2")),
     schedule="@daily",
     start_date=datetime.fromisoformat(env("SHARDSINK_START", "2024-01-01")).replace(tzinfo=UTC),
-    max_span=timedelta(hours=float(env("SHARDSINK_MAX_SPAN_H", "24"))),
-    max_attempts=int(env("SHARDSINK_MAX_ATTEMPTS", "5")),
-    retry_backoff=float(env("SHARDSINK_RETRY_BACKOFF", "2")),
-    task_retries=int(env("SHARDSINK_TASK_RETRIES", "2")),
-    task_retry_delay=timedelta(seconds=float(env("SHARDSINK_TASK_RETRY_DELAY_S", "30"))),
-    catch_up_after=timedelta(seconds=float(env("SHARDSINK_CATCH_UP_AFTER_S", "300"))),
-    poke_interval=timedelta(seconds=float(env("SHARDSINK_POKE_S", "15"))),
-    spark_conf={"spark.sql.shuffle.partitions": "2"},
-    aws_conn_id=env("SHARDSINK_AWS_CONN_ID") or None,
+    shard=ShardOptions(
+        max_span=timedelta(hours=float(env("SHARDSINK_MAX_SPAN_H", "24"))),
+        aws_conn_id=env("SHARDSINK_AWS_CONN_ID") or None,
+    ),
+    attempts=AttemptOptions(
+        max_attempts=int(env("SHARDSINK_MAX_ATTEMPTS", "5")),
+        backoff=float(env("SHARDSINK_RETRY_BACKOFF", "2")),
+        task_retries=int(env("SHARDSINK_TASK_RETRIES", "2")),
+        task_retry_delay=timedelta(seconds=float(env("SHARDSINK_TASK_RETRY_DELAY_S", "30"))),
+        catch_up_after=timedelta(seconds=float(env("SHARDSINK_CATCH_UP_AFTER_S", "300"))),
+        poke_interval=timedelta(seconds=float(env("SHARDSINK_POKE_S", "15"))),
+    ),
+    spark=SparkOptions(conf={"spark.sql.shuffle.partitions": "2"}),
 )

@@ -16,7 +16,7 @@ import os
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from shardsink.airflow import view_dag
+from shardsink.airflow import AttemptOptions, ShardOptions, view_dag
 from shardsink.sinks.materialize import ViewInput, view
 
 env = os.environ.get
@@ -36,9 +36,11 @@ dag = view_dag(
               sql=EVENTS_PER_USER_DAY),
     schedule="inputs",
     start_date=datetime.fromisoformat(env("SHARDSINK_START", "2024-01-01")).replace(tzinfo=UTC),
-    max_attempts=int(env("SHARDSINK_MAX_ATTEMPTS", "5")),
-    retry_backoff=float(env("SHARDSINK_RETRY_BACKOFF", "2")),
-    task_retries=int(env("SHARDSINK_TASK_RETRIES", "2")),
-    task_retry_delay=timedelta(seconds=float(env("SHARDSINK_TASK_RETRY_DELAY_S", "30"))),
-    aws_conn_id=env("SHARDSINK_AWS_CONN_ID") or None,
+    attempts=AttemptOptions(
+        max_attempts=int(env("SHARDSINK_MAX_ATTEMPTS", "5")),
+        backoff=float(env("SHARDSINK_RETRY_BACKOFF", "2")),
+        task_retries=int(env("SHARDSINK_TASK_RETRIES", "2")),
+        task_retry_delay=timedelta(seconds=float(env("SHARDSINK_TASK_RETRY_DELAY_S", "30"))),
+    ),
+    shard=ShardOptions(aws_conn_id=env("SHARDSINK_AWS_CONN_ID") or None),
 )

@@ -15,7 +15,7 @@ import json
 import sys
 from collections.abc import Sequence
 
-from shardsink.sinks.ingest import Description
+from shardsink.sinks.description import Description
 from shardsink.spark.entrypoint import description_args, run_job
 from shardsink.spark.job import IngestWriteJob, write_slot
 

@@ -14,7 +14,7 @@ import json
 import sys
 from collections.abc import Sequence
 
-from shardsink.sinks.ingest import Description
+from shardsink.sinks.description import Description
 from shardsink.spark.entrypoint import description_args, run_job
 from shardsink.spark.view_job import ViewWriteJob, write_view_job
 

@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from shardsink import Shard
-from shardsink.core import parts as pt
+from shardsink.core.updates import DIFF, TIME
 from shardsink.sources.landing import LandingSource, read_landing_file
 
 REPO = Path(__file__).resolve().parents[2]
@@ -221,14 +221,14 @@ def source_updates(landing: str, lower: int, upper: int) -> pa.Table:
     blob = src.blob()
     tables = [read_landing_file(blob, f, schema, "event_time") for f in src.files()]
     t = pa.concat_tables(tables)
-    t = t.filter(pc.and_(pc.greater_equal(t[pt.TIME], lower), pc.less(t[pt.TIME], upper)))
-    return _counts(t.append_column(pt.DIFF, pa.repeat(pa.scalar(1, pa.int64()), t.num_rows)))
+    t = t.filter(pc.and_(pc.greater_equal(t[TIME], lower), pc.less(t[TIME], upper)))
+    return _counts(t.append_column(DIFF, pa.repeat(pa.scalar(1, pa.int64()), t.num_rows)))
 
 
 def _counts(t: pa.Table) -> list[tuple[Any, ...]]:
-    keys = [c for c in t.column_names if c != pt.DIFF]
-    g = t.group_by(keys).aggregate([(pt.DIFF, "sum")])
-    return sorted(tuple(r.values()) for r in g.select([*keys, f"{pt.DIFF}_sum"]).to_pylist())
+    keys = [c for c in t.column_names if c != DIFF]
+    g = t.group_by(keys).aggregate([(DIFF, "sum")])
+    return sorted(tuple(r.values()) for r in g.select([*keys, f"{DIFF}_sum"]).to_pylist())
 
 
 def assert_exactly_once(shard_url: str, landing: str, lower: int, upper: int) -> None:

@@ -38,7 +38,7 @@ from af_helpers import (
 )
 
 from shardsink import Shard
-from shardsink.core import parts as pt
+from shardsink.core.updates import COUNT, DIFF, TIME
 from shardsink.sources.landing import LandingSource, read_landing_file
 from shardsink_dev.synthetic import encode, generate, land_file, landing_table, publish_watermark
 from shardsink_dev.testing import free_port
@@ -182,7 +182,7 @@ def test_backfills_at_any_concurrency_cover_every_interval_exactly_once(af: Env,
 
 def _rows(t: pa.Table, *, weight: str | None = None, time: bool = False) -> Counter[tuple[Any, ...]]:
     """User rows (and ``_time`` if ``time``) as a multiset, weighted by column ``weight`` (else 1 each)."""
-    keys = [c for c in t.column_names if c not in (pt.TIME, pt.DIFF, pt.COUNT)] + ([pt.TIME] if time else [])
+    keys = [c for c in t.column_names if c not in (TIME, DIFF, COUNT)] + ([TIME] if time else [])
     out: Counter[tuple[Any, ...]] = Counter()
     for r in t.to_pylist():
         out[tuple(r[c] for c in keys)] += r[weight] if weight else 1
@@ -193,7 +193,7 @@ def _source(landing: str, lower: int, upper: int) -> pa.Table:
     """The landing zone's rows with ``lower <= event time < upper`` (read directly, not through a shard)."""
     src = LandingSource(landing)
     t = pa.concat_tables([read_landing_file(src.blob(), f, src.schema(), "event_time") for f in src.files()])
-    return t.filter(pc.and_(pc.greater_equal(t[pt.TIME], lower), pc.less(t[pt.TIME], upper)))
+    return t.filter(pc.and_(pc.greater_equal(t[TIME], lower), pc.less(t[TIME], upper)))
 
 
 def _reprocess_a_completed_day_through_a_backfill(env: dict[str, str], af: Env, spec: dict[str, Any]) -> None:
@@ -208,7 +208,7 @@ def _reprocess_a_completed_day_through_a_backfill(env: dict[str, str], af: Env, 
     rows = read_landing_file(src.blob(), f, src.schema(), "event_time").to_pylist()[2:]  # 2 rows vanish
     rows[0] = {**rows[0], "amount": rows[0]["amount"] + 1000}  # 1 row changes
     fixed = pa.Table.from_pylist([{"user": r["user"], "action": r["action"], "amount": r["amount"],
-                                   "event_time": r[pt.TIME]} for r in rows])
+                                   "event_time": r[TIME]} for r in rows])
     src.blob().put(f.key, encode(fixed, f.key.rsplit(".", 1)[-1]))
     land_file(landing, "day=005/late-day-6.parquet", landing_table(five, five + DAY, 20, seed=99))
     publish_watermark(landing, five + DAY)
@@ -239,9 +239,9 @@ def _reprocess_a_completed_day_through_a_backfill(env: dict[str, str], af: Env, 
     assert info.upper == five + DAY
     now = _rows(_source(landing, START, five + DAY))
     assert now != old
-    assert _rows(shard.snapshot(five + DAY - 1), weight=pt.COUNT) == now  # corrected, with day 6
-    assert _rows(shard.snapshot(five - 1), weight=pt.COUNT) == old  # history before the correction
+    assert _rows(shard.snapshot(five + DAY - 1), weight=COUNT) == now  # corrected, with day 6
+    assert _rows(shard.snapshot(five - 1), weight=COUNT) == old  # history before the correction
     sealed = shard.changes(START + DAY, START + 2 * DAY)
-    assert _rows(sealed, weight=pt.DIFF, time=True) == old_day2  # sealed updates are never rewritten
+    assert _rows(sealed, weight=DIFF, time=True) == old_day2  # sealed updates are never rewritten
     rep = _reports(af.home, "bf_default")[day2_run]
     assert [c["corrects"] for c in rep["committed"] if c.get("corrects")] == [[START + DAY, START + 2 * DAY]]

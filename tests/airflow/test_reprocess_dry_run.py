@@ -15,7 +15,7 @@ import pytest
 from af_helpers import DAY, START, VENV_BIN, Env, assert_no_leaks, ok
 
 from shardsink import Shard
-from shardsink.core import parts as pt
+from shardsink.core.updates import COUNT, DIFF, TIME
 from shardsink.sinks.reprocess import corrected_range
 from shardsink.sources.landing import LandingSource, read_landing_file
 from shardsink_dev.synthetic import encode, generate
@@ -32,7 +32,7 @@ def _run(af: Env, dag_id: str, logical_date: str, conf: dict[str, Any] | None = 
 
 def _rows(t: pa.Table, count: str | None = None) -> Counter[tuple[Any, ...]]:
     """User rows as a multiset (``count``: a multiplicity column, else each row once)."""
-    users = [c for c in t.column_names if c not in (pt.TIME, pt.DIFF, pt.COUNT)]
+    users = [c for c in t.column_names if c not in (TIME, DIFF, COUNT)]
     out: Counter[tuple[Any, ...]] = Counter()
     for r in t.to_pylist():
         out[tuple(r[c] for c in users)] += r[count] if count else 1
@@ -43,7 +43,7 @@ def _source(landing: str, lower: int, upper: int) -> Counter[tuple[Any, ...]]:
     src = LandingSource(landing)
     schema = src.schema()
     t = pa.concat_tables([read_landing_file(src.blob(), f, schema, "event_time") for f in src.files()])
-    return _rows(t.filter(pc.and_(pc.greater_equal(t[pt.TIME], lower), pc.less(t[pt.TIME], upper))))
+    return _rows(t.filter(pc.and_(pc.greater_equal(t[TIME], lower), pc.less(t[TIME], upper))))
 
 
 def _fix_day_one(landing: str) -> None:
@@ -56,7 +56,7 @@ def _fix_day_one(landing: str) -> None:
     rows[1] = {**rows[1], "action": "refund"}
     rows.append({**rows[2], "user": "u999"})
     t = pa.Table.from_pylist([{"user": r["user"], "action": r["action"], "amount": r["amount"],
-                               "event_time": r[pt.TIME]} for r in rows])
+                               "event_time": r[TIME]} for r in rows])
     src.blob().put(f.key, encode(t, f.key.rsplit(".", 1)[-1]))
 
 
@@ -80,9 +80,9 @@ def test_reprocessing_appends_exact_corrections_and_preserves_history(af: Env) -
     assert "with the correction of" in out
     t1 = START + 3 * DAY - 1
     assert shard.info().upper == START + 3 * DAY
-    assert _rows(shard.snapshot(t1), pt.COUNT) == _source(af.landing, START, START + 3 * DAY)  # corrected
-    assert _rows(shard.snapshot(t1 - 1), pt.COUNT) == day1_old + day2 + _source(af.landing, START + 2 * DAY, t1)
-    assert _rows(shard.changes(START, START + DAY), pt.DIFF) == day1_old  # sealed updates are never rewritten
+    assert _rows(shard.snapshot(t1), COUNT) == _source(af.landing, START, START + 3 * DAY)  # corrected
+    assert _rows(shard.snapshot(t1 - 1), COUNT) == day1_old + day2 + _source(af.landing, START + 2 * DAY, t1)
+    assert _rows(shard.changes(START, START + DAY), DIFF) == day1_old  # sealed updates are never rewritten
     at_t1 = _source(af.landing, t1, t1 + 1)  # day-3 rows that happen to be stamped at t1 (normally none)
     want = _signed_diff(day1_new, day1_old)
     assert _minus(_signed(shard.changes(t1, t1 + 1)), at_t1) == want  # exactly the correction
@@ -92,22 +92,22 @@ def test_reprocessing_appends_exact_corrections_and_preserves_history(af: Env) -
     _run(af, "example_ingest", "2024-01-03", {"reprocess_from": "2024-01-02", "reprocess_to": "2024-01-03"})
     assert shard.info().upper == START + 4 * DAY
     assert _correction_parts(shard, START + DAY, START + 2 * DAY) == []
-    assert _rows(shard.snapshot(), pt.COUNT) == _source(af.landing, START, START + 4 * DAY)
+    assert _rows(shard.snapshot(), COUNT) == _source(af.landing, START, START + 4 * DAY)
 
     # 3. The corrected day again: its earlier correction counts as the shard's holdings: 0 updates.
     n = len(_correction_parts(shard, START, START + DAY))
     _run(af, "example_ingest", "2024-01-02", {"reprocess_from": "2024-01-01", "reprocess_to": "2024-01-02"})
     assert shard.info().upper == START + 5 * DAY
     assert len(_correction_parts(shard, START, START + DAY)) == n
-    assert _rows(shard.snapshot(), pt.COUNT) == _source(af.landing, START, START + 5 * DAY)
+    assert _rows(shard.snapshot(), COUNT) == _source(af.landing, START, START + 5 * DAY)
     assert_no_leaks(af.shard_url)
 
 
 def _signed(t: pa.Table) -> Counter[tuple[Any, ...]]:
-    users = [c for c in t.column_names if c not in (pt.TIME, pt.DIFF)]
+    users = [c for c in t.column_names if c not in (TIME, DIFF)]
     out: Counter[tuple[Any, ...]] = Counter()
     for r in t.to_pylist():
-        out[tuple(r[c] for c in users)] += r[pt.DIFF]
+        out[tuple(r[c] for c in users)] += r[DIFF]
     return Counter({k: v for k, v in out.items() if v})
 
 

@@ -22,7 +22,7 @@ from shardsink.core import leases
 from shardsink.core.checks import TIME_MAX
 from shardsink.errors import InvalidUsageError
 from shardsink.maintenance import compaction_pass, set_retention
-from shardsink.maintenance.gc import GcOptions
+from shardsink.maintenance.gc_types import GcOptions
 from shardsink.storage import Blob
 
 SCHEMA = pa.schema([("k", pa.string()), ("v", pa.float64())])
@@ -62,8 +62,10 @@ def made(shard_url: str, blob: Blob, tmp_path: Path) -> tuple[Shard, Path]:
 
 BIG = str(2**63)
 CLI_CASES = [
-    pytest.param(["append", "{url}", "--lower", "10", "--upper", BIG, "--input", "{file}"], BIG, id="append-upper-2^63"),
-    pytest.param(["append", "{url}", "--lower", "-1", "--upper", "20", "--input", "{file}"], "-1", id="append-lower-neg"),
+    pytest.param(["append", "{url}", "--lower", "10", "--upper", BIG, "--input", "{file}"], BIG,
+                 id="append-upper-2^63"),
+    pytest.param(["append", "{url}", "--lower", "-1", "--upper", "20", "--input", "{file}"], "-1",
+                 id="append-lower-neg"),
     pytest.param(["changes", "{url}", "--from", "0", "--to", BIG], BIG, id="changes-to-2^63"),
     pytest.param(["snapshot", "{url}", "--as-of", str(2**64)], str(2**64), id="snapshot-as-of-2^64"),
     pytest.param(["append", "{url}", "--lower", "10", "--upper", "20", "--input", "{file}", "--writer", "w" * 2000],
@@ -171,7 +173,7 @@ def test_append_accepts_a_mapping_of_columns(made: tuple[Shard, Path]) -> None:
     ({"backoff_cap": math.inf}, "inf"), ({"max_chain": 0}, "max_chain 0"),
 ])
 def test_dag_settings_are_range_checked_when_the_dag_file_is_parsed(change: dict[str, Any], named: str) -> None:
-    from shardsink.airflow.tasks import IngestSettings
+    from shardsink.airflow.settings import IngestSettings
 
     good = {"dag_id": "d", "shard_url": "file:///tmp/x", "source_spec": {}, "writers": 2, "max_span": 3_600_000,
             "max_attempts": 3, "initial_upper": 0}

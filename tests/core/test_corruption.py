@@ -19,8 +19,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from shardsink import CorruptionError, Shard
-from shardsink.core import state as st
-from shardsink.core.machine import LATEST, ROLLUP_EVERY, rollup_key, version_key
+from shardsink.core import state_codec as sc
+from shardsink.core.machine import LATEST, ROLLUP_EVERY
+from shardsink.core.version_store import rollup_key, version_key
 from shardsink.storage import Blob, parse_url
 from shardsink_dev.testing import FAKE_ENV, MotoServer
 
@@ -130,7 +131,7 @@ def test_garbage_latest_hint_is_ignored_and_everything_still_reads(shard: Shard,
     assert [s for s, _ in reader.log()] == [2, 1, 0]
     # the next commit still works and publishes a readable hint again
     reader.append(table([("d", 4, 20)]), lower=20, upper=30, desc_id="d3")
-    hint = st.decode_version(tamper.read(LATEST), where=LATEST)
+    hint = sc.decode_version(tamper.read(LATEST), where=LATEST)
     assert (hint.seqno, hint.header.upper) == (3, 30)
     assert snap(fresh(shard, blob).snapshot()) == EXPECTED + Counter({("d", 4): 1})
 

@@ -20,8 +20,10 @@ from shardsink import Shard
 from shardsink.core import fate as ft
 from shardsink.core import leases
 from shardsink.core import state as st
+from shardsink.core import state_codec as sc
 from shardsink.errors import CorruptionError
-from shardsink.sinks.ingest import Description, read_manifests
+from shardsink.sinks.description import Description
+from shardsink.sinks.staging import read_manifests
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "shard-format1"
 
@@ -71,7 +73,7 @@ def test_unknown_fields_at_every_level_are_ignored_by_readers(old_shard: Shard) 
         got = blob.get(key)
         assert got is not None
         blob.put(key, json.dumps(_with_extras(json.loads(got.data))).encode())
-    v5 = st.decode_version(blob.get("state/v/00000000000000000005.json").data, where="v5")  # type: ignore[union-attr]
+    v5 = sc.decode_version(blob.get("state/v/00000000000000000005.json").data, where="v5")  # type: ignore[union-attr]
     assert v5.seqno == 5 and v5.added[0].desc_id == "d4" and v5.commit.kind == "append"
     (lease,) = old_shard.leases()
     key = lease.key
@@ -95,17 +97,17 @@ def test_a_newer_format_or_a_missing_field_is_refused_naming_the_object(old_shar
     assert got is not None
     doc = json.loads(got.data)
     with pytest.raises(CorruptionError, match=r"v7: unsupported state version format 2 .*upgrade"):
-        st.decode_version(json.dumps({**doc, "format": 2}).encode(), where="v7")
+        sc.decode_version(json.dumps({**doc, "format": 2}).encode(), where="v7")
     del doc["header"]["upper"]
     with pytest.raises(CorruptionError, match=r"v7: unreadable state version .*upper"):
-        st.decode_version(json.dumps(doc).encode(), where="v7")
+        sc.decode_version(json.dumps(doc).encode(), where="v7")
 
 
 def test_documents_are_canonical_sorted_json_and_round_trip() -> None:
     part = st.PartMeta("parts/d/a.parquet", 3, 100, 1, 2)
     batch = st.BatchMeta("d", 0, 10, 1, (part,))
-    rollup = st.encode_rollup(1, [batch])
+    rollup = sc.encode_rollup(1, [batch])
     assert rollup == json.dumps(json.loads(rollup), sort_keys=True, separators=(",", ":")).encode()
-    assert st.decode_rollup(rollup, where="r") == (1, (batch,))
+    assert sc.decode_rollup(rollup, where="r") == (1, (batch,))
     lease = leases.Lease(lease_id="x", as_of=1, seqno=2, holder="h", acquired_at=1.5, expires_at=2.5)
     assert msgspec.json.decode(leases._encode(lease), type=leases.Lease) == lease

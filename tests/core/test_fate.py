@@ -11,6 +11,7 @@ from support import SCHEMA, rows_for, table_of
 from shardsink import Shard
 from shardsink.core import fate as ft
 from shardsink.core import state as st
+from shardsink.core import transitions as tr
 from shardsink.storage.base import Blob
 
 NOW = "2026-01-01T00:00:00.000+00:00"
@@ -55,7 +56,7 @@ def test_fate_beyond_the_idempotency_window_is_found_by_the_crossing_search(tmp_
     url = f"file://{tmp_path}/long"
     shard = Shard.create(url, SCHEMA)
     early = shard.append(table_of(rows_for("early", 0, 10)), lower=0, upper=10, desc_id="early")
-    for i in range(1, st.RECENT_DESCS + 40):
+    for i in range(1, tr.RECENT_DESCS + 40):
         shard.append(table_of([]), lower=10 * i, upper=10 * (i + 1), desc_id=f"later-{i}")
     assert shard.machine.head().version.header.committed_seqno("early") is None
     fresh = Shard(url)

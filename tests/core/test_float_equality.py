@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from shardsink import Shard, StagedBatch
 from shardsink.core import floats as fl
-from shardsink.core import parts as pt
+from shardsink.core.part_io import write_parts
 from shardsink.maintenance import CompactOptions, PlanOptions, compact
 from shardsink.maintenance.verify import verify
 from shardsink_dev.testing import MotoServer
@@ -121,7 +121,7 @@ def test_parts_written_before_the_rule_read_canonical(url_maker: Any) -> None:
     """A part holding -0.0 and a NaN payload (an older writer) consolidates like canonical ones."""
     shard = Shard.create(url_maker(), SCHEMA)
     raw = _table([("a", -0.0, 1.0, 0, 1), ("n", f64(0x7FF8000000000042), 1.0, 0, 1)])
-    old = pt.write_parts(shard.blob, raw, prefix="parts/old")  # bypasses staging's canonicalisation
+    old = write_parts(shard.blob, raw, prefix="parts/old")  # bypasses staging's canonicalisation
     shard.compare_and_append([StagedBatch("old", 0, 10, old)], expected_upper=0, new_upper=10, desc_id="old")
     shard.append(_table([("a", 0.0, 1.0, 10, -1), ("n", f64(0xFFF8000000000000), 1.0, 10, -1)]),
                  lower=10, upper=20)

@@ -1,6 +1,6 @@
-"""Updates tables and parts (shardsink.core.parts): hostile input is refused with a
-message naming the bad value and nothing is written; parts are consolidated, sorted
-and split by size."""
+"""Updates tables and parts (shardsink.core.updates, .consolidate and .part_io): hostile
+input is refused with a message naming the bad value and nothing is written; parts are
+consolidated, sorted and split by size."""
 
 from __future__ import annotations
 
@@ -13,7 +13,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from shardsink import InvalidUsageError, Shard
-from shardsink.core import parts as pt
+from shardsink.core.consolidate import consolidate
+from shardsink.core.part_io import PARALLEL_STAGE_ROWS, read_parts, stage_parts, write_parts
+from shardsink.core.updates import user_schema, validate_updates
 from shardsink.storage import Blob
 
 SCHEMA = pa.schema([("k", pa.string()), ("v", pa.int64())])
@@ -202,20 +204,20 @@ def test_consolidate_sums_per_key_drops_zeros_and_sorts_nulls_last() -> None:
         {"k": pa.array([None, "z", "a", None, "a", "z"], pa.string()), "_time": [1, 2, 3, 1, 3, 2],
          "_diff": [1, 1, 2, 1, -2, 5]}
     )
-    out = pt.consolidate(table, ["k", "_time"])
+    out = consolidate(table, ["k", "_time"])
     assert out.column_names == ["k", "_time", "_diff"]
     assert out.to_pylist() == [{"k": "z", "_time": 2, "_diff": 6}, {"k": None, "_time": 1, "_diff": 2}]
 
 
 def test_consolidate_of_already_consolidated_input_only_sorts() -> None:
     table = pa.table({"k": ["c", "a", "b"], "_time": [1, 1, 1], "_diff": [1, -1, 3]})
-    assert pt.consolidate(table, ["k", "_time"]).to_pylist() == [
+    assert consolidate(table, ["k", "_time"]).to_pylist() == [
         {"k": "a", "_time": 1, "_diff": -1}, {"k": "b", "_time": 1, "_diff": 3}, {"k": "c", "_time": 1, "_diff": 1},
     ]
 
 
 def test_validate_updates_defaults_diff_to_one_and_orders_columns_like_the_schema() -> None:
-    out = pt.validate_updates(pa.table({"_time": [5, 6], "v": [1, 2], "k": ["a", "b"]}), SCHEMA, lower=0, upper=None)
+    out = validate_updates(pa.table({"_time": [5, 6], "v": [1, 2], "k": ["a", "b"]}), SCHEMA, lower=0, upper=None)
     assert out.column_names == ["k", "v", "_time", "_diff"]
     assert out.column("_diff").to_pylist() == [1, 1]
     assert out.schema.field("_time").type == pa.int64()
@@ -230,14 +232,14 @@ def consolidated(n: int) -> pa.Table:
          "_time": pa.array([i % 7 for i in range(n)], pa.int64()),
          "_diff": pa.array([1 + i % 3 for i in range(n)], pa.int64())}
     )
-    return pt.consolidate(pt.validate_updates(table, SCHEMA, lower=0, upper=7), ["k", "v", "_time"])
+    return consolidate(validate_updates(table, SCHEMA, lower=0, upper=7), ["k", "v", "_time"])
 
 
 @pytest.mark.parametrize("backend", BOTH)
 @pytest.mark.parametrize("target", [1, 300, 1000])
 def test_write_parts_splits_into_several_parts_when_target_bytes_is_small(blob: Blob, target: int) -> None:
     table = consolidated(40)
-    metas = pt.write_parts(blob, table, prefix="parts/split", target_bytes=target)
+    metas = write_parts(blob, table, prefix="parts/split", target_bytes=target)
     assert len(metas) == (40 if target == 1 else len(metas)) > 1
     assert sum(m.rows for m in metas) == 40
     assert len({m.key for m in metas}) == len(metas)
@@ -247,30 +249,28 @@ def test_write_parts_splits_into_several_parts_when_target_bytes_is_small(blob: 
         assert piece.num_rows == m.rows
         assert (m.min_time, m.max_time) == (min(piece["_time"].to_pylist()), max(piece["_time"].to_pylist()))
     # parts are slices in order: reading them in meta order gives back the table
-    back = pt.read_parts(blob, metas, SCHEMA)
+    back = read_parts(blob, metas, SCHEMA)
     assert back.to_pylist() == table.to_pylist()
 
 
 def test_write_parts_with_default_target_writes_one_part_and_empty_table_writes_nothing(blob: Blob) -> None:
-    assert pt.write_parts(blob, consolidated(0), prefix="parts/empty") == ()
+    assert write_parts(blob, consolidated(0), prefix="parts/empty") == ()
     assert part_keys(blob) == []
-    metas = pt.write_parts(blob, consolidated(50), prefix="parts/one")
+    metas = write_parts(blob, consolidated(50), prefix="parts/one")
     assert len(metas) == 1 and metas[0].rows == 50
 
 
 def test_read_parts_of_no_parts_is_an_empty_table_with_the_full_schema(blob: Blob) -> None:
-    out = pt.read_parts(blob, [], SCHEMA)
+    out = read_parts(blob, [], SCHEMA)
     assert out.num_rows == 0 and out.column_names == ["k", "v", "_time", "_diff"]
 
 
 def test_user_schema_strips_reserved_columns() -> None:
     file_schema = pa.schema([("k", pa.string()), ("_time", pa.int64()), ("_diff", pa.int64()), ("_count", pa.int64())])
-    assert pt.user_schema(file_schema).names == ["k"]
+    assert user_schema(file_schema).names == ["k"]
 
 
 def test_rows_differing_only_by_nan_are_consolidated_into_one() -> None:
-    from shardsink.core.parts import consolidate
-
     nan = float("nan")
     t = pa.table({"x": [nan, nan, 1.0], "_time": [5, 5, 5], "_diff": [1, 2, 1]})
     out = consolidate(t, ["x", "_time"])
@@ -279,18 +279,17 @@ def test_rows_differing_only_by_nan_are_consolidated_into_one() -> None:
 
 
 def test_large_inputs_are_staged_in_parallel_slices_each_consolidated_and_sorted(tmp_path: Path) -> None:
-    from shardsink.core import parts as pt
     from shardsink.storage.local import LocalBlob
 
-    n = pt.PARALLEL_STAGE_ROWS + 1000
+    n = PARALLEL_STAGE_ROWS + 1000
     keys = [i % 5000 for i in range(n)]  # every key repeats across the whole input
     t = pa.table({"k": pa.array(keys, pa.int64()), "_time": pa.array([0] * n, pa.int64()),
                   "_diff": pa.array([1] * n, pa.int64())})
     blob = LocalBlob(tmp_path / "s")
-    written = pt.stage_parts(blob, t, ["k", "_time"], prefix="parts/d")
+    written = stage_parts(blob, t, ["k", "_time"], prefix="parts/d")
     total: dict[int, int] = {}
     for p in written:
-        piece = pt.read_parts(blob, [p], pa.schema([("k", pa.int64())]))
+        piece = read_parts(blob, [p], pa.schema([("k", pa.int64())]))
         ks = piece["k"].to_pylist()
         assert ks == sorted(ks) and len(ks) == len(set(ks))  # each part consolidated and sorted
         for k, d in zip(ks, piece["_diff"].to_pylist(), strict=True):
@@ -301,8 +300,6 @@ def test_large_inputs_are_staged_in_parallel_slices_each_consolidated_and_sorted
 @pytest.mark.parametrize("seed", range(5))
 def test_consolidate_equals_a_sorted_python_reference_with_nulls_and_duplicates(seed: int) -> None:
     import random
-
-    from shardsink.core.parts import consolidate
 
     rng = random.Random(seed)
     n = 3000

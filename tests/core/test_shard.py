@@ -24,6 +24,7 @@ from shardsink import (
     UpperMismatchError,
 )
 from shardsink.core import state as st
+from shardsink.core import transitions as tr
 from shardsink.core.machine import ROLLUP_EVERY
 from shardsink.storage import Blob
 from shardsink.storage.s3 import S3Blob
@@ -261,7 +262,7 @@ def test_very_late_retry_outside_the_recent_window_is_already_committed(tmp_path
     batch = updates([("a", 1, 0, 1)])
     shard.append(batch, lower=0, upper=1, desc_id="early")
     empty = updates([])
-    for i in range(1, st.RECENT_DESCS + 2):
+    for i in range(1, tr.RECENT_DESCS + 2):
         shard.append(empty, lower=i, upper=i + 1, desc_id=f"later-{i}")
     assert shard.machine.head().version.header.committed_seqno("early") is None
     before = part_keys(shard.blob)

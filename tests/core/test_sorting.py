@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from shardsink.core import parts as pt
+from shardsink.core import consolidate as cs
 
 KEYS = ["i", "f", "s", "_time"]
 VALUES: dict[str, list[Any]] = {"i": [None, -1, 0, 2], "f": [None, math.nan, -0.0, 0.0, 1.5, -2.0],
@@ -43,7 +43,7 @@ def test_consolidate_equals_arrow_group_by_then_sort_for_nulls_nans_and_zero_sum
         model = model.rename_columns([*KEYS, "_diff"])
         model = model.filter(pc.not_equal(model["_diff"], 0))
         model = model.take(pc.sort_indices(model, sort_keys=order)).select(t.column_names)
-        assert _rows(pt.consolidate(t, KEYS)) == _rows(model)
+        assert _rows(cs.consolidate(t, KEYS)) == _rows(model)
 
 
 def test_multi_key_sort_with_ties_beyond_64_bits_matches_arrow() -> None:
@@ -55,7 +55,7 @@ def test_multi_key_sort_with_ties_beyond_64_bits_matches_arrow() -> None:
         cols.update({f"g{c}": pa.array(rng.random(300)[rng.integers(0, 300, n)]) for c in range(2)})
         cols["_time"] = pa.array(rng.integers(0, 3, n), pa.int64())
         t = pa.table(cols)
-        got = pt._sort_order(t, list(cols))
+        got = cs._sort_order(t, list(cols))
         assert got is not None
         want = pc.sort_indices(t, sort_keys=[(k, "ascending", "at_end") for k in cols])
         assert got[0].to_pylist() == want.to_pylist()
@@ -65,8 +65,8 @@ def test_sorting_only_the_rows_a_wide_prefix_ties_matches_arrow(monkeypatch: Any
     """Few rows tie on the keys that fit one packed sort: only those rows are sorted by the
     later keys (nested when the later keys tie too), and the order is still Arrow's."""
     calls = []
-    resolve = pt._resolve_ties
-    monkeypatch.setattr(pt, "_resolve_ties", lambda *a: calls.append(len(a[1])) or resolve(*a))
+    resolve = cs._resolve_ties
+    monkeypatch.setattr(cs, "_resolve_ties", lambda *a: calls.append(len(a[1])) or resolve(*a))
     rng = np.random.default_rng(5)
     for trial in range(40):
         n = int(rng.integers(1000, 6000))
@@ -83,7 +83,7 @@ def test_sorting_only_the_rows_a_wide_prefix_ties_matches_arrow(monkeypatch: Any
             "f": pa.array(rng.choice([math.nan, -0.0, 0.0, 1.5], n), pa.float64()),
             "_time": pa.array(rng.integers(0, 3, n), pa.int64()),
         })
-        got = pt._sort_order(t, t.column_names)
+        got = cs._sort_order(t, t.column_names)
         assert got is not None
         want = pc.sort_indices(t, sort_keys=[(k, "ascending", "at_end") for k in t.column_names])
         assert got[0].to_pylist() == want.to_pylist()

@@ -1,4 +1,4 @@
-"""The pure commit rule and the state codec (shardsink.core.state): no I/O involved."""
+"""The pure commit rule and the state codec (shardsink.core.transitions, .state_codec): no I/O involved."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ import pyarrow as pa
 import pytest
 
 from shardsink.core import state as st
+from shardsink.core import state_codec as sc
+from shardsink.core import transitions as tr
 from shardsink.errors import CorruptionError
 
 SCHEMA = pa.schema([("k", pa.string()), ("v", pa.int64())])
@@ -18,16 +20,16 @@ def part(key: str, rows: int = 3, size: int = 100, lo: int = 0, hi: int = 9) -> 
 
 
 def cmd(desc_id: str, lower: int, upper: int | None, *parts: st.PartMeta, writer: str = "w1",
-        nonce: str = "n") -> st.AppendCommand:
-    return st.AppendCommand(desc_id, lower, upper, tuple(parts), writer, "2024-01-01T00:00:00.000+00:00", nonce)
+        nonce: str = "n") -> tr.AppendCommand:
+    return tr.AppendCommand(desc_id, lower, upper, tuple(parts), writer, "2024-01-01T00:00:00.000+00:00", nonce)
 
 
 def v0(upper: int = 0) -> st.Version:
-    return st.initial_version(schema=SCHEMA, upper=upper, writer="creator", at="t0", nonce="n0")
+    return tr.initial_version(schema=SCHEMA, upper=upper, writer="creator", at="t0", nonce="n0")
 
 
-def commit(header: st.Header, c: st.AppendCommand) -> st.Version:
-    out = st.compare_and_append(header, c)
+def commit(header: st.Header, c: tr.AppendCommand) -> st.Version:
+    out = tr.compare_and_append(header, c)
     assert isinstance(out, st.Version), out
     return out
 
@@ -58,20 +60,20 @@ def test_append_with_seen_desc_id_is_already_committed() -> None:
     v1 = commit(v0().header, cmd("d1", 0, 10, part("a")))
     v2 = commit(v1.header, cmd("d2", 10, 20, part("b")))
     # A retry of d1 carries d1's (now stale) lower: idempotency wins over the upper check.
-    assert st.compare_and_append(v2.header, cmd("d1", 0, 10, part("c"))) == st.AlreadyCommitted(1)
+    assert tr.compare_and_append(v2.header, cmd("d1", 0, 10, part("c"))) == tr.AlreadyCommitted(1)
 
 
 def test_upper_mismatch_reports_current_upper_and_writes_nothing() -> None:
     v1 = commit(v0().header, cmd("d1", 0, 10))
-    assert st.compare_and_append(v1.header, cmd("d2", 0, 10)) == st.UpperMismatch(10)
-    assert st.compare_and_append(v1.header, cmd("d2", 11, 20)) == st.UpperMismatch(10)
+    assert tr.compare_and_append(v1.header, cmd("d2", 0, 10)) == tr.UpperMismatch(10)
+    assert tr.compare_and_append(v1.header, cmd("d2", 11, 20)) == tr.UpperMismatch(10)
 
 
 def test_closed_shard_refuses_append_with_empty_current_upper() -> None:
     closed = commit(v0().header, cmd("close", 0, None))
     assert closed.header.upper is None
     assert closed.commit.kind == "close"
-    assert st.compare_and_append(closed.header, cmd("d2", 0, 10)) == st.UpperMismatch(None)
+    assert tr.compare_and_append(closed.header, cmd("d2", 0, 10)) == tr.UpperMismatch(None)
 
 
 def test_empty_batch_advances_upper_without_adding_a_batch() -> None:
@@ -91,23 +93,23 @@ def test_stats_accumulate_batches_parts_rows_and_bytes() -> None:
 
 def test_recent_window_remembers_exactly_the_last_128_desc_ids() -> None:
     h = v0().header
-    n = st.RECENT_DESCS + 2
+    n = tr.RECENT_DESCS + 2
     for i in range(n):
         h = commit(h, cmd(f"d{i}", i, i + 1)).header
-    assert len(h.recent) == st.RECENT_DESCS == 128
+    assert len(h.recent) == tr.RECENT_DESCS == 128
     assert h.committed_seqno("d0") is None and h.committed_seqno("d1") is None
     assert h.committed_seqno("d2") == 3
     assert h.committed_seqno(f"d{n - 1}") == n
     # Outside the window the pure rule can only see the upper (the shard handle then scans batches).
-    assert st.compare_and_append(h, cmd("d0", 0, 1)) == st.UpperMismatch(n)
-    assert st.compare_and_append(h, cmd("d2", 2, 3)) == st.AlreadyCommitted(3)
+    assert tr.compare_and_append(h, cmd("d0", 0, 1)) == tr.UpperMismatch(n)
+    assert tr.compare_and_append(h, cmd("d2", 2, 3)) == tr.AlreadyCommitted(3)
 
 
 def test_writers_bounded_to_64_keeping_each_writers_latest_commit() -> None:
     h = v0().header
-    for i in range(st.WRITERS + 6):
+    for i in range(tr.WRITERS + 6):
         h = commit(h, cmd(f"d{i}", i, i + 1, writer=f"w{i}")).header
-    assert len(h.writers) == st.WRITERS == 64
+    assert len(h.writers) == tr.WRITERS == 64
     assert [w.writer for w in h.writers] == [f"w{i}" for i in range(6, 70)]
     assert h.upper is not None
     h = commit(h, cmd("again", h.upper, h.upper + 1, writer="w10")).header
@@ -119,15 +121,15 @@ def test_writers_bounded_to_64_keeping_each_writers_latest_commit() -> None:
 def test_rule_is_deterministic_for_the_same_header_and_command() -> None:
     h = v0().header
     c = cmd("d1", 0, 10, part("a"))
-    assert st.compare_and_append(h, c) == st.compare_and_append(h, c)
-    assert st.encode_version(commit(h, c)) == st.encode_version(commit(h, c))
+    assert tr.compare_and_append(h, c) == tr.compare_and_append(h, c)
+    assert sc.encode_version(commit(h, c)) == sc.encode_version(commit(h, c))
 
 
 def test_with_rollup_only_moves_the_pointer_forward() -> None:
     v = commit(v0().header, cmd("d1", 0, 10))
-    assert st.with_rollup(v, 32).header.rollup == 32
-    newer = st.with_rollup(v, 32)
-    assert st.with_rollup(newer, 5) is newer
+    assert tr.with_rollup(v, 32).header.rollup == 32
+    newer = tr.with_rollup(v, 32)
+    assert tr.with_rollup(newer, 5) is newer
 
 
 # --- apply_diffs -------------------------------------------------------------------------
@@ -143,9 +145,9 @@ def test_apply_diffs_appends_added_batches_in_seqno_order_and_drops_removed_ids(
         st.Version(h, (b2,), (), info),
         st.Version(h, (b3,), ("d1",), info),
     ]
-    assert st.apply_diffs((b1,), versions) == (b2, b3)
-    assert st.apply_diffs((), []) == ()
-    assert st.apply_diffs((b1,), [st.Version(h, (), ("nope",), info)]) == (b1,)
+    assert tr.apply_diffs((b1,), versions) == (b2, b3)
+    assert tr.apply_diffs((), []) == ()
+    assert tr.apply_diffs((b1,), [st.Version(h, (), ("nope",), info)]) == (b1,)
 
 
 # --- codec ---------------------------------------------------------------------------------
@@ -155,21 +157,21 @@ def test_version_codec_round_trips_every_field() -> None:
     h = v0(upper=3).header
     v1 = commit(h, cmd("d1", 3, 10, part("parts/d1/a.parquet", 5, 999, 3, 9), writer="host:1", nonce="abc"))
     closed = commit(v1.header, cmd("d2", 10, None, writer="host:2", nonce="def"))
-    for v in (v0(), v1, closed, st.with_rollup(closed, 2)):
-        back = st.decode_version(st.encode_version(v), where="mem")
+    for v in (v0(), v1, closed, tr.with_rollup(closed, 2)):
+        back = sc.decode_version(sc.encode_version(v), where="mem")
         assert back == v
         assert back.header.schema.equals(v.header.schema)
 
 
 def test_append_props_reach_the_commit_info_and_versions_without_them_still_decode() -> None:
     props = (("view.basis", "full"), ("view.fingerprint", "f00"))
-    c = st.AppendCommand("d1", 0, 10, (), "w1", "2024-01-01T00:00:00.000+00:00", "n", props)
+    c = tr.AppendCommand("d1", 0, 10, (), "w1", "2024-01-01T00:00:00.000+00:00", "n", props)
     v1 = commit(v0().header, c)
     assert v1.commit.props == props
-    assert st.decode_version(st.encode_version(v1), where="mem").commit.props == props
-    plain = st.encode_version(commit(v0().header, cmd("d2", 0, 10)))
+    assert sc.decode_version(sc.encode_version(v1), where="mem").commit.props == props
+    plain = sc.encode_version(commit(v0().header, cmd("d2", 0, 10)))
     assert b"props" not in plain  # empty props are left out: older readers see the bytes they always did
-    assert st.decode_version(plain, where="mem").commit.props == ()
+    assert sc.decode_version(plain, where="mem").commit.props == ()
 
 
 def test_codec_round_trips_schema_metadata_and_types() -> None:
@@ -177,22 +179,22 @@ def test_codec_round_trips_schema_metadata_and_types() -> None:
         [pa.field("ts", pa.timestamp("ms", tz="UTC")), pa.field("x", pa.decimal128(10, 2), nullable=False)],
         metadata={b"owner": b"team-a"},
     )
-    v = st.initial_version(schema=schema, upper=0, writer="w", at="t", nonce="n")
-    back = st.decode_version(st.encode_version(v), where="mem")
+    v = tr.initial_version(schema=schema, upper=0, writer="w", at="t", nonce="n")
+    back = sc.decode_version(sc.encode_version(v), where="mem")
     assert back.header.schema.equals(schema, check_metadata=True)
 
 
 def test_encoding_is_canonical_json_with_format_1() -> None:
-    data = st.encode_version(v0())
+    data = sc.encode_version(v0())
     d = json.loads(data)
-    assert d["format"] == st.FORMAT == 1
+    assert d["format"] == sc.FORMAT == 1
     assert d["seqno"] == 0
     assert data == json.dumps(d, sort_keys=True, separators=(",", ":")).encode()
 
 
 def test_rollup_codec_round_trips_the_batch_list() -> None:
     batches = (st.BatchMeta("d1", 0, 10, 1, (part("a"), part("b"))), st.BatchMeta("d2", 10, None, 2, ()))
-    assert st.decode_rollup(st.encode_rollup(7, batches), where="mem") == (7, batches)
+    assert sc.decode_rollup(sc.encode_rollup(7, batches), where="mem") == (7, batches)
 
 
 GARBAGE = [
@@ -208,23 +210,23 @@ GARBAGE = [
 @pytest.mark.parametrize("data", GARBAGE)
 def test_decode_version_of_garbage_raises_corruption_naming_where(data: bytes) -> None:
     with pytest.raises(CorruptionError, match=r"s3://b/x/state/v/00000000000000000004\.json"):
-        st.decode_version(data, where="s3://b/x/state/v/00000000000000000004.json")
+        sc.decode_version(data, where="s3://b/x/state/v/00000000000000000004.json")
 
 
 def test_decode_version_with_truncated_valid_encoding_is_corruption() -> None:
-    data = st.encode_version(commit(v0().header, cmd("d1", 0, 10, part("a"))))
+    data = sc.encode_version(commit(v0().header, cmd("d1", 0, 10, part("a"))))
     with pytest.raises(CorruptionError, match="here"):
-        st.decode_version(data[: len(data) // 2], where="here")
+        sc.decode_version(data[: len(data) // 2], where="here")
 
 
 def test_decode_version_with_bad_schema_bytes_is_corruption() -> None:
-    d = json.loads(st.encode_version(v0()))
+    d = json.loads(sc.encode_version(v0()))
     d["header"]["schema"]["arrow"] = "bm90IGFuIGFycm93IHNjaGVtYQ=="  # base64 of junk
     with pytest.raises(CorruptionError, match="here"):
-        st.decode_version(json.dumps(d).encode(), where="here")
+        sc.decode_version(json.dumps(d).encode(), where="here")
 
 
 @pytest.mark.parametrize("data", GARBAGE)
 def test_decode_rollup_of_garbage_raises_corruption_naming_where(data: bytes) -> None:
     with pytest.raises(CorruptionError, match="rollup-key"):
-        st.decode_rollup(data, where="rollup-key")
+        sc.decode_rollup(data, where="rollup-key")

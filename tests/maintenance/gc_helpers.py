@@ -18,6 +18,7 @@ import pytest
 
 from shardsink import Shard
 from shardsink.core import state as st
+from shardsink.core import transitions as tr
 from shardsink.core.shard import StagedBatch
 
 SCHEMA = pa.schema([("k", pa.string())])
@@ -26,7 +27,7 @@ SPAN = 10
 
 @pytest.fixture
 def small_windows(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("shardsink.core.state.RECENT_DESCS", 4)
+    monkeypatch.setattr("shardsink.core.transitions.RECENT_DESCS", 4)
     monkeypatch.setattr("shardsink.core.machine.ROLLUP_EVERY", 4)
 
 
@@ -49,7 +50,7 @@ def compact_like(shard: Shard, ids: list[str], new_id: str) -> st.Version:
 
     def step(h: st.Header) -> st.Version:
         seqno = h.seqno + 1
-        new = st.with_removal(replace(h, seqno=seqno, recent=(*h.recent, (new_id, seqno))[-st.RECENT_DESCS:]))
+        new = tr.with_removal(replace(h, seqno=seqno, recent=(*h.recent, (new_id, seqno))[-tr.RECENT_DESCS:]))
         info = st.CommitInfo("append", "2026-01-01T00:00:00.000+00:00", "test-compactor", new_id, lower, upper,
                              staged.rows, uuid.uuid4().hex)
         return st.Version(new, (st.BatchMeta(new_id, lower, upper, seqno, staged.parts),), tuple(ids), info,

@@ -23,8 +23,10 @@ from support import SCHEMA, Row, audit, changes_counter, consolidated, contents,
 
 from shardsink import Shard
 from shardsink.core import fate as ft
-from shardsink.core import parts as pt
 from shardsink.core import state as st
+from shardsink.core import transitions as tr
+from shardsink.core.consolidate import consolidate
+from shardsink.core.part_io import read_parts, write_parts
 from shardsink.maintenance import (
     CompactOptions,
     Hooks,
@@ -173,7 +175,7 @@ def test_compaction_fate_is_committed_cannot_commit_or_still_possible_from_one_s
 
     # Push the compaction out of the idempotency window, then compact its output away:
     # the fate is found by locating the version that removed an input.
-    fill(shard, st.RECENT_DESCS + 2, first=4, upper=4 * SPAN)
+    fill(shard, tr.RECENT_DESCS + 2, first=4, upper=4 * SPAN)
     assert shard.machine.head().version.header.committed_seqno(first.compaction_id) is None
     assert isinstance(ft.read_fate(m, first.compaction_id, 0, inputs=inputs), ft.Committed)  # output live
     compact_batches(shard, shard.batches()[:2], since=0)
@@ -251,9 +253,9 @@ def _parts_of(blob: Blob, n_inputs: int, rows: int, *, row_group_rows: int | Non
             "_time": pa.array([(j * 7 + i * 13) % 1000 for j in range(rows)], pa.int64()),
             "_diff": pa.array([(-1 if (i == 1 and j % 5 == 0) else 1) for j in range(rows)], pa.int64()),
         })
-        t = pt.consolidate(t, ["k", "n", "_time"])
+        t = consolidate(t, ["k", "n", "_time"])
         if row_group_rows is None:
-            out.extend(pt.write_parts(blob, t, prefix=f"parts/in{i}"))
+            out.extend(write_parts(blob, t, prefix=f"parts/in{i}"))
             continue
         buf = io.BytesIO()
         pq.write_table(t, buf, row_group_size=row_group_rows)
@@ -283,11 +285,11 @@ def test_streaming_merge_reads_inputs_batch_by_batch_in_bounded_memory(blob: Blo
     assert max(n for _, n in reads_seen) <= batch_rows, "an input was read in more than one batch at once"
     assert sum(n for _, n in reads_seen) == n_inputs * rows and len(reads_seen) >= n_inputs * rows // batch_rows
     assert stats.peak_rows <= (n_inputs + 2) * batch_rows, f"held {stats.peak_rows} rows at once"
-    full = pt.read_parts(blob, parts, SCHEMA)
+    full = read_parts(blob, parts, SCHEMA)
     whole = full.nbytes
     assert peak[0] < whole / 2, f"merge held {peak[0]} bytes of Arrow memory; inputs decode to {whole}"
     # Same result as consolidating everything at once, in sorted, consolidated parts.
-    expected = pt.consolidate(full.set_column(2, full.schema.field(2),
+    expected = consolidate(full.set_column(2, full.schema.field(2),
                                               pc.max_element_wise(full["_time"], pa.scalar(since, pa.int64()))),
                               ["k", "n", "_time"])
     got = pa.concat_tables([raw(blob, p.key) for p in stats.parts])

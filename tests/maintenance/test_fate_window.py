@@ -21,9 +21,10 @@ from shardsink import DescriptionConflictError, FateUnknownError, Shard
 from shardsink.cli import main
 from shardsink.core import fate as ft
 from shardsink.core import machine
-from shardsink.core import state as sst
+from shardsink.core import transitions as tr
 from shardsink.maintenance import CompactOptions, PlanOptions, compact, set_retention
-from shardsink.maintenance.gc import GcOptions, collect
+from shardsink.maintenance.gc import collect
+from shardsink.maintenance.gc_types import GcOptions
 from shardsink.maintenance.since import advance_since
 
 
@@ -52,7 +53,7 @@ def _age_out(shard: Shard, first_seqno: int) -> None:
     upper = shard.info().upper
     assert upper is not None
     # GC keeps the idempotency window's versions, back to a rollup: append past both
-    append_days(shard, upper // SPAN, sst.RECENT_DESCS + machine.ROLLUP_EVERY + 8)
+    append_days(shard, upper // SPAN, tr.RECENT_DESCS + machine.ROLLUP_EVERY + 8)
     set_retention(shard, 3 * SPAN)
     advance_since(shard)
     collect(shard, GcOptions(grace_s=0.0))

@@ -14,8 +14,9 @@ from shardsink import Shard
 from shardsink.cli import main
 from shardsink.core import fate as ft
 from shardsink.core import leases as ls
-from shardsink.core.machine import rollup_key, version_key
-from shardsink.maintenance.gc import GcOptions, collect
+from shardsink.core.version_store import rollup_key, version_key
+from shardsink.maintenance.gc import collect
+from shardsink.maintenance.gc_types import GcOptions
 from shardsink.maintenance.history import list_state
 from shardsink.maintenance.verify import verify
 

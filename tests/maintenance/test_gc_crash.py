@@ -19,10 +19,12 @@ import pytest
 from gc_helpers import SCHEMA, append_days, compact_like, contents, rows
 
 from shardsink import Shard, ShardsinkError
-from shardsink.core.machine import Machine, version_key
+from shardsink.core.machine import Machine
 from shardsink.core.retry import COMMIT, STORAGE
+from shardsink.core.version_store import version_key
 from shardsink.errors import StorageError
-from shardsink.maintenance.gc import GcOptions, collect
+from shardsink.maintenance.gc import collect
+from shardsink.maintenance.gc_types import GcOptions
 from shardsink.maintenance.history import list_state
 from shardsink.maintenance.verify import verify
 from shardsink.storage.base import Blob
@@ -34,7 +36,8 @@ pytestmark = pytest.mark.usefixtures("small_windows")
 CHILD = textwrap.dedent("""
     import os, sys
     from shardsink import Shard
-    from shardsink.maintenance.gc import GcOptions, collect
+    from shardsink.maintenance.gc import collect
+    from shardsink.maintenance.gc_types import GcOptions
     url, step, nth, batch = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     seen = {}
     def hook(s):

@@ -21,7 +21,8 @@ pytestmark = pytest.mark.usefixtures("small_windows")
 GC = textwrap.dedent("""
     import sys
     from shardsink import Shard
-    from shardsink.maintenance.gc import GcOptions, collect
+    from shardsink.maintenance.gc import collect
+    from shardsink.maintenance.gc_types import GcOptions
     r = collect(Shard.open(sys.argv[1]), GcOptions(grace_s=60, retention=1))
     print(r.versions_deleted, r.parts_deleted)
 """)
@@ -48,12 +49,12 @@ SLOW_PUT = textwrap.dedent("""
     import json, os, sys, time, uuid
     import pyarrow as pa
     from shardsink import Shard, UpperMismatchError
-    from shardsink.core import state as st
+    from shardsink.core import transitions as tr
     url, sig = sys.argv[1], sys.argv[2]
     shard = Shard.open(url)
     lower = shard.info().upper
     staged = shard.stage(pa.table({"k": ["late"], "_time": [lower]}), lower=lower, upper=lower + 10, desc_id="late")
-    cmd = st.AppendCommand("late", lower, lower + 10, staged.parts, "slow-writer", "2026-01-01T00:00:00Z",
+    cmd = tr.AppendCommand("late", lower, lower + 10, staged.parts, "slow-writer", "2026-01-01T00:00:00Z",
                            uuid.uuid4().hex)
     seen = []
     def step(h):
@@ -62,7 +63,7 @@ SLOW_PUT = textwrap.dedent("""
             open(os.path.join(sig, "read"), "w").close()
             while not os.path.exists(os.path.join(sig, "go")):
                 time.sleep(0.05)
-        return st.compare_and_append(h, cmd)
+        return tr.compare_and_append(h, cmd)
     out = shard.machine.commit(step)
     print(json.dumps({"out": type(out).__name__, "seen": seen}))
 """)

@@ -22,7 +22,8 @@ from shardsink.maintenance import (
     compaction_pass,
     set_retention,
 )
-from shardsink.maintenance.gc import GcOptions, collect
+from shardsink.maintenance.gc import collect
+from shardsink.maintenance.gc_types import GcOptions
 from shardsink.maintenance.history import list_state, protected, referenced, removals
 from shardsink.maintenance.verify import verify
 from shardsink.storage.s3 import S3Blob

@@ -22,8 +22,10 @@ from shardsink.core import manifests as mf
 from shardsink.core import state as st
 from shardsink.errors import CorruptionError
 from shardsink.maintenance.compact import _inputs_of, _manifest
-from shardsink.maintenance.gc import GcOptions, collect
-from shardsink.sinks.ingest import MANIFEST_FORMAT, Description, ManifestDoc, read_manifests
+from shardsink.maintenance.gc import collect
+from shardsink.maintenance.gc_types import GcOptions
+from shardsink.sinks.description import Description
+from shardsink.sinks.staging import MANIFEST_FORMAT, ManifestDoc, read_manifests
 
 OLD_COMPACTION = (
     b'{"compaction_id": "compact-0f1e", "format": 1, "inputs": [{"desc_id": "d0", "lower": 0, "seqno": 1, '
@@ -73,7 +75,7 @@ def test_every_staging_manifest_has_a_typed_head_gc_reads() -> None:
 
 
 def test_an_ingest_manifest_moved_to_core_still_reads_and_refuses_newer_formats_and_garbage(tmp_path: Path) -> None:
-    assert (ManifestDoc, MANIFEST_FORMAT) == (mf.ManifestDoc, mf.MANIFEST_FORMAT)  # re-exported by sinks.ingest
+    assert (ManifestDoc, MANIFEST_FORMAT) == (mf.ManifestDoc, mf.MANIFEST_FORMAT)  # the names sinks.staging uses
     doc = mf.decode_manifest(OLD_INGEST, where=WHERE)
     assert (doc.desc_id, doc.lower, doc.upper, doc.rows, doc.writer) == ("staged-only", 400, 410, 1, "vm:7742")
     assert mf.decode_manifest(_plus(OLD_INGEST, added_by_a_newer_writer=1), where=WHERE) == doc

@@ -6,7 +6,8 @@ import pytest
 from gc_helpers import SCHEMA, append_days, keys, rows
 
 from shardsink import Shard
-from shardsink.maintenance.gc import GcOptions, collect
+from shardsink.maintenance.gc import collect
+from shardsink.maintenance.gc_types import GcOptions
 from shardsink.maintenance.run import MaintenanceOptions, maintain
 from shardsink.maintenance.verify import verify
 

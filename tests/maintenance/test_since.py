@@ -116,7 +116,7 @@ def test_parse_duration_accepts_units_and_refuses_nonsense() -> None:
 
 
 def test_dag_retention_option_is_validated_at_parse_time_and_set_once_when_it_differs(shard_url: str) -> None:
-    from shardsink.airflow.factory import retention_spec
+    from shardsink.airflow.build import retention_spec
     from shardsink.airflow.tasks import ensure_retention
 
     assert retention_spec(None) is None and retention_spec("7d") == "604800000ms" and retention_spec("none") == "none"

@@ -15,7 +15,8 @@ from gc_helpers import SCHEMA, append_days
 from shardsink import Shard
 from shardsink.cli import main
 from shardsink.core import state as st
-from shardsink.core.machine import version_key
+from shardsink.core import state_codec as sc
+from shardsink.core.version_store import version_key
 
 
 @pytest.fixture
@@ -33,8 +34,8 @@ def _verify(url: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict]:  
 def _rewrite(shard: Shard, seqno: int, change: object) -> None:
     got = shard.blob.get(version_key(seqno))
     assert got is not None
-    v = st.decode_version(got.data, where="test")
-    shard.blob.put(version_key(seqno), st.encode_version(change(v)))  # type: ignore[operator]
+    v = sc.decode_version(got.data, where="test")
+    shard.blob.put(version_key(seqno), sc.encode_version(change(v)))  # type: ignore[operator]
 
 
 def _part_of(shard: Shard, desc_id: str) -> st.PartMeta:

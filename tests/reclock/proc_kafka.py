@@ -24,9 +24,12 @@ from typing import Any
 from rc_helpers import mint_desc
 
 from shardsink import Shard, hooks
-from shardsink.reclock.source import after_commit
-from shardsink.sinks.ingest import Description, LostRaceError, append_from_manifests, seals, write_manifest
+from shardsink.sinks.description import Description
+from shardsink.sinks.ingest import LostRaceError, append_from_manifests
+from shardsink.sinks.seals import seals
+from shardsink.sinks.staging import write_manifest
 from shardsink.sources.kafka import KafkaSource
+from shardsink.sources.publish import after_commit
 from shardsink.spark.stage import stage_dataframe
 
 

@@ -13,7 +13,8 @@ import os
 import sys
 import time
 
-from shardsink.sinks.ingest import Description, mint, open_or_create
+from shardsink.sinks.description import Description, NoOp
+from shardsink.sinks.ingest import mint_chain, open_or_create
 from shardsink.sources.base import source_from_spec
 
 START = 1_704_067_200_000
@@ -27,7 +28,9 @@ def main() -> None:
             time.sleep(0.01)
     src = source_from_spec(spec)
     shard = open_or_create(url, src, initial_upper=START)
-    d = mint(shard, src, interval_end=end, max_span=None, dag_id="proc", run_id=f"p{os.getpid()}", attempt=1)
+    out = mint_chain(shard, src, interval_end=end, max_span=None, max_chain=1, dag_id="proc",
+                     run_id=f"p{os.getpid()}", attempt=1)
+    d = out if isinstance(out, NoOp) else out[0]
     print(json.dumps(d.to_dict() if isinstance(d, Description) else {"noop": d.reason}), flush=True)
     if "--die" in sys.argv:
         os._exit(137)

@@ -24,9 +24,10 @@ from typing import Any
 from rc_helpers import mint_desc, write_slots
 
 from shardsink import Shard
-from shardsink.reclock.source import after_commit
-from shardsink.sinks.ingest import Description, LostRaceError, NoOp, append_from_manifests
+from shardsink.sinks.description import Description, NoOp
+from shardsink.sinks.ingest import LostRaceError, append_from_manifests
 from shardsink.sources.base import source_from_spec
+from shardsink.sources.publish import after_commit
 
 RETRIES = 4  # fresh runs a loser may start in one round (one is enough with two racers)
 

@@ -25,17 +25,12 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from shardsink import Shard
-from shardsink.reclock.source import after_commit
-from shardsink.sinks.ingest import (
-    Description,
-    NoOp,
-    append_from_manifests,
-    mint,
-    open_or_create,
-    seals,
-    write_manifest,
-)
+from shardsink.sinks.description import Description, NoOp
+from shardsink.sinks.ingest import append_from_manifests, mint_chain, open_or_create
+from shardsink.sinks.seals import seals
+from shardsink.sinks.staging import write_manifest
 from shardsink.sources.base import Source
+from shardsink.sources.publish import after_commit
 from shardsink.spark.stage import stage_dataframe
 from shardsink.storage.url import open_blob
 
@@ -74,7 +69,9 @@ def write_slots(spark: Any, shard: Shard, source: Source, d: Description, *, slo
 def mint_desc(shard_url: str, source: Source, *, interval_end: int, initial_upper: int = START,
               run_id: str = "r", attempt: int = 1) -> Description | NoOp:
     shard = open_or_create(shard_url, source, initial_upper=initial_upper)
-    return mint(shard, source, interval_end=interval_end, max_span=None, dag_id="rc", run_id=run_id, attempt=attempt)
+    out = mint_chain(shard, source, interval_end=interval_end, max_span=None, max_chain=1, dag_id="rc", run_id=run_id,
+                     attempt=attempt)
+    return out if isinstance(out, NoOp) else out[0]
 
 
 def run_once(spark: Any, shard_url: str, source: Source, *, interval_end: int, slots: int = 2,

@@ -12,7 +12,7 @@ from shardsink import Shard
 from shardsink.reclock.bindings import FILES
 from shardsink.reclock.health import read_sidecar, record_failure, status
 from shardsink.reclock.remap import RemapShard
-from shardsink.sinks.ingest import Description, NoOp
+from shardsink.sinks.description import Description, NoOp
 from shardsink.sources.files import FileArrivals
 
 

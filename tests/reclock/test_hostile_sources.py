@@ -27,7 +27,7 @@ from shardsink.errors import InvalidUsageError
 from shardsink.outcome import error_from_record, record_of
 from shardsink.reclock.health import read, read_sidecar
 from shardsink.reclock.remap import RemapShard
-from shardsink.sinks.ingest import Description
+from shardsink.sinks.description import Description
 from shardsink.sources.files import FileArrivals
 from shardsink.sources.kafka import KafkaSource
 from shardsink_dev.testing import MotoServer

@@ -23,7 +23,7 @@ from rc_helpers import (
 from shardsink import Shard
 from shardsink.reclock.remap import RemapShard
 from shardsink.reclock.source import Routing
-from shardsink.sinks.ingest import Description
+from shardsink.sinks.description import Description
 from shardsink.sources.kafka import KafkaSource
 
 

@@ -39,9 +39,10 @@ from rc_helpers import (
 )
 
 from shardsink import Shard
-from shardsink.maintenance.gc import GcOptions, collect
+from shardsink.maintenance.gc import collect
+from shardsink.maintenance.gc_types import GcOptions
 from shardsink.reclock.health import read as read_health
-from shardsink.sinks.ingest import Description
+from shardsink.sinks.description import Description
 
 PARTITIONS = 3
 STEPS = ("mint", "write", "append", "committed", "group")

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 from shardsink import CorruptionError, InvalidUsageError, Shard, StagedBatch
-from shardsink.sinks.correction import compute_correction
+from shardsink.spark.correction import compute_correction
 from shardsink.spark.read import ShardReads
 from shardsink.spark.stage import stage_dataframe
 

@@ -9,17 +9,10 @@ from support.inject.faultpoints import install
 from shardsink import Shard
 from shardsink.core.shard import StagedBatch
 from shardsink.errors import CorruptionError, UnknownOutcomeError
-from shardsink.sinks.ingest import (
-    Description,
-    LostRaceError,
-    NoOp,
-    append_from_manifests,
-    committed,
-    make_desc_id,
-    mint,
-    seals,
-    write_manifest,
-)
+from shardsink.sinks.description import Description, NoOp, make_desc_id
+from shardsink.sinks.ingest import LostRaceError, append_from_manifests, committed, mint_chain
+from shardsink.sinks.seals import seals
+from shardsink.sinks.staging import write_manifest
 from shardsink_dev.synthetic import SCHEMA, publish_watermark
 
 DAY = 86_400_000
@@ -53,21 +46,23 @@ def stage_slot(shard: Shard, d: Description, slot: int, slots: int, n: int = 3) 
 
 
 def desc(shard: Shard, wm: int, attempt: int = 1, span: int | None = None) -> Description:
-    out = mint(shard, FakeSource(wm), interval_end=None, max_span=span, dag_id="d", run_id="r", attempt=attempt)
-    assert isinstance(out, Description)
-    return out
+    out = mint_chain(shard, FakeSource(wm), interval_end=None, max_span=span, max_chain=1, dag_id="d", run_id="r",
+                     attempt=attempt)
+    assert isinstance(out, list) and isinstance(out[0], Description)
+    return out[0]
 
 
 def test_mint_bounds_and_no_op_reasons(shard_url: str) -> None:
     shard = Shard.create(shard_url, SCHEMA, upper=1000)
-    d = mint(shard, FakeSource(5000), interval_end=4000, max_span=2500, dag_id="d", run_id="r", attempt=1)
-    assert isinstance(d, Description) and (d.lower, d.upper) == (1000, 3500)
-    d = mint(shard, FakeSource(5000), interval_end=2000, max_span=None, dag_id="d", run_id="r", attempt=1)
-    assert isinstance(d, Description) and (d.lower, d.upper) == (1000, 2000)
-    noop = mint(shard, FakeSource(900), interval_end=4000, max_span=None, dag_id="d", run_id="r", attempt=1)
+    one = {"max_chain": 1, "dag_id": "d", "run_id": "r", "attempt": 1}
+    d = mint_chain(shard, FakeSource(5000), interval_end=4000, max_span=2500, **one)
+    assert isinstance(d, list) and [(x.lower, x.upper) for x in d] == [(1000, 3500)]
+    d = mint_chain(shard, FakeSource(5000), interval_end=2000, max_span=None, **one)
+    assert isinstance(d, list) and [(x.lower, x.upper) for x in d] == [(1000, 2000)]
+    noop = mint_chain(shard, FakeSource(900), interval_end=4000, max_span=None, **one)
     assert isinstance(noop, NoOp)
     assert "shard upper 1000, watermark 900, interval end 4000" in noop.reason
-    noop = mint(shard, FakeSource(None), interval_end=4000, max_span=None, dag_id="d", run_id="r", attempt=1)
+    noop = mint_chain(shard, FakeSource(None), interval_end=4000, max_span=None, **one)
     assert isinstance(noop, NoOp) and "no watermark" in noop.reason
 
 

@@ -14,9 +14,9 @@ import pytest
 from shardsink import CorruptionError, Shard
 from shardsink.core.shard import AppendResult
 from shardsink.errors import ShardNotFoundError
-from shardsink.sinks.correction import compute_correction
-from shardsink.sinks.ingest import Description
+from shardsink.sinks.description import Description
 from shardsink.sinks.materialize import mint_view, view
+from shardsink.spark.correction import compute_correction
 from shardsink.spark.linear import is_row_wise, linear_view_frames
 from shardsink.spark.read import ShardReads
 from shardsink.spark.view import correct_view, desired_frame, refresh_view, run_view

@@ -21,7 +21,8 @@ import pytest
 from shardsink import InvalidUsageError, Shard
 from shardsink.core.shard import AppendResult
 from shardsink.errors import ReadFrontierError, ShardNotFoundError
-from shardsink.sinks.ingest import LostRaceError, NoOp, append_from_manifests
+from shardsink.sinks.description import NoOp
+from shardsink.sinks.ingest import LostRaceError, append_from_manifests
 from shardsink.sinks.materialize import View, mint_view, view
 from shardsink.spark.view import refresh_view, write_view
 
@@ -279,7 +280,7 @@ def test_view_spec_round_trips_and_bad_definitions_are_refused() -> None:
 def test_compact_parts_are_smaller_for_sparse_corrections_and_read_back_identically(tmp_path: Path) -> None:
     import numpy as np
 
-    from shardsink.core import parts as pt
+    from shardsink.core.part_io import read_parts, write_parts
     from shardsink.storage.url import open_blob
 
     rng = np.random.default_rng(3)
@@ -289,8 +290,8 @@ def test_compact_parts_are_smaller_for_sparse_corrections_and_read_back_identica
     t = pa.table({"id": ids, "kind": np.array(["a", "b", "c"], dtype=object)[ids % 3], "amount": amount,
                   "_time": np.full(n, 19), "_diff": np.where(ids % 2 == 0, 1, -1)})
     blob = open_blob(f"file://{tmp_path}/parts")
-    (plain,) = pt.write_parts(blob, t, prefix="p/default")
-    (compact,) = pt.write_parts(blob, t, prefix="p/compact", encoding="compact")
+    (plain,) = write_parts(blob, t, prefix="p/default")
+    (compact,) = write_parts(blob, t, prefix="p/compact", encoding="compact")
     assert compact.bytes < 0.8 * plain.bytes, (compact.bytes, plain.bytes)
     schema = pa.schema([("id", pa.int64()), ("kind", pa.string()), ("amount", pa.float64())])
-    assert pt.read_parts(blob, [compact], schema).equals(pt.read_parts(blob, [plain], schema))
+    assert read_parts(blob, [compact], schema).equals(read_parts(blob, [plain], schema))

@@ -9,8 +9,10 @@ from test_ingest import FakeSource  # the same fake watermark source
 from shardsink import Shard
 from shardsink.core.state import PartMeta
 from shardsink.errors import InvalidUsageError
-from shardsink.sinks.ingest import Description, NoOp, mint_chain, seals
+from shardsink.sinks.description import Description, NoOp
+from shardsink.sinks.ingest import mint_chain
 from shardsink.sinks.reprocess import corrected_range, correction_label, prior_corrections, requested_range
+from shardsink.sinks.seals import seals
 from shardsink_dev.synthetic import SCHEMA
 
 DAY = 86_400_000
@@ -61,9 +63,9 @@ def test_earlier_corrections_are_found_reseal_their_range_and_partial_overlaps_a
     d = "corr-1"
     t = pa.table({"user": ["a", "b"], "action": ["x", "x"], "amount": [1, 2], "_time": [4 * DAY - 1] * 2,
                   "_diff": [-1, 1]})
-    from shardsink.core import parts as pt
+    from shardsink.core.part_io import write_parts
 
-    parts = pt.write_parts(shard.blob, t, prefix=f"parts/{d}/{correction_label(0, DAY)}")
+    parts = write_parts(shard.blob, t, prefix=f"parts/{d}/{correction_label(0, DAY)}")
     from shardsink.core.shard import StagedBatch
 
     shard.compare_and_append([StagedBatch(d, 3 * DAY, 4 * DAY, parts)], expected_upper=3 * DAY,

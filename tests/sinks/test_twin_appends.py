@@ -27,7 +27,9 @@ from support import SCHEMA, Row, audit, rows_for, table_of
 
 from shardsink import Shard
 from shardsink.core.fate import CannotCommit, Committed
-from shardsink.sinks.ingest import Description, LostRaceError, append_from_manifests, write_manifest
+from shardsink.sinks.description import Description
+from shardsink.sinks.ingest import LostRaceError, append_from_manifests
+from shardsink.sinks.staging import write_manifest
 from shardsink.storage.base import Blob, Fetched, ObjectInfo
 from shardsink.storage.url import open_blob, parse_url
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from shardsink.core import parts as pt
+from shardsink.core.updates import TIME
 from shardsink.sources import LandingSource, LateDataError, MalformedInputError, Seal, source_from_spec
 from shardsink.sources.landing import LandingFile, check_late, read_landing_file, slot_of
 from shardsink_dev.synthetic import SCHEMA, generate, land_file, landing_table, publish_watermark
@@ -45,8 +45,8 @@ def test_each_format_reads_as_shard_rows(tmp_path: Path, fmt: str) -> None:
     land_file(root, f"a.{fmt}", t)
     src = LandingSource(root)
     got = read_landing_file(src.blob(), src.files()[0], SCHEMA, "event_time")
-    assert got.schema.names == [*SCHEMA.names, pt.TIME]
-    assert sorted(got[pt.TIME].to_pylist()) == sorted(t["event_time"].to_pylist())
+    assert got.schema.names == [*SCHEMA.names, TIME]
+    assert sorted(got[TIME].to_pylist()) == sorted(t["event_time"].to_pylist())
 
 
 def test_timestamp_event_times_become_milliseconds(tmp_path: Path) -> None:
@@ -54,7 +54,7 @@ def test_timestamp_event_times_become_milliseconds(tmp_path: Path) -> None:
                   "event_time": pa.array([1_500], pa.int64()).cast(pa.timestamp("ms", tz="UTC"))})
     land_file(str(tmp_path), "t.parquet", t)
     src = LandingSource(str(tmp_path))
-    assert read_landing_file(src.blob(), src.files()[0], SCHEMA, "event_time")[pt.TIME].to_pylist() == [1_500]
+    assert read_landing_file(src.blob(), src.files()[0], SCHEMA, "event_time")[TIME].to_pylist() == [1_500]
 
 
 @pytest.mark.parametrize(("name", "data", "needle"), [
@@ -80,7 +80,7 @@ def test_malformed_watermark_is_refused(tmp_path: Path) -> None:
 
 
 def test_late_file_is_refused_old_file_is_not() -> None:
-    t = pa.table({"user": ["a", "b"], pt.TIME: [100, 250]})
+    t = pa.table({"user": ["a", "b"], TIME: [100, 250]})
     seals = [Seal(-(2**63), 0, 0, 1000.0), Seal(0, 200, 1, 2000.0), Seal(200, 300, 2, 3000.0)]
     check_late(t, LandingFile("old.csv", 1, 1500.0), lower=300, seals=seals, root="r")  # there before the seal
     check_late(t, LandingFile("new.csv", 1, 9999.0), lower=100, seals=seals, root="r")  # nothing below lower

@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from shardsink import Shard
-from shardsink.sinks.ingest import Description, append_from_manifests, mint, open_or_create
+from shardsink.sinks.description import Description
+from shardsink.sinks.ingest import append_from_manifests, mint_chain, open_or_create
 from shardsink.sources.landing import LandingSource
 from shardsink.spark import build_pyfiles_zip, job_path
 from shardsink_dev.synthetic import generate
@@ -81,7 +82,10 @@ def test_write_job_on_a_standalone_cluster(cluster: str, tmp_path: Path) -> None
     generate(landing, start=START, days=1, files_per_day=3, rows_per_file=100)
     src = LandingSource(landing)
     shard = open_or_create((tmp_path / "shard").as_uri(), src, initial_upper=START)
-    d = mint(shard, src, interval_end=START + DAY, max_span=None, dag_id="standalone", run_id="r", attempt=1)
+    chain = mint_chain(shard, src, interval_end=START + DAY, max_span=None, max_chain=1, dag_id="standalone",
+                       run_id="r", attempt=1)
+    assert isinstance(chain, list)
+    d = chain[0]
     assert isinstance(d, Description)
     slots = 2
     for slot in range(slots):

@@ -56,7 +56,7 @@ def test_spark_reads_use_the_one_float_equality(spark: Any, tmp_path: Any) -> No
     import struct
 
     from shardsink import StagedBatch
-    from shardsink.core import parts as pt
+    from shardsink.core.part_io import write_parts
 
     def nan(bits: int) -> float:
         return float(struct.unpack("<d", struct.pack("<Q", bits))[0])
@@ -64,7 +64,7 @@ def test_spark_reads_use_the_one_float_equality(spark: Any, tmp_path: Any) -> No
     s = Shard.create(f"file://{tmp_path}/floats", SCHEMA)
     old = pa.table({"k": ["z", "n", "keep"], "x": [-0.0, nan(0x7FF8000000000042), -0.0], "_time": [1, 1, 1],
                     "_diff": [1, 1, 1]})
-    parts = pt.write_parts(s.blob, old, prefix="parts/old")  # as an older writer left it: raw -0.0 and a payload
+    parts = write_parts(s.blob, old, prefix="parts/old")  # as an older writer left it: raw -0.0 and a payload
     s.compare_and_append([StagedBatch("old", 0, 10, parts)], expected_upper=0, new_upper=10, desc_id="old")
     s.append(pa.table({"k": ["z", "n"], "x": [0.0, nan(0xFFF8000000000000)], "_time": [11, 11], "_diff": [-1, -1]}),
              lower=10, upper=20, desc_id="retract")

@@ -29,7 +29,9 @@ from typing import Any
 from airflow.sdk import Asset, TaskGroup, TriggerRule, get_current_context, task
 
 from shardsink.airflow.credentials import store_access
-from shardsink.airflow.tasks import REPORT, IngestSettings, append_task, report_task
+from shardsink.airflow.gates import REPORT
+from shardsink.airflow.settings import IngestSettings
+from shardsink.airflow.tasks import append_task, report_task
 from shardsink.provider.operators import shard_task
 
 #: ``mint(settings, attempt, context) -> list of description dicts`` (or skip the rest of the run).

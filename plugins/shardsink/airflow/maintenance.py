@@ -34,7 +34,7 @@ log = logging.getLogger("shardsink.maintenance")
 def maintain_task(url: str, *, grace_s: float, compact: bool, advance_since: bool) -> dict[str, Any]:
     """The body of one mapped task (also callable outside Airflow)."""
     from shardsink.core.shard import Shard
-    from shardsink.maintenance.gc import GcOptions
+    from shardsink.maintenance.gc_types import GcOptions
     from shardsink.maintenance.run import MaintenanceOptions, maintain
 
     summary = maintain(Shard.open(url), MaintenanceOptions(compact=compact, advance_since=advance_since,

@@ -19,8 +19,8 @@ from typing import Any
 from airflow.sdk import Param
 from airflow.sdk.exceptions import AirflowSkipException
 
-from shardsink.airflow.tasks import ShardWriteOperator
-from shardsink.sinks.ingest import Description
+from shardsink.airflow.write_operator import ShardWriteOperator
+from shardsink.sinks.description import Description
 
 
 def run_params(*, reprocess: bool) -> dict[str, Param]:

@@ -1,26 +1,32 @@
-"""The ingest DAG's task bodies (mint, append) and the write operator.
+"""The task bodies of a sink DAG's run: ``mint`` (ingest), ``append`` and ``report``
+(shared with the view DAG), and the dry-run report that ends a dry run.
 
 Tasks talk to the shard store and the source only; they never touch Airflow's metadata
 database. XCom carries a description (id, bounds, attempt) and small results, never
-data, paths of staged parts, or secrets.
+data, paths of staged parts, or secrets. The gates they pass (wait, back off, end the
+run) are in :mod:`shardsink.airflow.gates`; the write operator is
+:mod:`shardsink.airflow.write_operator`.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import random
-import sys
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from collections.abc import Callable
 from typing import Any, NoReturn
 
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException, DownstreamTasksSkipped
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from shardsink.core import checks as ck
+from shardsink.airflow.gates import (
+    covered,
+    nothing_to_do,
+    reschedule,
+    retry_gate,
+    skip_rest,
+    wait_for_earlier_intervals,
+)
+from shardsink.airflow.run_context import earlier_appends, interval_of, push_plan, run_options, run_started
+from shardsink.airflow.settings import IngestSettings
 from shardsink.core.shard import AppendResult, Shard
 from shardsink.errors import (
     CorruptionError,
@@ -29,208 +35,17 @@ from shardsink.errors import (
     ShardsinkError,
     UpperMismatchError,
 )
-from shardsink.provider.operators import ShardTaskMixin
-from shardsink.reclock.source import after_commit
+from shardsink.sinks.description import Description, NoOp
 from shardsink.sinks.ingest import (
-    Committed,
-    Description,
     LostRaceError,
-    NoOp,
     append_from_manifests,
-    committed,
     open_or_create,
 )
 from shardsink.sinks.reprocess import check_range
 from shardsink.sources.base import source_from_spec
+from shardsink.sources.publish import after_commit
 
 log = logging.getLogger("shardsink.airflow")
-
-
-@dataclass(frozen=True)
-class IngestSettings:
-    """Everything the tasks of one sink DAG share (static, set by the DAG file).
-
-    For a materialize (view) DAG ``source_spec`` holds the view spec and ``writers`` is 1.
-    ``max_attempts`` bounds the attempt groups of a run (each commits up to ``max_chain``
-    descriptions); ``catch_up_after`` is how long a run whose earlier interval is not
-    covered yet waits for the shard to progress before catching up itself; while waiting
-    it is rescheduled every ``poke_interval`` seconds (holding no worker slot).
-    """
-
-    dag_id: str
-    shard_url: str
-    source_spec: dict[str, Any]
-    writers: int
-    max_span: int | None
-    max_attempts: int
-    initial_upper: int
-    backoff_base: float = 2.0
-    backoff_cap: float = 30.0
-    sleep: Callable[[float], None] = field(default=time.sleep, compare=False)
-    #: The shard's retention to keep set (a duration spec, "none" = all history); None: unmanaged.
-    retention: str | None = None
-    #: Airflow ``aws`` connection for S3 stores (:mod:`shardsink.airflow.credentials`); None: the environment.
-    aws_conn_id: str | None = None
-    max_chain: int = 16
-    catch_up_after: float = 300.0
-    poke_interval: float = 15.0
-    sample_rows: int = 5
-
-    def __post_init__(self) -> None:
-        """Range-check every time, duration and count (a DAG file with a bad one fails to parse, naming it)."""
-        ck.check_count(self.writers, what="writers", lo=1)
-        ck.check_count(self.max_attempts, what="max_attempts", lo=1)
-        ck.check_count(self.max_chain, what="max_chain", lo=1)
-        ck.check_count(self.sample_rows, what="sample_rows")
-        ck.check_time(self.initial_upper, what="initial_upper")
-        if self.max_span is not None:
-            ck.check_duration_ms(self.max_span, what="max_span")
-        for what, value, positive in (("backoff_base", self.backoff_base, False), ("backoff_cap", self.backoff_cap,
-                                      False), ("catch_up_after", self.catch_up_after, False),
-                                      ("poke_interval", self.poke_interval, True)):
-            ck.check_seconds(value, what=what, positive=positive)
-
-    def backoff(self, attempt: int) -> float:
-        """Full-jitter exponential backoff before attempt ``attempt`` (>= 2)."""
-        return random.uniform(0, min(self.backoff_cap, self.backoff_base * 2 ** (attempt - 2)))
-
-
-def _millis(value: Any) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, datetime):
-        return int(value.timestamp() * 1000)
-    return int(value)
-
-
-def interval_of(context: dict[str, Any]) -> tuple[int | None, int | None]:
-    """The run's data interval in ms (``airflow dags test D L`` covers the period ending at L)."""
-    end = _millis(context.get("data_interval_end")) or _millis(context.get("logical_date"))
-    return _millis(context.get("data_interval_start")), end
-
-
-@dataclass(frozen=True)
-class RunOptions:
-    """What a run's params / conf ask for (DAG params ``dry_run``, ``reprocess*``)."""
-
-    dry_run: bool
-    corrects: tuple[int, int] | None
-
-
-def run_options(context: dict[str, Any]) -> RunOptions:
-    """The run's options from its params (run conf overrides DAG params); InvalidUsageError on bad ones."""
-    from shardsink.sinks.reprocess import requested_range
-
-    params = dict(context.get("params") or {})
-    conf = getattr(context.get("dag_run"), "conf", None) or {}
-    params.update(conf)
-    dry = params.get("dry_run") in (True, "true", "True", 1)
-    return RunOptions(dry, requested_range(params, interval=interval_of(context)))
-
-
-def skip_rest(context: dict[str, Any], writers: int) -> None:
-    """End the run's work here: mark every downstream task skipped (but the ``report``), this one succeeds.
-
-    Faster than letting later attempts run only to skip themselves (each costs a
-    scheduling round). Raises DownstreamTasksSkipped, so push XComs before calling.
-
-    SUBTLE: a mapped write's instances (map_index 0..) must be named one by one; naming
-    the task id alone skips only its unexpanded placeholder. If the scheduler expands them
-    after this skip anyway, the write operators skip themselves because their description
-    XCom is absent.
-    """
-    rest: list[str | tuple[str, int]] = []
-    for t in context["task"].get_flat_relatives(upstream=False):
-        if t.task_id == REPORT:
-            continue
-        rest.append(t.task_id)
-        if t.task_id.endswith(".write"):
-            rest.extend((t.task_id, i) for i in range(writers))
-    if rest:
-        raise DownstreamTasksSkipped(tasks=rest)
-
-
-#: The task every run ends with: lists what the run committed and checks its interval is covered.
-REPORT = "report"
-
-
-def nothing_to_do(context: dict[str, Any], reason: str, writers: int) -> NoReturn:
-    """Log why, skip the rest of the run (no Spark job, no JVM); the run succeeds."""
-    log.info("%s; skipping the rest of this run", reason)
-    skip_rest(context, writers)
-    raise AirflowSkipException(reason)
-
-
-def reschedule(settings: IngestSettings, reason: str, *, at: float | None = None) -> NoReturn:
-    """Give the worker slot back and run this task again later (``at``, epoch seconds, or one poke)."""
-    from airflow.sdk.exceptions import AirflowRescheduleException
-
-    when = datetime.fromtimestamp(at if at is not None else time.time() + settings.poke_interval, tz=UTC)
-    log.info("%s; rescheduled for %s (the worker slot is released while waiting)", reason, when.isoformat())
-    raise AirflowRescheduleException(when)
-
-
-def _earlier(context: dict[str, Any], attempt: int) -> list[dict[str, Any]]:
-    """The append results of attempts 1..attempt-1 of this run (those that ran)."""
-    ti = context["ti"]
-    out = []
-    for k in range(1, attempt):
-        got = ti.xcom_pull(task_ids=f"attempt_{k}.append")
-        if isinstance(got, dict):
-            out.append(got)
-    return out
-
-
-def retry_gate(settings: IngestSettings, attempt: int, context: dict[str, Any]) -> bool:
-    """Before attempt ``attempt`` (>= 2) mints: back off (rescheduled) if attempt k-1 lost a race.
-
-    Whether there is anything left to do is decided by the caller from the SHARD STATE
-    (its target against the shard's upper), not from what attempt k-1 reported. Returns
-    whether an earlier attempt of this run already committed its correction.
-    """
-    earlier = _earlier(context, attempt)
-    corrected = any(c.get("corrects") for r in earlier for c in r.get("committed", []))
-    if attempt <= 1 or not earlier:
-        return corrected
-    prev = earlier[-1]
-    retry_at = prev.get("retry_at")
-    if prev.get("lost") and isinstance(retry_at, (int, float)) and time.time() < retry_at:
-        reschedule(settings, f"attempt {attempt - 1} lost its race; backing off before minting afresh", at=retry_at)
-    return corrected
-
-
-def wait_for_earlier_intervals(settings: IngestSettings, shard: Shard, interval_start: int | None,
-                               context: dict[str, Any]) -> None:
-    """Reschedule while an earlier interval is not covered yet and the shard is progressing.
-
-    The runs of earlier intervals normally cover them; catching up in parallel would only
-    make runs race. But their owner may never come (``--run-backwards`` with one active
-    run, a backfill starting above the upper, a failed run): once neither this run's start
-    nor the shard's last commit is within ``catch_up_after`` seconds, the run returns and
-    catches up itself.
-    """
-    upper = shard.info().upper
-    if interval_start is None or upper is None or upper >= interval_start:
-        return
-    last = shard.info().last_commit
-    started = getattr(context.get("dag_run"), "start_date", None)
-    marks = [datetime.fromisoformat(last.at).timestamp()]
-    if isinstance(started, datetime):
-        marks.append(started.timestamp())
-    idle = time.time() - max(marks)
-    if idle < settings.catch_up_after:
-        reschedule(settings, f"earlier intervals are not covered yet (shard upper {upper} < this run's interval "
-                             f"start {interval_start}); waiting for their runs ({idle:.0f}s of "
-                             f"{settings.catch_up_after:.0f}s without progress before catching up)")
-    log.info("no progress on %s for %.0fs: this run catches up from upper %d itself", shard.url, idle, upper)
-
-
-def covered(settings: IngestSettings, context: dict[str, Any], target: int | None, *, upper: int | None) -> bool:
-    return target is not None and upper is not None and upper >= target
-
-
-def push_plan(context: dict[str, Any], **plan: Any) -> None:
-    context["ti"].xcom_push(key="plan", value=plan)
 
 
 def mint_task(settings: IngestSettings, attempt: int, context: dict[str, Any]) -> list[dict[str, Any]]:
@@ -272,7 +87,7 @@ def mint_task(settings: IngestSettings, attempt: int, context: dict[str, Any]) -
               dry_run=opts.dry_run)
     if isinstance(out, NoOp):
         if corrects is not None:
-            waited = time.time() - _started(context)
+            waited = time.time() - run_started(context)
             if waited < settings.catch_up_after and not opts.dry_run:
                 reschedule(settings, f"{out.reason}; waiting for the source's watermark to pass the upper")
             raise AirflowFailException(f"cannot re-process [{corrects[0]}, {corrects[1]}): {out.reason}")
@@ -284,11 +99,6 @@ def mint_task(settings: IngestSettings, attempt: int, context: dict[str, Any]) -
                  d.upper, f" correcting [{d.corrects[0]}, {d.corrects[1]})" if d.corrects else "", settings.writers,
                  attempt, settings.max_attempts)
     return [d.to_dict() for d in out]
-
-
-def _started(context: dict[str, Any]) -> float:
-    started = getattr(context.get("dag_run"), "start_date", None)
-    return started.timestamp() if isinstance(started, datetime) else time.time()
 
 
 def _dry_ingest(spark: Any, source: Any, shard: Shard, descs: list[Description],
@@ -388,7 +198,7 @@ def report_task(settings: IngestSettings, context: dict[str, Any]) -> dict[str, 
     run mean "covered": the shard's upper is at least the run's target (``min(interval end,
     watermark)`` as its mints saw it). A dry run reports what it would have written instead."""
     ti = context["ti"]
-    commits = [c for r in _earlier(context, settings.max_attempts + 1) for c in r.get("committed", [])]
+    commits = [c for r in earlier_appends(context, settings.max_attempts + 1) for c in r.get("committed", [])]
     plans = [p for k in range(1, settings.max_attempts + 1)
              if isinstance(p := ti.xcom_pull(task_ids=f"attempt_{k}.mint", key="plan"), dict)]
     dry = ti.xcom_pull(task_ids="attempt_1.mint", key="dry_run")
@@ -428,140 +238,6 @@ def _exists(url: str) -> bool:
         return True
     except ShardNotFoundError:
         return False
-
-
-class ShardWriteOperator(ShardTaskMixin, SparkSubmitOperator):
-    """spark-submit of the write job for one writer slot of a minted description.
-
-    Mapped over the slots; ``desc`` is the mint task's XCom (templated, resolved at run
-    time). Ships the library with ``--py-files`` (a zip built by shardsink) and skips
-    the JVM entirely when the description is already committed (a retry after success).
-
-    Failures: the job writes a typed outcome record to a per-try result file
-    (``--result-path``, :mod:`shardsink.outcome`); after spark-submit fails the operator
-    rebuilds the shardsink error from it and applies :func:`shardsink.airflow.failures.for_airflow`
-    (invalid input and corruption fail at once; storage errors are retried). No record
-    (the JVM or driver died first): the spark-submit failure is raised as is (retried).
-    The result file is local to the worker, so the driver must run there (client deploy
-    mode); in cluster deploy mode no record arrives and every failure is retried.
-
-    Credentials: ``aws_conn_id`` is resolved by the amazon provider's hook
-    (:mod:`shardsink.airflow.credentials`); the committed check uses a client built from
-    it, and spark-submit gets it in its process environment only (not ``self.env_vars``,
-    which is a rendered template field). YARN and Kubernetes modes would put environment
-    variables on the spark-submit command line, so they are refused with credentials.
-    """
-
-    template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "desc")
-    shard_role = "write"
-    #: Whether this operator stages descriptions that carry a re-processing correction.
-    stages_corrections = False
-
-    def __init__(self, *, shard_url: str, source_spec: dict[str, Any], slots: int, desc: Any, slot: int,
-                 aws_conn_id: str | None = None, **kwargs: Any) -> None:
-        from shardsink.spark import job_path
-
-        if "application" not in kwargs:
-            kwargs["application"] = job_path()
-        super().__init__(**kwargs)
-        # Plain values only: mapped operators' partial arguments are serialized.
-        self.shard_url = shard_url
-        self.source_spec = source_spec
-        self.slots = slots
-        self.desc = desc
-        self.slot = slot
-        self.aws_conn_id = aws_conn_id
-        self._secret_env: dict[str, str] = {}
-
-    def committed_already(self, d: Description) -> Committed | None:
-        """The commit of ``d`` if it landed (then the JVM is skipped). Hook for subclasses."""
-        return committed(Shard.open(self.shard_url), d)
-
-    def job_args(self, d: Description) -> list[str]:
-        """The application's arguments for description ``d``. Hook for subclasses."""
-        import json
-
-        return [
-            "--shard-url", self.shard_url, "--source", json.dumps(self.source_spec, sort_keys=True),
-            "--desc-id", d.desc_id, "--lower", str(d.lower), "--upper", str(d.upper),
-            "--attempt", str(d.attempt), "--slot", str(self.slot), "--slots", str(self.slots),
-        ]
-
-    def _get_hook(self) -> Any:
-        """The provider's hook, with the connection's credentials added to spark-submit's environment."""
-        from shardsink.errors import InvalidUsageError
-
-        hook = super()._get_hook()
-        if self._secret_env:
-            if hook._is_yarn or hook._is_kubernetes or hook._connection.get("deploy_mode") == "cluster":
-                raise AirflowFailException(str(InvalidUsageError(
-                    f"aws_conn_id {self.aws_conn_id!r} with Spark master {hook._connection.get('master')!r}: "
-                    "credentials can only reach a local or standalone client-mode spark-submit through its "
-                    "environment (YARN/Kubernetes would put them on the command line); use instance roles there"
-                )))
-            # The hook hands _env_vars to Popen(env=...) in local/standalone client mode only.
-            hook._env_vars = {**(hook._env_vars or {}), **self._secret_env}
-        return hook
-
-    def execute(self, context: Any) -> None:
-        import tempfile
-
-        from shardsink.airflow.credentials import store_access
-        from shardsink.spark import build_pyfiles_zip
-
-        if not self.desc:
-            raise AirflowSkipException("no description was minted for this attempt; nothing to write")
-        d = Description.from_dict(self.desc)
-        if d.corrects is not None and not self.stages_corrections:
-            raise AirflowSkipException("this description carries a correction: its correction job stages it")
-        with store_access(self.aws_conn_id) as access:
-            done = self.committed_already(d)
-            if done is not None:
-                self.log.info("description %s is already committed (seqno %d); slot %d has nothing to write",
-                              d.desc_id, done.seqno, self.slot)
-                return
-            self._secret_env = access.spark_env() if access is not None else {}
-        env = dict(self.env_vars or {})
-        env.setdefault("PYSPARK_PYTHON", sys.executable)
-        self.env_vars = env
-        self.py_files = ",".join(p for p in [self.py_files, build_pyfiles_zip()] if p)
-        self.name = f"shardsink-{self.dag_id}-slot{self.slot}"
-        self.log.info("writing slot %d of %d for description %s [%d, %d)", self.slot, self.slots, d.desc_id,
-                      d.lower, d.upper)
-        with tempfile.TemporaryDirectory(prefix="shardsink-outcome-") as tmp:
-            result = os.path.join(tmp, "outcome.json")  # per try: a fresh folder each execute
-            self.application_args = [*self.job_args(d), "--result-path", result]
-            try:
-                super().execute(context)
-            except Exception as e:
-                raise self._failure(result, e) from e
-            finally:
-                self._secret_env = {}
-            self._report(result)
-
-    def _failure(self, result: str, spark_error: BaseException) -> BaseException:
-        """What to raise after spark-submit failed: decided by the job's outcome record."""
-        from shardsink.airflow.failures import for_airflow
-        from shardsink.outcome import error_from_record, read_outcome
-
-        outcome = read_outcome(result)
-        if outcome is None or outcome.error is None:
-            self.log.warning("the write job left no outcome record (it died before reporting); retrying if allowed")
-            return spark_error
-        rec = outcome.error
-        err = error_from_record(rec)
-        self.log.error("write job failed: %s (%s): %s%s", rec.error_class, rec.raised, rec.message,
-                       f" [value: {rec.value}]" if rec.value is not None else "")
-        if err is None:
-            return spark_error
-        return for_airflow(err)
-
-    def _report(self, result: str) -> None:
-        from shardsink.outcome import read_outcome
-
-        outcome = read_outcome(result)
-        if outcome is not None and outcome.ok:
-            self.log.info("write job outcome: %s", outcome.summary)
 
 
 def ensure_retention(shard: Shard, retention: str | None) -> None:

@@ -14,18 +14,14 @@ from typing import Any
 
 from airflow.sdk.exceptions import AirflowFailException
 
-from shardsink.airflow.tasks import (
-    IngestSettings,
-    ShardWriteOperator,
-    dry_run_report,
-    interval_of,
-    nothing_to_do,
-    push_plan,
-    retry_gate,
-    run_options,
-)
+from shardsink.airflow.gates import nothing_to_do, retry_gate
+from shardsink.airflow.run_context import interval_of, push_plan, run_options
+from shardsink.airflow.settings import IngestSettings
+from shardsink.airflow.tasks import dry_run_report
+from shardsink.airflow.write_operator import ShardWriteOperator
 from shardsink.errors import InvalidUsageError
-from shardsink.sinks.ingest import Committed, Description, NoOp, committed
+from shardsink.sinks.description import Description, NoOp
+from shardsink.sinks.ingest import Committed, committed
 from shardsink.sinks.materialize import View, input_frontiers, mint_view, open_output
 
 log = logging.getLogger("shardsink.airflow")

@@ -19,16 +19,16 @@ Scheduling (``schedule=``):
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from airflow.sdk import DAG, AssetAny
 
-from shardsink.airflow.attempts import attempt_groups
-from shardsink.airflow.factory import _millis, _timetable, retention_spec, shard_asset
+from shardsink.airflow.build import sink_dag, sink_settings, timetable, write_args
+from shardsink.airflow.deprecated import VIEW_ALIASES, with_flat_aliases
+from shardsink.airflow.factory import shard_asset
+from shardsink.airflow.options import AttemptOptions, ShardOptions, SparkOptions
 from shardsink.airflow.reprocess import run_params
-from shardsink.airflow.tasks import IngestSettings
 from shardsink.airflow.view import ViewWriteOperator, mint_view_task
 from shardsink.errors import InvalidUsageError
 from shardsink.sinks.materialize import View
@@ -44,7 +44,7 @@ def view_schedule(v: View, schedule: Literal["inputs"] | Any) -> Any:
     if schedule == "inputs":
         assets = [shard_asset(i.url) for i in v.inputs.values()]
         return assets if len(assets) == 1 else AssetAny(*assets)
-    return _timetable(schedule)
+    return timetable(schedule)
 
 
 def view_dag(
@@ -54,61 +54,43 @@ def view_dag(
     view: View,
     schedule: Literal["inputs"] | Any = "inputs",
     start_date: datetime = datetime(2024, 1, 1, tzinfo=UTC),
-    max_span: timedelta | int | None = None,
-    initial_upper: int | None = None,
-    spark_conn_id: str = "spark_default",
-    spark_conf: Mapping[str, str] | None = None,
-    spark_env: Mapping[str, str] | None = None,
-    aws_conn_id: str | None = None,
-    max_attempts: int = 5,
-    retry_backoff: float = 2.0,
-    retry_backoff_cap: float = 30.0,
-    task_retries: int = 2,
-    task_retry_delay: timedelta = timedelta(seconds=30),
+    spark: SparkOptions | None = None,
+    shard: ShardOptions | None = None,
+    attempts: AttemptOptions | None = None,
     catchup: bool = False,
     max_active_runs: int = 1,
     tags: list[str] | None = None,
-    retention: timedelta | str | None = None,
     **dag_kwargs: Any,
 ) -> DAG:
     """Build the view DAG: each run makes the output shard at ``output_url`` hold ``view``'s
     contents as of its new upper - 1, writing only the difference.
 
     The output shard is created by the first write from the query's schema with upper
-    ``initial_upper`` (default: ``start_date``); its schema is fixed from then on (a
-    changed query fails its write with a clear message, the shard unchanged). Retries,
-    backoff, credentials and ``retention`` work as in :func:`shardsink.airflow.ingest_dag`.
+    ``shard.initial_upper`` (default: ``start_date``); its schema is fixed from then on (a
+    changed query fails its write with a clear message, the shard unchanged). The option
+    objects (``spark``, ``shard``, ``attempts``) and their deprecated flat keywords work as
+    in :func:`shardsink.airflow.ingest_dag` (a view run mints one description and never
+    waits for earlier intervals: ``max_chain``, ``catch_up_after`` and ``poke_interval``
+    do not apply).
     """
-    if max_attempts < 1:
-        raise InvalidUsageError(f"max_attempts ({max_attempts}) must be at least 1")
+    spark, shard, attempts = with_flat_aliases("view_dag", VIEW_ALIASES, dag_kwargs, spark=spark, shard=shard,
+                                               attempts=attempts)
+    if attempts.max_attempts < 1:
+        raise InvalidUsageError(f"max_attempts ({attempts.max_attempts}) must be at least 1")
     url = str(parse_url(output_url))
     if any(i.url == url for i in view.inputs.values()):
         raise InvalidUsageError(f"view output {url} is also one of its inputs")
-    settings = IngestSettings(
-        dag_id=dag_id,
-        shard_url=url,
-        source_spec=view.spec(),
-        writers=1,
-        max_span=_millis(max_span),
-        max_attempts=max_attempts,
-        initial_upper=initial_upper if initial_upper is not None else int(start_date.timestamp() * 1000),
-        backoff_base=retry_backoff,
-        backoff_cap=retry_backoff_cap,
-        retention=retention_spec(retention),
-        aws_conn_id=aws_conn_id,
-    )
-    conf = {**VIEW_SPARK_CONF, **(spark_conf or {})}
+    settings = sink_settings(dag_id=dag_id, url=url, spec=view.spec(), writers=1, start_date=start_date,
+                             shard=shard, attempts=attempts)
+    common = write_args(url, spark, shard, attempts, default_conf=VIEW_SPARK_CONF)
 
     def make_write(desc: Any) -> Any:
-        return ViewWriteOperator.partial(
-            task_id="write", shard_url=url, view_spec=settings.source_spec, aws_conn_id=aws_conn_id,
-            conn_id=spark_conn_id, conf=conf, env_vars=dict(spark_env or {}), retries=task_retries,
-            retry_delay=task_retry_delay,
-        ).expand(desc=desc, slot=[0])
+        return ViewWriteOperator.partial(task_id="write", view_spec=settings.source_spec, **common).expand(
+            desc=desc, slot=[0])
 
     names = ", ".join(f"`{n}` = `{i.url}`" for n, i in view.inputs.items())
-    with DAG(
-        dag_id=dag_id,
+    return sink_dag(
+        settings, asset=shard_asset(url), attempts=attempts, mint_body=mint_view_task, make_write=make_write,
         schedule=view_schedule(view, schedule),
         start_date=start_date,
         catchup=catchup,
@@ -117,7 +99,4 @@ def view_dag(
         params=run_params(reprocess=False),
         doc_md=f"Self-correcting view ({view.kind}) over {names} into shard `{url}`.",
         **dag_kwargs,
-    ) as dag:
-        attempt_groups(settings=settings, asset=shard_asset(url), mint_body=mint_view_task, make_write=make_write,
-                       task_retries=task_retries, task_retry_delay=task_retry_delay)
-    return dag
+    )

@@ -53,6 +53,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from shardsink.core import state as st
+from shardsink.core import transitions as tr
 from shardsink.errors import CorruptionError, InvalidUsageError
 
 if TYPE_CHECKING:
@@ -132,7 +133,7 @@ def _passed(upper: int | None, lower: int) -> bool:
 
 
 def decide(ev: Evidence, desc_id: str, lower: int) -> Fate:
-    """The pure fate rule (module docstring). Consistent with ``state.compare_and_append``:
+    """The pure fate rule (module docstring). Consistent with ``transitions.compare_and_append``:
     a ``desc_id`` in the idempotency window is committed whatever its bounds (the caller
     compares :attr:`Committed.lower`/``upper`` with its own: :mod:`shardsink.core.verdicts`)."""
     c = ev.crossing
@@ -164,7 +165,7 @@ def _beyond_horizon(ev: Evidence, desc_id: str, lower: int) -> Fate:
     such record (an empty batch leaves none; lineage is bounded) the answer is Unknown.
     """
     assert ev.horizon is not None and ev.crossing is not None
-    records = [m for b in ev.horizon for m in st.lineage_of(b)]
+    records = [m for b in ev.horizon for m in tr.lineage_of(b)]
     for m in records:  # first: an id names one description, wherever its record is
         if m.desc_id == desc_id:
             return Committed(m.seqno, frozenset(), m.rows, m.lower, m.upper)

@@ -38,16 +38,15 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import msgspec
 
 from shardsink.core import checks as ck
 from shardsink.core.documents import ENCODER
+from shardsink.core.machine import Machine
 from shardsink.errors import CorruptionError, InvalidUsageError, LeaseLostError, ReadFrontierError, ShardsinkError
-
-if TYPE_CHECKING:
-    from shardsink.core.shard import Shard
+from shardsink.storage.base import Blob
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +57,21 @@ DEFAULT_TTL_S = 300.0
 CLOCK_SKEW_S = 30.0
 
 Clock = Callable[[], float]
+
+
+class LeaseHost(Protocol):
+    """What leases need of a shard: its URL (for messages), its blob (the lease objects) and
+    its commit machine (``since`` and the head's seqno). :class:`shardsink.core.shard.Shard`
+    is one; the handle sits above this module and calls it."""
+
+    @property
+    def url(self) -> str: ...
+
+    @property
+    def blob(self) -> Blob: ...
+
+    @property
+    def machine(self) -> Machine: ...
 
 
 class Lease(msgspec.Struct, frozen=True, kw_only=True):
@@ -97,7 +111,7 @@ def _decode(data: bytes, *, where: str) -> Lease:
     return lease
 
 
-def acquire(shard: Shard, as_of: int, *, holder: str, ttl_s: float = DEFAULT_TTL_S,
+def acquire(shard: LeaseHost, as_of: int, *, holder: str, ttl_s: float = DEFAULT_TTL_S,
             clock: Clock = time.time) -> Lease:
     """Take a lease at ``as_of`` on ``shard``; ReadFrontierError if ``as_of < since``.
 
@@ -123,7 +137,7 @@ def acquire(shard: Shard, as_of: int, *, holder: str, ttl_s: float = DEFAULT_TTL
     return lease
 
 
-def _check_since(shard: Shard, since: int, as_of: int) -> None:
+def _check_since(shard: LeaseHost, since: int, as_of: int) -> None:
     if as_of < since:
         raise ReadFrontierError(
             f"as_of {as_of} is not readable on {shard.url}: it is before since ({since}); "
@@ -131,7 +145,7 @@ def _check_since(shard: Shard, since: int, as_of: int) -> None:
         )
 
 
-def renew(shard: Shard, lease: Lease, *, ttl_s: float = DEFAULT_TTL_S, clock: Clock = time.time) -> Lease:
+def renew(shard: LeaseHost, lease: Lease, *, ttl_s: float = DEFAULT_TTL_S, clock: Clock = time.time) -> Lease:
     """Extend ``lease``; LeaseLostError if it is gone or already expired (then release it)."""
     ck.check_seconds(ttl_s, what="lease ttl", positive=True)
     now = clock()
@@ -148,12 +162,12 @@ def renew(shard: Shard, lease: Lease, *, ttl_s: float = DEFAULT_TTL_S, clock: Cl
     return renewed
 
 
-def release(shard: Shard, lease: Lease) -> None:
+def release(shard: LeaseHost, lease: Lease) -> None:
     """Delete ``lease`` (idempotent)."""
     shard.blob.delete(lease.key)
 
 
-def all_leases(shard: Shard) -> list[Lease]:
+def all_leases(shard: LeaseHost) -> list[Lease]:
     """Every lease object under the shard, live or expired (one LIST + one GET each)."""
     out = []
     for obj in shard.blob.list(PREFIX):
@@ -165,20 +179,20 @@ def all_leases(shard: Shard) -> list[Lease]:
     return out
 
 
-def live_leases(shard: Shard, *, now: float | None = None, skew_s: float = CLOCK_SKEW_S) -> list[Lease]:
+def live_leases(shard: LeaseHost, *, now: float | None = None, skew_s: float = CLOCK_SKEW_S) -> list[Lease]:
     """Leases not expired at ``now`` minus the skew margin, oldest first."""
     t = time.time() if now is None else now
     live = (x for x in all_leases(shard) if x.expires_at + skew_s >= t)
     return sorted(live, key=lambda x: (x.acquired_at, x.lease_id))
 
 
-def min_leased_as_of(shard: Shard, *, now: float | None = None, skew_s: float = CLOCK_SKEW_S) -> int | None:
+def min_leased_as_of(shard: LeaseHost, *, now: float | None = None, skew_s: float = CLOCK_SKEW_S) -> int | None:
     """The lowest ``as_of`` any live lease holds (None: no live lease): ``since``'s ceiling."""
     live = live_leases(shard, now=now, skew_s=skew_s)
     return min((x.as_of for x in live), default=None)
 
 
-def expire(shard: Shard, *, now: float | None = None, skew_s: float = CLOCK_SKEW_S) -> int:
+def expire(shard: LeaseHost, *, now: float | None = None, skew_s: float = CLOCK_SKEW_S) -> int:
     """Maintenance: delete lease objects expired for longer than the skew margin."""
     t = time.time() if now is None else now
     dead = [x for x in all_leases(shard) if x.expires_at + skew_s < t]
@@ -198,13 +212,13 @@ class LeaseKeeper:
     def __init__(self, *, ttl_s: float = DEFAULT_TTL_S, clock: Clock = time.time) -> None:
         self.ttl_s = ck.check_seconds(ttl_s, what="lease ttl", positive=True)
         self.clock = clock
-        self.held: list[tuple[Shard, Lease]] = []
+        self.held: list[tuple[LeaseHost, Lease]] = []
         self.lost: list[str] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def acquire(self, shard: Shard, as_of: int, *, holder: str) -> Lease:
+    def acquire(self, shard: LeaseHost, as_of: int, *, holder: str) -> Lease:
         lease = acquire(shard, as_of, holder=holder, ttl_s=self.ttl_s, clock=self.clock)
         with self._lock:
             self.held.append((shard, lease))

@@ -1,6 +1,7 @@
 """The commit machine: finds the newest state version, performs the one conditional put.
 
-Object layout under a shard root::
+Object layout under a shard root (versions and rollups are read through
+:mod:`shardsink.core.version_store`)::
 
     state/v/<seqno:020d>.json       immutable state versions (header + diff)
     state/rollup/<seqno:020d>.json  immutable batch lists (written every ROLLUP_EVERY)
@@ -25,19 +26,19 @@ cached state.
 from __future__ import annotations
 
 import logging
-import re
 import time
-from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from shardsink.core import state as st
+from shardsink.core import state_codec as sc
+from shardsink.core import transitions as tr
 from shardsink.core.retry import COMMIT, STORAGE, RetryingBlob, RetryPolicy
+from shardsink.core.version_store import VersionStore, rollup_key, version_key
 from shardsink.errors import (
     ConditionFailedError,
     CorruptionError,
     ShardExistsError,
-    ShardNotFoundError,
     ShardsinkError,
     StorageError,
     UnknownOutcomeError,
@@ -53,15 +54,6 @@ ROLLUP_EVERY = 32
 #: a writer whose start is older than the grace could re-create a version GC deleted. Keep
 #: this far below any grace period in use.
 KNOWN_HEAD_MAX_AGE_S = 30.0
-_VKEY = re.compile(r"^state/v/(\d{20})\.json$")
-
-
-def version_key(seqno: int) -> str:
-    return f"state/v/{seqno:020d}.json"
-
-
-def rollup_key(seqno: int) -> str:
-    return f"state/rollup/{seqno:020d}.json"
 
 
 @dataclass(frozen=True)
@@ -72,13 +64,14 @@ class Head:
     hint_etag: str | None
 
 
-Step = Callable[[st.Header], "st.Version | st.Refusal"]
+Step = Callable[[st.Header], "st.Version | tr.Refusal"]
 #: A step that also needs the live batch list at the header it is applied to (compaction).
-BatchStep = Callable[[st.Header, "tuple[st.BatchMeta, ...]"], "st.Version | st.Refusal"]
+BatchStep = Callable[[st.Header, "tuple[st.BatchMeta, ...]"], "st.Version | tr.Refusal"]
 
 
-class Machine:
-    """I/O and retries around the pure transitions of :mod:`shardsink.core.state`."""
+class Machine(VersionStore):
+    """I/O and retries around the pure transitions of :mod:`shardsink.core.transitions`: a
+    :class:`VersionStore` that also finds the newest version, keeps the hint and commits."""
 
     def __init__(
         self,
@@ -88,48 +81,19 @@ class Machine:
         commit_policy: RetryPolicy = COMMIT,
     ) -> None:
         self.raw = blob
-        self.blob = RetryingBlob(blob, policy=storage_policy)
+        super().__init__(RetryingBlob(blob, policy=storage_policy))
         self.commit_policy = commit_policy
-        self._versions: dict[int, st.Version] = {}
-        self._rollups: dict[int, tuple[st.BatchMeta, ...]] = {}
-        self._gone: set[int] = set()  # versions known deleted (missing below an existing one)
-        self._newest_fetched = -1
         self._known: tuple[Head, float] | None = None  # the newest head seen, and when
         self.clock: Callable[[], float] = time.monotonic
 
-    @property
-    def url(self) -> str:
-        return self.blob.url
-
     # --- reading ------------------------------------------------------------------
-
-    def fetch(self, seqno: int) -> st.Version | None:
-        """State version ``seqno``, or None if it does not exist (yet, or any more)."""
-        cached = self._versions.get(seqno)
-        if cached is not None:
-            return cached
-        if seqno in self._gone:
-            return None
-        got = self.blob.get(version_key(seqno))
-        if got is None:
-            # Versions are created in seqno order, so one missing below a version that exists
-            # was deleted (GC) and never comes back; one above may not exist *yet*.
-            if seqno < self._newest_fetched:
-                self._gone.add(seqno)
-            return None
-        v = st.decode_version(got.data, where=f"{self.url}/{version_key(seqno)}")
-        if v.seqno != seqno:
-            raise CorruptionError(f"{self.url}/{version_key(seqno)} claims seqno {v.seqno}")
-        self._versions[seqno] = v
-        self._newest_fetched = max(self._newest_fetched, seqno)
-        return v
 
     def head(self) -> Head:
         """The newest state version (constant cost unless the hint is missing or unreadable)."""
         hint = self.blob.get(LATEST)
         if hint is not None:
             try:
-                v = st.decode_version(hint.data, where=f"{self.url}/{LATEST}")
+                v = sc.decode_version(hint.data, where=f"{self.url}/{LATEST}")
                 return self._saw(Head(self._advance(v), hint.etag))
             except CorruptionError as e:
                 # The hint is a cache: the versions themselves are the truth.
@@ -149,7 +113,7 @@ class Machine:
         hint = self.blob.get(LATEST)
         if hint is not None:
             try:
-                return self._saw(Head(st.decode_version(hint.data, where=f"{self.url}/{LATEST}"), hint.etag))
+                return self._saw(Head(sc.decode_version(hint.data, where=f"{self.url}/{LATEST}"), hint.etag))
             except CorruptionError as e:
                 log.warning("ignoring unreadable hint: %s", e)
         return self.head()
@@ -173,67 +137,13 @@ class Machine:
             self._known = (head, self.clock())
         return head
 
-    def _newest_by_listing(self) -> st.Version:
-        seqnos = [int(m.group(1)) for o in self.blob.list("state/v/") if (m := _VKEY.match(o.key))]
-        if not seqnos:
-            raise ShardNotFoundError(f"no shard at {self.url} (no state versions found)")
-        v = self.fetch(max(seqnos))
-        if v is None:
-            raise StorageError(f"{self.url}: state version {max(seqnos)} vanished while reading")
-        return v
-
     def _advance(self, v: st.Version) -> st.Version:
         """Probe forward from ``v`` until the next version is missing."""
         while True:
             nxt = self.fetch(v.seqno + 1)
             if nxt is None:
                 return v
-            v = st.with_rollup(nxt, v.header.rollup)
-
-    def full_batches(self, v: st.Version) -> tuple[st.BatchMeta, ...]:
-        """The live batches at version ``v``: its rollup plus the diffs after it."""
-        return self.batches_at(v.header)
-
-    def batches_at(self, header: st.Header) -> tuple[st.BatchMeta, ...]:
-        """The live batches at the version ``header`` belongs to (rollup + later diffs)."""
-        return self.batches_from(header.rollup, header.seqno)
-
-    def batches_from(self, rollup: int, seqno: int) -> tuple[st.BatchMeta, ...]:
-        """The live batches at version ``seqno``: rollup ``rollup`` (0: the empty list) plus
-        the diffs of versions ``rollup+1 .. seqno``."""
-        base: tuple[st.BatchMeta, ...] = ()
-        if rollup > 0:
-            got = self.rollup(rollup)
-            if got is None:
-                raise CorruptionError(f"{self.url}: rollup {rollup} referenced by version {seqno} is missing")
-            base = got
-        return st.apply_diffs(base, self.fetch_many(range(rollup + 1, seqno + 1)))
-
-    def rollup(self, seqno: int) -> tuple[st.BatchMeta, ...] | None:
-        """The batch list of rollup ``seqno``, or None if it does not exist.
-
-        Cached: a rollup is the exact batch list at its seqno, so every write of one
-        (a commit's, maintenance's, GC's anchor) has the same content."""
-        cached = self._rollups.get(seqno)
-        if cached is not None:
-            return cached
-        got = self.blob.get(rollup_key(seqno))
-        if got is None:
-            return None
-        batches = st.decode_rollup(got.data, where=f"{self.url}/{rollup_key(seqno)}")[1]
-        self._rollups[seqno] = batches
-        return batches
-
-    def fetch_many(self, seqnos: Iterable[int]) -> list[st.Version]:
-        wanted = list(seqnos)
-        missing = [s for s in wanted if s not in self._versions]
-        if missing:
-            with ThreadPoolExecutor(max_workers=16) as pool:
-                got = list(pool.map(self.fetch, missing))
-            gone = [s for s, v in zip(missing, got, strict=True) if v is None]
-            if gone:
-                raise CorruptionError(f"{self.url}: state versions {gone[:5]} are missing from the history")
-        return [self._versions[s] for s in wanted]
+            v = tr.with_rollup(nxt, v.header.rollup)
 
     # --- writing ------------------------------------------------------------------
 
@@ -250,7 +160,7 @@ class Machine:
         policy, unsure = self.commit_policy, False
         for attempt in range(policy.attempts):
             try:
-                self.blob.create(version_key(0), st.encode_version(v0))
+                self.blob.create(version_key(0), sc.encode_version(v0))
                 break
             except (ConditionFailedError, UnknownOutcomeError) as e:
                 if isinstance(e, UnknownOutcomeError):
@@ -270,7 +180,7 @@ class Machine:
         self._publish_hint(v0, None)
         return v0
 
-    def commit(self, step: Step, *, start: Head | None = None) -> st.Version | st.Refusal:
+    def commit(self, step: Step, *, start: Head | None = None) -> st.Version | tr.Refusal:
         """Apply ``step`` to the newest header and create the next version, exactly once.
 
         ``start``: a head the caller already read (e.g. :meth:`hinted_head`), saving the
@@ -298,7 +208,7 @@ class Machine:
         try:
             for attempt in range(policy.attempts):
                 out = step(cur.header)
-                if isinstance(out, st.AlreadyCommitted):
+                if isinstance(out, tr.AlreadyCommitted):
                     mine = self.fetch(out.seqno) if nonce is not None else None
                     if mine is not None and mine.commit.nonce == nonce:
                         return self._committed(mine, head.hint_etag)  # ours, landed unseen
@@ -310,7 +220,7 @@ class Machine:
                     return out
                 nonce = out.commit.nonce
                 try:
-                    self.blob.create(version_key(out.seqno), st.encode_version(out))
+                    self.blob.create(version_key(out.seqno), sc.encode_version(out))
                 except ConditionFailedError:
                     cur, probed = self._advance(cur), True
                     continue
@@ -339,7 +249,7 @@ class Machine:
             f"(last seen seqno {cur.seqno}); re-read state before retrying"
         )
 
-    def commit_with_batches(self, step: BatchStep) -> st.Version | st.Refusal:
+    def commit_with_batches(self, step: BatchStep) -> st.Version | tr.Refusal:
         """:meth:`commit` for a step that needs the live batches at the header it sees.
 
         Each attempt (after a lost race, on the fresh head) recomputes the batch list of
@@ -348,7 +258,7 @@ class Machine:
         """
         seen: dict[int, tuple[st.BatchMeta, ...]] = {}
 
-        def with_batches(header: st.Header) -> st.Version | st.Refusal:
+        def with_batches(header: st.Header) -> st.Version | tr.Refusal:
             if header.seqno not in seen:
                 seen[header.seqno] = self.batches_at(header)
             return step(header, seen[header.seqno])
@@ -382,7 +292,7 @@ class Machine:
     def _publish_hint(self, v: st.Version, etag: str | None) -> str | None:
         """Best effort: a lost CAS means someone published a newer hint."""
         try:
-            return self.blob.replace(LATEST, st.encode_version(v), etag=etag)
+            return self.blob.replace(LATEST, sc.encode_version(v), etag=etag)
         except (ConditionFailedError, UnknownOutcomeError, StorageError) as e:
             log.debug("hint not updated to seqno %d: %s", v.seqno, e)
             return None
@@ -392,77 +302,11 @@ class Machine:
         Returns the version as the hint now holds it and the hint's new etag (None: not moved)."""
         try:
             batches = self.full_batches(v)
-            self.blob.put(rollup_key(v.seqno), st.encode_rollup(v.seqno, batches))
+            self.blob.put(rollup_key(v.seqno), sc.encode_rollup(v.seqno, batches))
             self._rollups[v.seqno] = batches
-            rolled = st.with_rollup(v, v.seqno)
+            rolled = tr.with_rollup(v, v.seqno)
             etag = self._publish_hint(rolled, hint_etag)
             return (rolled, etag) if etag is not None else (v, None)
         except ShardsinkError as e:
             log.warning("rollup at seqno %d skipped: %s", v.seqno, e)
             return v, hint_etag
-
-    # --- maintenance --------------------------------------------------------------
-
-    def anchor(self, seqno: int, batches: tuple[st.BatchMeta, ...]) -> st.Version:
-        """Make version ``seqno`` self-contained: GC calls this before deleting anything older.
-
-        Writes the rollup ``state/rollup/<seqno>`` (``batches`` must be the live batch list
-        at ``seqno``; the caller computed it from an intact chain) unless it exists, then
-        rewrites version ``seqno`` with ``header.rollup = seqno`` so that
-        :meth:`full_batches` of it needs no older version. Returns the anchored version.
-
-        SUBTLE: this is the only rewrite of an existing state version. It changes nothing
-        but the rollup pointer, which is a cache (the hint carries newer pointers the same
-        way), so a reader that sees either copy computes the same batch list. The rewrite is
-        a conditional replace on the etag just read: it can never resurrect a version that a
-        concurrent GC deleted (that would open a gap in the retained chain).
-        """
-        key = version_key(seqno)
-        got = self.blob.get(key)
-        if got is None:
-            raise CorruptionError(f"{self.url}/{key}: cannot anchor a missing state version")
-        v = st.decode_version(got.data, where=f"{self.url}/{key}")
-        if self.blob.get(rollup_key(seqno)) is None:
-            self.blob.put(rollup_key(seqno), st.encode_rollup(seqno, batches))
-        if v.header.rollup == seqno:
-            return v
-        anchored = st.with_rollup(v, seqno)
-        self.blob.replace(key, st.encode_version(anchored), etag=got.etag)
-        self._versions[seqno] = anchored
-        return anchored
-
-    def fetch_upto_gap(self, seqnos: Iterable[int]) -> list[st.Version]:
-        """The versions ``seqnos`` (fetched in parallel) up to, not including, the first missing one.
-
-        For history walks newest first: GC deletes versions oldest first, so the history
-        of a collected shard simply ends at the oldest retained version.
-        """
-        wanted = list(seqnos)
-        with ThreadPoolExecutor(max_workers=16) as pool:
-            got = list(pool.map(self.fetch, wanted))
-        out: list[st.Version] = []
-        for v in got:
-            if v is None:
-                break
-            out.append(v)
-        return out
-
-    def delete_rollup(self, seqno: int) -> None:
-        """GC only: delete rollup ``seqno``. SUBTLE: only below an anchored oldest retained
-        version (:meth:`anchor`), which no longer needs any older rollup."""
-        self.blob.delete(rollup_key(seqno))
-
-    def delete_versions(self, seqnos: Sequence[int]) -> None:
-        """GC only: delete state versions ``seqnos`` (``RetryingBlob.delete_many``: one
-        multi-object delete per 1,000, a plain DELETE for one) and forget any cached copies.
-
-        SUBTLE: only versions below an anchored version (:meth:`anchor`), oldest chunk first.
-        Within one multi-object delete S3 removes keys in no particular order, so a failure
-        can leave condemned versions below a gap; the anchored version above it starts the
-        retained chain (``maintenance.history.retained_start``) and ``core.fate``'s search
-        stays safe: a version below the chain either answers truthfully or is skipped.
-        """
-        self.blob.delete_many([version_key(s) for s in seqnos])
-        for seqno in seqnos:
-            self._versions.pop(seqno, None)
-            self._gone.add(seqno)

@@ -1,6 +1,6 @@
 """Staging manifests: the documents a description keeps under ``staging/<desc_id>/``.
 
-* ``slot-<i>.json`` (:class:`ManifestDoc`, written by ``shardsink.sinks.ingest``): what one
+* ``slot-<i>.json`` (:class:`ManifestDoc`, written by ``shardsink.sinks.staging``): what one
   writer slot of an ingest description staged;
 * ``compaction.json`` (:class:`CompactionManifestDoc`, written by
   ``shardsink.maintenance.compact``): a compaction's inputs, so a later sweep can decide

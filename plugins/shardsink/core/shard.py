@@ -1,7 +1,7 @@
 """The public shard handle: create, append, read, inspect.
 
 Public methods validate their arguments, then delegate to the commit machine
-(:mod:`shardsink.core.machine`) and the pure rules (:mod:`shardsink.core.state`).
+(:mod:`shardsink.core.machine`) and the pure rules (:mod:`shardsink.core.transitions`).
 """
 
 from __future__ import annotations
@@ -13,18 +13,22 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from shardsink.core import checks as ck
 from shardsink.core import fate as ft
-from shardsink.core import parts as pt
+from shardsink.core import leases as ls
 from shardsink.core import state as st
+from shardsink.core import transitions as tr
 from shardsink.core import verdicts as vd
 from shardsink.core.checks import check_as_of, check_changes
+from shardsink.core.consolidate import consolidate
 from shardsink.core.machine import Head, Machine
+from shardsink.core.part_io import read_parts, stage_parts
+from shardsink.core.updates import COUNT, DIFF, TIME, check_schema, validate_updates
 from shardsink.errors import (
     CorruptionError,
     InvalidUsageError,
@@ -34,9 +38,6 @@ from shardsink.errors import (
 )
 from shardsink.storage.base import Blob, ObjectInfo
 from shardsink.storage.url import open_blob, parse_url
-
-if TYPE_CHECKING:
-    from shardsink.core.leases import Lease
 
 
 def default_writer() -> str:
@@ -103,11 +104,11 @@ class Shard:
         """Create an empty shard with ``schema`` and the given upper (since is 0)."""
         if not isinstance(schema, pa.Schema):
             raise InvalidUsageError(f"schema must be a pyarrow.Schema, got {type(schema).__name__}")
-        pt.check_schema(schema, what="schema")
+        check_schema(schema, what="schema")
         ck.check_time(upper, what="initial upper")
         writer = ck.check_writer(writer if writer is not None else default_writer())
         shard = cls(url, blob=blob)
-        v0 = st.initial_version(schema=schema, upper=upper, writer=writer, at=_now(), nonce=uuid.uuid4().hex)
+        v0 = tr.initial_version(schema=schema, upper=upper, writer=writer, at=_now(), nonce=uuid.uuid4().hex)
         shard.machine.create(v0)
         return shard
 
@@ -142,8 +143,8 @@ class Shard:
         if schema is not None and not isinstance(schema, pa.Schema):
             raise InvalidUsageError(f"schema must be a pyarrow.Schema, got {type(schema).__name__}")
         schema = schema if schema is not None else self.schema
-        updates = pt.validate_updates(table, schema, lower=lower, upper=upper)
-        written = pt.stage_parts(self.blob, updates, [*schema.names, pt.TIME], prefix=f"parts/{desc_id}")
+        updates = validate_updates(table, schema, lower=lower, upper=upper)
+        written = stage_parts(self.blob, updates, [*schema.names, TIME], prefix=f"parts/{desc_id}")
         return StagedBatch(desc_id, lower, upper, written)
 
     def compare_and_append(self, staged: Sequence[StagedBatch], *, expected_upper: int,
@@ -180,13 +181,13 @@ class Shard:
                 props: Mapping[str, str] | None = None) -> AppendResult:
         all_parts = tuple(p for s in staged for p in s.parts)
         pairs = tuple(sorted((str(k), str(v)) for k, v in (props or {}).items()))
-        cmd = st.AppendCommand(desc_id, expected_upper, new_upper, all_parts, writer or default_writer(),
+        cmd = tr.AppendCommand(desc_id, expected_upper, new_upper, all_parts, writer or default_writer(),
                                _now(), uuid.uuid4().hex, pairs)
-        out = self.machine.commit(lambda header: st.compare_and_append(header, cmd), start=start)
+        out = self.machine.commit(lambda header: tr.compare_and_append(header, cmd), start=start)
         rows = sum(p.rows for p in all_parts)
         if isinstance(out, st.Version):
             return AppendResult("committed", desc_id, out.seqno, expected_upper, new_upper, rows)
-        if not isinstance(out, st.AlreadyCommitted | st.UpperMismatch):  # compare_and_append refuses with no other
+        if not isinstance(out, tr.AlreadyCommitted | tr.UpperMismatch):  # compare_and_append refuses with no other
             raise AssertionError(f"unexpected refusal of an append: {out}")
         # Committed earlier (an AlreadyCommitted from the header's window is checked for its
         # bounds), landed long ago beyond the window, lost, or: evidence gone.
@@ -195,7 +196,7 @@ class Shard:
             return self._landed(fate, desc_id, expected_upper, new_upper)
         if isinstance(fate, ft.Unknown):
             raise vd.unknown_fate_error(self.url, desc_id, expected_upper, new_upper, fate)
-        if not isinstance(out, st.UpperMismatch):  # window said committed, the fate cannot disagree
+        if not isinstance(out, tr.UpperMismatch):  # window said committed, the fate cannot disagree
             raise AssertionError(f"description {desc_id} is in the idempotency window but its fate is {fate}")
         if out.current is None:
             raise ShardClosedError(f"shard {self.url} is closed; it accepts no appends")
@@ -319,22 +320,22 @@ class Shard:
             as_of = h.upper - 1
         check_as_of(self.url, h, as_of)
         wanted = [p for b in self.machine.full_batches(v) if b.lower <= as_of for p in b.parts if p.min_time <= as_of]
-        data = pt.read_parts(self.blob, wanted, h.schema)
+        data = read_parts(self.blob, wanted, h.schema)
         if any(p.max_time > as_of for p in wanted):
-            data = data.filter(pc.less_equal(data[pt.TIME], as_of))
+            data = data.filter(pc.less_equal(data[TIME], as_of))
         keys = h.schema.names
-        summed = data.group_by(keys, use_threads=True).aggregate([(pt.DIFF, "sum")])
-        summed = summed.rename_columns([*keys, pt.COUNT])
-        lowest = pc.min(summed[pt.COUNT]).as_py()
+        summed = data.group_by(keys, use_threads=True).aggregate([(DIFF, "sum")])
+        summed = summed.rename_columns([*keys, COUNT])
+        lowest = pc.min(summed[COUNT]).as_py()
         if lowest is not None and lowest < 0:
-            negative = summed.filter(pc.less(summed[pt.COUNT], 0))
+            negative = summed.filter(pc.less(summed[COUNT], 0))
             row = negative.slice(0, 1).to_pylist()[0]
             raise CorruptionError(
                 f"shard {self.url} has {negative.num_rows} rows with negative multiplicity as of {as_of}, e.g. {row}"
             )
         if lowest is None or lowest > 0:
             return summed  # nothing retracted to zero: skip copying every row through a filter
-        return summed.filter(pc.greater(summed[pt.COUNT], 0))
+        return summed.filter(pc.greater(summed[COUNT], 0))
 
     def changes(self, lower: int, upper: int) -> pa.Table:
         """The consolidated updates with ``lower <= _time < upper`` (requires since <= lower).
@@ -352,25 +353,21 @@ class Shard:
             p for b in self.machine.full_batches(v) for p in b.parts
             if (from_start or p.max_time >= lower) and p.min_time < upper
         ]
-        data = pt.read_parts(self.blob, wanted, h.schema)
+        data = read_parts(self.blob, wanted, h.schema)
         if from_start and data.num_rows:
-            i = data.schema.get_field_index(pt.TIME)
+            i = data.schema.get_field_index(TIME)
             data = data.set_column(i, data.schema.field(i),
-                                   pc.max_element_wise(data[pt.TIME], pa.scalar(h.since, pa.int64())))
-        data = data.filter(pc.and_(pc.greater_equal(data[pt.TIME], lower), pc.less(data[pt.TIME], upper)))
-        return pt.consolidate(data, [*h.schema.names, pt.TIME])
+                                   pc.max_element_wise(data[TIME], pa.scalar(h.since, pa.int64())))
+        data = data.filter(pc.and_(pc.greater_equal(data[TIME], lower), pc.less(data[TIME], upper)))
+        return consolidate(data, [*h.schema.names, TIME])
 
-    def leases(self, *, now: float | None = None) -> list[Lease]:
+    def leases(self, *, now: float | None = None) -> list[ls.Lease]:
         """Live read leases (oldest first); see :mod:`shardsink.core.leases`."""
-        from shardsink.core import leases
-
-        return leases.live_leases(self, now=now)
+        return ls.live_leases(self, now=now)
 
     def min_leased_as_of(self, *, now: float | None = None) -> int | None:
         """The lowest ``as_of`` a live lease holds: compaction must keep ``since`` at or below it."""
-        from shardsink.core import leases
-
-        return leases.min_leased_as_of(self, now=now)
+        return ls.min_leased_as_of(self, now=now)
 
     def log(self, *, limit: int = 20) -> list[tuple[int, st.CommitInfo]]:
         """Commits newest first: ``(seqno, commit info)``, back to the oldest retained version.

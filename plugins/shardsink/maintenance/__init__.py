@@ -10,7 +10,7 @@
     maintain(shard)                     # the whole pass: the above, then GC and verify
 
 Everything here is a client of core: the transitions are pure functions in
-``core/state.py`` committed by ``Machine.commit``; deletions go through
+``core/transitions.py`` committed by ``Machine.commit``; deletions go through
 ``core.fate.delete_staged``.
 """
 

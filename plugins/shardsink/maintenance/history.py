@@ -13,7 +13,8 @@ import re
 from dataclasses import dataclass
 
 from shardsink.core import state as st
-from shardsink.core.machine import Machine, version_key
+from shardsink.core.machine import Machine
+from shardsink.core.version_store import version_key
 from shardsink.errors import CorruptionError
 from shardsink.storage.base import ObjectInfo
 

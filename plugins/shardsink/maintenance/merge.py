@@ -1,6 +1,6 @@
 """Merging sorted, consolidated parts into fewer, larger ones, in bounded memory.
 
-Every part is sorted by the user columns then ``_time`` and consolidated (core.parts).
+Every part is sorted by the user columns then ``_time`` and consolidated (core.consolidate).
 :func:`merge_parts` streams a k-way merge over them: each input is read record batch by
 record batch (``ParquetFile.iter_batches``), and a round emits every pooled row that is
 strictly below the smallest *last loaded* row among the inputs not yet exhausted (the
@@ -39,8 +39,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from shardsink.core import floats as fl
-from shardsink.core import parts as pt
+from shardsink.core.consolidate import consolidate
+from shardsink.core.part_io import open_part
 from shardsink.core.state import PartMeta
+from shardsink.core.updates import DIFF, TIME
 from shardsink.errors import CorruptionError
 from shardsink.storage.base import Blob
 
@@ -78,14 +80,14 @@ OnBatch = Callable[[int, int], None]
 
 
 def _full_schema(schema: pa.Schema) -> pa.Schema:
-    return pa.schema([*schema, pa.field(pt.TIME, pa.int64(), False), pa.field(pt.DIFF, pa.int64(), False)])
+    return pa.schema([*schema, pa.field(TIME, pa.int64(), False), pa.field(DIFF, pa.int64(), False)])
 
 
 def _advance(table: pa.Table, since: int) -> pa.Table:
-    t = table.column(pt.TIME)
+    t = table.column(TIME)
     if table.num_rows == 0 or pc.min(t).as_py() >= since:
         return table
-    i = table.schema.get_field_index(pt.TIME)
+    i = table.schema.get_field_index(TIME)
     return table.set_column(i, table.schema.field(i), pc.max_element_wise(t, pa.scalar(since, pa.int64())))
 
 
@@ -121,7 +123,7 @@ class _Writer:
         table = pa.concat_tables(self._pending)
         self._pending, self._pending_rows = [], 0
         self._w.write_table(table, row_group_size=self.group_rows)
-        mm = pc.min_max(table.column(pt.TIME))
+        mm = pc.min_max(table.column(TIME))
         lo, hi = mm["min"].as_py(), mm["max"].as_py()
         self._tmin = lo if self._tmin is None else min(self._tmin, lo)
         self._tmax = hi if self._tmax is None else max(self._tmax, hi)
@@ -146,7 +148,7 @@ class _Writer:
 
 def _open_all(blob: Blob, parts: Sequence[PartMeta]) -> list[pq.ParquetFile]:
     with ThreadPoolExecutor(max_workers=8) as pool:
-        return list(pool.map(lambda p: pt.open_part(blob, p), parts))
+        return list(pool.map(lambda p: open_part(blob, p), parts))
 
 
 def _reader(f: pq.ParquetFile, p: PartMeta, blob: Blob, full: pa.Schema, since: int,
@@ -166,7 +168,7 @@ def merge_parts(blob: Blob, parts: Sequence[PartMeta], schema: pa.Schema, *, pre
     ``prefix/``, with every time below ``since`` advanced to ``since``. Returns the stats;
     ``stats.parts`` are the written parts (none if everything cancelled out)."""
     full = _full_schema(schema)
-    keys = [*schema.names, pt.TIME]
+    keys = [*schema.names, TIME]
     stats = MergeStats(inputs=len(parts), rows_in=sum(p.rows for p in parts))
     out = _Writer(blob, prefix, full, options, stats)
     files = _open_all(blob, parts)
@@ -181,7 +183,7 @@ def merge_parts(blob: Blob, parts: Sequence[PartMeta], schema: pa.Schema, *, pre
                 tables.append(t)
         data = pa.concat_tables(tables) if tables else full.empty_table()
         stats.peak_rows = data.num_rows
-        out.write(pt.consolidate(data, keys))
+        out.write(consolidate(data, keys))
         out.flush()
         return stats
     stats.streamed = True
@@ -218,7 +220,7 @@ def _stream(files: list[pq.ParquetFile], parts: Sequence[PartMeta], blob: Blob, 
         pool.clear()
         stats.peak_rows = max(stats.peak_rows, carry.num_rows)
         if not last:
-            out.write(pt.consolidate(carry, keys))
+            out.write(consolidate(carry, keys))
             return
         # The bound: the smallest last-loaded row of the inputs still being read.
         ids = list(last)
@@ -234,7 +236,7 @@ def _stream(files: list[pq.ParquetFile], parts: Sequence[PartMeta], blob: Blob, 
         order = pc.sort_indices(marked, sort_keys=[*sort_keys, (_MARK, "ascending", "at_end")])
         ordered = marked.take(order).drop_columns([_MARK])
         at = pc.index(pc.take(marked.column(_MARK), order), pa.scalar(0, pa.int8())).as_py()
-        out.write(pt.consolidate(ordered.slice(0, at), keys))
+        out.write(consolidate(ordered.slice(0, at), keys))
         rest = ordered.slice(at + 1)
         if rest.num_rows:
             pool.append(rest)

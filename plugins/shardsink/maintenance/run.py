@@ -22,7 +22,8 @@ from typing import Any
 from shardsink.core import checks as ck
 from shardsink.core.shard import Shard
 from shardsink.maintenance.compact import CompactionResult, CompactOptions, Swept, compact, sweep
-from shardsink.maintenance.gc import GcOptions, GcReport, collect
+from shardsink.maintenance.gc import collect
+from shardsink.maintenance.gc_types import GcOptions, GcReport
 from shardsink.maintenance.since import SinceResult, advance_since
 from shardsink.maintenance.verify import VerifyReport, verify
 

@@ -2,7 +2,7 @@
 
 ``since = min(upper − retention, min as_of of live leases)``, never backwards, never past
 ``upper - 1`` while the shard is open (DESIGN.md "Retention and grace"). The rule is the
-pure :func:`shardsink.core.state.advance_since`; this module gathers its inputs.
+pure :func:`shardsink.core.transitions.advance_since`; this module gathers its inputs.
 
 Lease contract (core/leases.py): the live leases are listed immediately before the
 conditional put, and ``since`` never passes the lowest ``as_of`` among them. A lease
@@ -19,6 +19,7 @@ from datetime import UTC, datetime, timedelta
 from shardsink.core import checks as ck
 from shardsink.core import leases
 from shardsink.core import state as st
+from shardsink.core import transitions as tr
 from shardsink.core.shard import Shard, default_writer
 from shardsink.errors import InvalidUsageError
 
@@ -84,8 +85,8 @@ def advance_since(shard: Shard, *, target: int | None = None, writer: str | None
         ck.check_writer(writer)
     before = shard.machine.head().version.header.since
     cap = leases.min_leased_as_of(shard, now=now)  # immediately before the conditional put
-    cmd = st.SinceCommand(cap, target, writer or default_writer(), _now(), uuid.uuid4().hex)
-    out = shard.machine.commit(lambda header: st.advance_since(header, cmd))
+    cmd = tr.SinceCommand(cap, target, writer or default_writer(), _now(), uuid.uuid4().hex)
+    out = shard.machine.commit(lambda header: tr.advance_since(header, cmd))
     if isinstance(out, st.Version):
         return SinceResult(before, out.header.since, out.seqno, cap)
     return SinceResult(before, shard.machine.head().version.header.since, None, cap)
@@ -96,8 +97,8 @@ def set_retention(shard: Shard, retention: str | int | timedelta | None, *, writ
     ms = parse_duration(retention)
     if writer is not None:
         ck.check_writer(writer)
-    cmd = st.RetentionCommand(ms, writer or default_writer(), _now(), uuid.uuid4().hex)
-    out = shard.machine.commit(lambda header: st.set_retention(header, cmd))
+    cmd = tr.RetentionCommand(ms, writer or default_writer(), _now(), uuid.uuid4().hex)
+    out = shard.machine.commit(lambda header: tr.set_retention(header, cmd))
     return isinstance(out, st.Version)
 
 

@@ -31,8 +31,10 @@ import pyarrow.parquet as pq
 from shardsink.core import documents as docs
 from shardsink.core import leases as ls
 from shardsink.core import state as st
-from shardsink.core.machine import LATEST, rollup_key, version_key
+from shardsink.core import state_codec as sc
+from shardsink.core.machine import LATEST
 from shardsink.core.shard import Shard
+from shardsink.core.version_store import rollup_key, version_key
 from shardsink.errors import CorruptionError, ShardsinkError
 from shardsink.maintenance.history import Listing, batches_at, list_state, retained_start
 
@@ -187,7 +189,7 @@ def _check_hint(shard: Shard, oldest: int, problems: list[Problem]) -> None:
     if got is None:
         return  # readers list the versions; not a problem
     try:
-        hint = st.decode_version(got.data, where=f"{shard.url}/{LATEST}")
+        hint = sc.decode_version(got.data, where=f"{shard.url}/{LATEST}")
     except CorruptionError as e:
         problems.append(Problem(LATEST, str(e)))
         return

@@ -41,7 +41,7 @@ def get_provider_info() -> dict[str, Any]:
         "integrations": [{"integration-name": "shardsink", "tags": ["software"],
                           "external-doc-url": "https://example.invalid/shardsink"}],
         "operators": [{"integration-name": "shardsink",
-                       "python-modules": ["shardsink.airflow.tasks", "shardsink.airflow.view",
+                       "python-modules": ["shardsink.airflow.write_operator", "shardsink.airflow.view",
                                           "shardsink.provider.operators"]}],
         "extra-links": ["shardsink.provider.links.ShardPageLink"],
         "plugins": [{"name": "shardsink", "plugin-class": PLUGIN_CLASS}],

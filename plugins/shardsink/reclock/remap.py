@@ -32,9 +32,10 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from shardsink.core import parts as pt
+from shardsink.core.part_io import read_parts
 from shardsink.core.retry import RetryPolicy
 from shardsink.core.shard import Shard
+from shardsink.core.updates import DIFF, TIME
 from shardsink.errors import ShardExistsError, ShardNotFoundError, UnknownOutcomeError, UpperMismatchError
 from shardsink.reclock.bindings import Binding, Bindings, BoundFile, Frontier, binding_rows, check_monotonic, replay
 
@@ -102,8 +103,8 @@ class RemapShard:
         h = v.header
         upper = h.upper if h.upper is not None else 2**63 - 1
         parts = [p for b in m.full_batches(v) for p in b.parts]
-        t = pt.read_parts(m.blob, parts, h.schema)
-        cols = [t.column(c).to_pylist() for c in ("partition", "offset", "name", "size", pt.TIME, pt.DIFF)]
+        t = read_parts(m.blob, parts, h.schema)
+        cols = [t.column(c).to_pylist() for c in ("partition", "offset", "name", "size", TIME, DIFF)]
         return replay(zip(*cols, strict=True), upper=upper, since=h.since)
 
     def bind_through(self, target: int, propose: Callable[[Bindings], Proposal], *,
@@ -125,9 +126,9 @@ class RemapShard:
             check_monotonic(old, prop.frontier, where=f"binding {self.url} at {target - 1}")
             rows = binding_rows(old, prop.frontier, prop.files)
             table = pa.Table.from_pylist(
-                [{**{k: r[k] for k in ("partition", "offset", "name", "size")}, pt.TIME: target - 1,
-                  pt.DIFF: r["diff"]} for r in rows],
-                schema=pa.schema([*SCHEMA, pa.field(pt.TIME, pa.int64()), pa.field(pt.DIFF, pa.int64())]))
+                [{**{k: r[k] for k in ("partition", "offset", "name", "size")}, TIME: target - 1,
+                  DIFF: r["diff"]} for r in rows],
+                schema=pa.schema([*SCHEMA, pa.field(TIME, pa.int64()), pa.field(DIFF, pa.int64())]))
             desc_id = f"bind-{target - 1}-{uuid.uuid4().hex[:12]}"
             staged = self.shard.stage(table, lower=b.upper, upper=target, desc_id=desc_id, schema=SCHEMA)
             try:

@@ -8,7 +8,11 @@ not an event time but the remap shard's upper, plus the two hooks the ingest ste
   bound, minting a binding from the source's current progress if it is not; returns
   the time up to which the description may go (``target``).
 * ``after_commit(shard_url)`` (append): publish the resumption frontier upstream (Kafka
-  consumer-group offsets); a no-op for sources without such a place.
+  consumer-group offsets); a no-op for sources without such a place. The append step
+  reaches it from a spec through :func:`shardsink.sources.publish.after_commit`.
+
+Layering: ``sources/`` builds on ``reclock/`` (records are conformed and stamped by
+:func:`shardsink.sources.stamp.stamp`), never the other way round.
 
 Several output shards (``outputs``: name -> shard URL) may share one source and one
 remap shard: every record is routed by the value of its ``route_by`` column, and the
@@ -19,7 +23,6 @@ the minimum over all outputs.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -28,15 +31,12 @@ from typing import Any, Protocol, runtime_checkable
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from shardsink.core import parts as pt
 from shardsink.core.shard import Shard
 from shardsink.errors import InvalidUsageError, ShardNotFoundError, ShardsinkError
 from shardsink.reclock import health, plan
 from shardsink.reclock.bindings import Bindings
 from shardsink.reclock.remap import Proposal, RemapShard
 from shardsink.storage.url import parse_url
-
-log = logging.getLogger("shardsink.reclock")
 
 
 @runtime_checkable
@@ -108,22 +108,6 @@ class Routing:
         if self.output is None:
             raise InvalidUsageError("a routed source must be given its output: source.for_output(name)")
         return table.filter(pc.equal(col, self.output))
-
-
-def stamp(table: pa.Table, schema: pa.Schema, time_ms: int, *, where: str) -> pa.Table:
-    """``table`` conformed to the shard's user columns plus ``_time = time_ms``; errors name ``where``."""
-    from shardsink.sources.landing import MalformedInputError
-
-    missing = [n for n in schema.names if n not in table.column_names]
-    extra = [n for n in table.column_names if n not in schema.names]
-    if missing or extra:
-        raise MalformedInputError(f"{where}: columns do not match the shard: missing {missing}, unexpected {extra}")
-    t = table.append_column(pt.TIME, pa.repeat(pa.scalar(time_ms, pa.int64()), table.num_rows))
-    try:
-        t = pt.validate_updates(t, schema, lower=-(2**63), upper=None)
-    except InvalidUsageError as e:
-        raise MalformedInputError(f"{where}: {e}") from e
-    return t.drop_columns([pt.DIFF])
 
 
 def resumption(bindings: Bindings, shard_urls: list[str]) -> tuple[dict[str, int], int | None]:
@@ -209,22 +193,3 @@ class ReclockedBase:
     def resumption(self, shard_url: str | None = None) -> tuple[dict[str, int], int | None]:
         return resumption(self.remap().bindings(), self.routing.shard_urls(shard_url))
 
-
-def after_commit(spec: Mapping[str, Any], shard_url: str) -> None:
-    """After a data commit: let a reclocked source publish its resumption frontier.
-
-    A no-op for other specs (landing sources, views). Never fails the commit it follows:
-    an error is logged and recorded as the source's health (the next commit retries).
-    """
-    if "remap" not in spec:
-        return
-    from shardsink.sources.base import source_from_spec
-
-    src = source_from_spec(spec)
-    if not isinstance(src, ReclockedBase):
-        return
-    try:
-        src.after_commit(shard_url)
-    except Exception as e:  # the data commit stands; publishing progress upstream is best effort
-        log.warning("could not publish the resumption frontier of %s: %s", src.remap_url, e)
-        health.record_failure(src.remap_url, f"publishing the resumption frontier: {type(e).__name__}: {e}")

@@ -1,17 +1,8 @@
-"""Sinks: the steps of a persistence job as library calls (Airflow-independent)."""
+"""Sinks: the steps of a persistence job as library calls (Airflow-independent, Spark-free).
 
-from shardsink.sinks.ingest import (
-    Description,
-    LostRaceError,
-    NoOp,
-    append_from_manifests,
-    cleanup,
-    committed,
-    mint,
-    open_or_create,
-    read_manifests,
-    write_manifest,
-)
-
-__all__ = ["Description", "LostRaceError", "NoOp", "append_from_manifests", "cleanup", "committed", "mint",
-           "open_or_create", "read_manifests", "write_manifest"]
+:mod:`~shardsink.sinks.ingest` (mint, append), :mod:`~shardsink.sinks.description` (what the
+steps pass around), :mod:`~shardsink.sinks.staging` (per-slot manifests),
+:mod:`~shardsink.sinks.seals` (late-data evidence), :mod:`~shardsink.sinks.reprocess`
+(re-processing ranges), :mod:`~shardsink.sinks.materialize` (views). Import from those
+modules; this package exports nothing itself.
+"""

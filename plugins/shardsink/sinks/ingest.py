@@ -1,9 +1,10 @@
-"""The ingest sink's three steps as plain library calls, independent of Airflow.
+"""The ingest sink's driver steps, mint and append, as plain library calls, independent of Airflow.
 
 ::
 
-    mint(shard, source, ...)              -> Description | NoOp     (one per attempt)
-    write_manifest(shard, desc, slot, ...)                          (once per writer slot)
+    mint_chain(shard, source, ...)        -> [Description, ...] | NoOp   (one chain per attempt)
+    write_manifest(shard, desc, slot, ...)                               (once per writer slot,
+                                                                          :mod:`shardsink.sinks.staging`)
     append_from_manifests(shard, desc, n) -> AppendResult | raises LostRaceError
 
 Objects a description owns, all under the shard root:
@@ -11,7 +12,7 @@ Objects a description owns, all under the shard root:
 * ``parts/<desc_id>/<uuid>.parquet``: staged parts (written by the Spark executors);
 * ``staging/<desc_id>/slot-<i>.json``: the manifest of slot ``i``: the parts its
   successful write attempt staged, its row count and the source inputs it read
-  (:class:`shardsink.core.manifests.ManifestDoc`).
+  (:class:`shardsink.core.manifests.ManifestDoc`, :mod:`shardsink.sinks.staging`).
 
 Description ids are unique per attempt (a fresh one after every lost race), so a
 prefix never mixes two descriptions, and whatever is under ``parts/<desc_id>/`` that
@@ -27,67 +28,19 @@ cleaned up.
 from __future__ import annotations
 
 import logging
-import re
-import uuid
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
-from datetime import datetime
-from typing import Any
-
-import msgspec
 
 from shardsink import hooks
 from shardsink.core import checks as ck
-from shardsink.core import manifests
-from shardsink.core.fate import STAGED_PREFIXES, CannotCommit, Committed, Unknown, delete_staged
-from shardsink.core.manifests import MANIFEST_FORMAT as MANIFEST_FORMAT  # re-exported (moved to core:
-from shardsink.core.manifests import ManifestDoc as ManifestDoc  # GC and compaction read manifests too)
-from shardsink.core.shard import AppendResult, Shard, StagedBatch, default_writer
-from shardsink.core.state import PartMeta
+from shardsink.core.fate import CannotCommit, Committed, Unknown, delete_staged
+from shardsink.core.shard import AppendResult, Shard, StagedBatch
 from shardsink.core.verdicts import check_same_bounds, unknown_fate_error
 from shardsink.errors import CorruptionError, InvalidUsageError, ShardNotFoundError, UpperMismatchError
 from shardsink.reclock.source import Reclocked, reclocked_upper
-from shardsink.sources.base import Seal, Source
+from shardsink.sinks.description import Description, NoOp, make_desc_id
+from shardsink.sinks.staging import verified_manifests
+from shardsink.sources.base import Source
 
 log = logging.getLogger("shardsink.sinks")
-
-#: How far back (in commits) late-data checks look for the commit that sealed a time.
-SEAL_HISTORY = 200
-_UNSAFE = re.compile(r"[^A-Za-z0-9_.=+-]+")
-
-
-@dataclass(frozen=True)
-class Description:
-    """One attempt's batch ``[lower, upper)`` named ``desc_id``; what XCom carries."""
-
-    desc_id: str
-    lower: int
-    upper: int
-    attempt: int
-    #: A re-processing description also carries the correction of the sealed range
-    #: ``[corrects[0], corrects[1])`` (see :mod:`shardsink.sinks.reprocess`); None otherwise.
-    corrects: tuple[int, int] | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["corrects"] = list(self.corrects) if self.corrects is not None else None
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Description:
-        c = d.get("corrects")
-        return cls(str(d["desc_id"]), int(d["lower"]), int(d["upper"]), int(d["attempt"]),
-                   (int(c[0]), int(c[1])) if c else None)
-
-
-@dataclass(frozen=True)
-class NoOp:
-    """Nothing to write: ``upper <= lower``. ``reason`` is the log line operators see."""
-
-    reason: str
-    shard_upper: int | None
-    watermark: int | None
-    interval_end: int | None
 
 
 class LostRaceError(UpperMismatchError):
@@ -96,13 +49,6 @@ class LostRaceError(UpperMismatchError):
     def __init__(self, message: str, *, expected: int, current: int | None, deleted: int) -> None:
         super().__init__(message, expected=expected, current=current)
         self.deleted = deleted
-
-
-def make_desc_id(dag_id: str, run_id: str, attempt: int) -> str:
-    """``<dag>-<run slug>-a<k>-<8 hex>``: unique per call, valid as a key segment (<= 128 chars)."""
-    dag = _UNSAFE.sub("-", dag_id).strip("-.")[:40] or "dag"
-    run = _UNSAFE.sub("-", run_id).strip("-.")[:60] or "run"
-    return f"{dag}-{run}-a{attempt}-{uuid.uuid4().hex[:8]}"
 
 
 def open_or_create(shard_url: str, source: Source, *, initial_upper: int) -> Shard:
@@ -141,37 +87,6 @@ def source_progress(shard: Shard, source: Source, *, lower: int | None, interval
     if not ck.is_int(wm):
         raise InvalidUsageError(f"source {source.kind} reported watermark {wm!r}; expected integer milliseconds")
     return max(0, min(wm, ck.TIME_MAX))
-
-
-def mint(
-    shard: Shard,
-    source: Source,
-    *,
-    interval_end: int | None,
-    max_span: int | None,
-    dag_id: str,
-    run_id: str,
-    attempt: int,
-) -> Description | NoOp:
-    """``lower`` = shard upper; ``upper`` = min(watermark, interval end, lower + max_span).
-
-    Returns NoOp (with a reason naming all three inputs) when ``upper <= lower``.
-    Raises ShardClosedError via the caller's append if the shard is closed.
-    """
-    lower = shard.info().upper
-    wm = source_progress(shard, source, lower=lower, interval_end=interval_end, max_span=max_span)
-    if lower is None:
-        return NoOp(f"shard {shard.url} is closed; nothing can be appended", None, wm, interval_end)
-    bounds = [b for b in (wm, interval_end, None if max_span is None else lower + max_span) if b is not None]
-    upper = min(bounds) if wm is not None else lower
-    if upper <= lower:
-        why = "the source has published no watermark yet" if wm is None else "nothing new is complete"
-        return NoOp(
-            f"nothing to do: {why} (shard upper {lower}, watermark {wm}, interval end {interval_end}, "
-            f"max span {max_span})",
-            lower, wm, interval_end,
-        )
-    return Description(make_desc_id(dag_id, run_id, attempt), lower, upper, attempt)
 
 
 def mint_chain(
@@ -238,100 +153,6 @@ def committed(shard: Shard, desc: Description) -> Committed | None:
     return f if isinstance(f, Committed) else None
 
 
-def seals(shard: Shard, *, limit: int = SEAL_HISTORY) -> list[Seal]:
-    """When the recent commits sealed which times (for late-data checks), oldest first.
-
-    A committed re-processing correction of ``[A, B)`` re-reads the source there, so it
-    *re-seals* ``[A, B)`` at its commit time (files re-landed before it are not late).
-    """
-    from shardsink.sinks.reprocess import corrected_range
-
-    out = []
-    log = list(reversed(shard.log(limit=limit)))
-    at_of = {seqno: datetime.fromisoformat(c.at).timestamp() for seqno, c in log}
-    for seqno, c in log:
-        if c.upper is None:
-            continue
-        lower = -(2**63) if c.kind == "create" or c.lower is None else c.lower
-        out.append(Seal(lower, c.upper, seqno, at_of[seqno]))
-    resealed = {(r, b.seqno) for b in shard.batches() if b.seqno in at_of
-                for p in b.parts if (r := corrected_range(p.key)) is not None}
-    out += [Seal(r[0], r[1], seqno, at_of[seqno]) for r, seqno in sorted(resealed, key=lambda x: x[1])]
-    return sorted(out, key=lambda s: s.seqno)
-
-
-# --- manifests --------------------------------------------------------------------------
-
-
-def manifest_key(desc_id: str, slot: int) -> str:
-    return f"{STAGED_PREFIXES[1].format(desc_id)}slot-{slot}.json"
-
-
-def write_manifest(
-    shard: Shard, desc: Description, *, slot: int, slots: int, parts: Sequence[PartMeta],
-    inputs: Sequence[dict[str, Any]] = (), props: Mapping[str, str] | None = None,
-) -> dict[str, Any]:
-    """Publish what slot ``slot`` staged (a plain put: a retried write attempt replaces it);
-    returns the manifest as plain values.
-
-    ``props`` are recorded in the commit info if every slot of ``desc`` publishes the same
-    ones (:func:`append_from_manifests`). SUBTLE: they travel in the same document as the
-    parts, so a commit never pairs one attempt's parts with another attempt's props.
-    """
-    doc = ManifestDoc(
-        format=MANIFEST_FORMAT, desc_id=desc.desc_id, lower=desc.lower, upper=desc.upper, attempt=desc.attempt,
-        slot=slot, slots=slots, rows=sum(p.rows for p in parts), parts=tuple(parts), inputs=tuple(inputs),
-        writer=default_writer(), written_at=datetime.now().astimezone().isoformat(timespec="milliseconds"),
-        props=dict(props or {}),
-    )
-    shard.blob.put(manifest_key(desc.desc_id, slot), manifests.encode(doc))
-    out: dict[str, Any] = msgspec.to_builtins(doc)
-    return out
-
-
-def read_manifests(shard: Shard, desc: Description, slots: int) -> list[StagedBatch]:
-    """All ``slots`` manifests of ``desc`` as staged batches, verified against the store.
-
-    Raises CorruptionError naming every missing or inconsistent manifest, or a listed
-    part that is not in the store.
-    """
-    return [StagedBatch(desc.desc_id, desc.lower, desc.upper, doc.parts) for doc in _manifests(shard, desc, slots)]
-
-
-def _manifests(shard: Shard, desc: Description, slots: int) -> list[ManifestDoc]:
-    """:func:`read_manifests`, as the verified documents."""
-    problems: list[str] = []
-    staged: list[ManifestDoc] = []
-    present = {o.key for o in shard.blob.list(f"parts/{desc.desc_id}/")}
-    for slot in range(slots):
-        key = manifest_key(desc.desc_id, slot)
-        got = shard.blob.get(key)
-        if got is None:
-            problems.append(f"slot {slot}: manifest {key} is missing (its write task did not finish)")
-            continue
-        try:
-            doc = manifests.decode_manifest(got.data, where=key)
-        except CorruptionError as e:
-            problems.append(f"slot {slot}: manifest {e}")
-            continue
-        if (doc.desc_id, doc.lower, doc.upper, doc.slot, doc.slots) != (desc.desc_id, desc.lower, desc.upper,
-                                                                          slot, slots):
-            problems.append(f"slot {slot}: manifest {key} describes another batch or slot layout")
-            continue
-        foreign = [p.key for p in doc.parts if not p.key.startswith(f"parts/{desc.desc_id}/")]
-        gone = [p.key for p in doc.parts if p.key not in present]
-        if foreign or gone:
-            problems.append(f"slot {slot}: parts outside the description {foreign[:3]} or missing {gone[:3]}")
-            continue
-        staged.append(doc)
-    if problems:
-        raise CorruptionError(
-            f"cannot append description {desc.desc_id} [{desc.lower}, {desc.upper}) to {shard.url}: "
-            + "; ".join(problems)
-        )
-    return staged
-
-
 # --- append -----------------------------------------------------------------------------
 
 
@@ -370,7 +191,7 @@ def append_from_manifests(shard: Shard, desc: Description, slots: int, *, writer
             expected=desc.lower, current=fate.upper,
         )
     try:
-        docs = _manifests(shard, desc, slots)
+        docs = verified_manifests(shard, desc, slots)
     except CorruptionError:
         # SUBTLE: a twin may have settled the description (committed it, or seen it lose to a
         # rival) and deleted the manifests under our feet. Judge by a fresh fate read.

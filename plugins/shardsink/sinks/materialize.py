@@ -17,7 +17,7 @@ or an input whose ``since`` is past ``upper - 1`` (compacted away), is a clear
 InvalidUsageError / ReadFrontierError; the output shard is left unchanged.
 
 write: ``correction = desired(upper - 1) - persisted(lower - 1)``, stamped at
-``upper - 1`` (:mod:`shardsink.sinks.correction`); for a row-wise view whose output was
+``upper - 1`` (:mod:`shardsink.spark.correction`); for a row-wise view whose output was
 written by the same definition, equivalently ``V(input changes in [lower, upper))``
 (:mod:`shardsink.spark.incremental`). An unchanged view stages nothing (zero parts) and
 its append only advances the upper.
@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from shardsink.core.shard import Shard
 from shardsink.errors import InvalidUsageError, ReadFrontierError, ShardNotFoundError
-from shardsink.sinks.ingest import Description, NoOp, make_desc_id
+from shardsink.sinks.description import Description, NoOp, make_desc_id
 from shardsink.storage.url import parse_url
 
 if TYPE_CHECKING:

@@ -6,7 +6,7 @@ below the shard's upper are sealed, so nothing is rewritten; instead the run app
     correction = (source rows in [A, B) now) − (what the shard holds for [A, B))
 
 inside its own new description ``[U, U')`` (U = the shard's upper), stamped at
-``U' - 1`` exactly like a view's correction (:func:`shardsink.sinks.correction.correction_frame`,
+``U' - 1`` exactly like a view's correction (:func:`shardsink.spark.correction.correction_frame`,
 shared). Rows are compared on their user columns (the data model's row identity); the
 description also carries the source's ordinary rows in ``[U, U')``, so the boundary
 skips and duplicates nothing.

@@ -28,15 +28,16 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from shardsink.core import parts as pt
-from shardsink.core.state import schema_from_json, schema_to_json
+from shardsink.core.state_codec import schema_from_json, schema_to_json
+from shardsink.core.updates import TIME, user_schema
 from shardsink.errors import InvalidUsageError
 from shardsink.reclock import health
 from shardsink.reclock.bindings import FILES, Bindings, BoundFile, split
 from shardsink.reclock.remap import Proposal
-from shardsink.reclock.source import ReclockedBase, Routing, stamp
+from shardsink.reclock.source import ReclockedBase, Routing
 from shardsink.sources.base import Seal, map_on_executors
 from shardsink.sources.landing import LandingSource, parse_columns, read_data_file
+from shardsink.sources.stamp import stamp
 from shardsink.storage.base import check_source_key
 
 if TYPE_CHECKING:
@@ -97,7 +98,7 @@ class FileArrivals(ReclockedBase):
         if not files:
             return None
         f = files[0]
-        return pt.user_schema(read_data_file(self.landing.blob(), f.key, None, where=f"{self.root}/{f.key}").schema)
+        return user_schema(read_data_file(self.landing.blob(), f.key, None, where=f"{self.root}/{f.key}").schema)
 
     # --- binding (driver, in mint) --------------------------------------------------------
 
@@ -143,7 +144,7 @@ class FileArrivals(ReclockedBase):
         mine = [(plan.files[o], s.time) for s in split(plan.spans, slot=slot, slots=slots, chunk=1)
                 for o in range(s.start, s.end)]
         listing = [{"ordinal": f.ordinal, "key": f.key, "size": f.size, "time": t} for f, t in mine]
-        spark_schema = from_arrow_schema(pa.schema([*schema, pa.field(pt.TIME, pa.int64())]))
+        spark_schema = from_arrow_schema(pa.schema([*schema, pa.field(TIME, pa.int64())]))
         if not mine:
             return spark.createDataFrame([], spark_schema), listing
         spec, schema_bytes = self.spec(), schema.serialize().to_pybytes()

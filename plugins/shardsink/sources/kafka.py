@@ -33,14 +33,15 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
 
-from shardsink.core import parts as pt
-from shardsink.core.state import schema_from_json, schema_to_json
+from shardsink.core.state_codec import schema_from_json, schema_to_json
+from shardsink.core.updates import TIME
 from shardsink.errors import InvalidUsageError, StorageError
 from shardsink.reclock.bindings import Bindings, Span, split
 from shardsink.reclock.remap import Proposal
-from shardsink.reclock.source import ReclockedBase, Routing, resumption, stamp
+from shardsink.reclock.source import ReclockedBase, Routing, resumption
 from shardsink.sources.base import Seal, map_on_executors
 from shardsink.sources.landing import MalformedInputError, parse_columns
+from shardsink.sources.stamp import stamp
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -224,7 +225,7 @@ class KafkaSource(ReclockedBase):
 
         mine = split(self.read_plan(lower, upper).spans, slot=slot, slots=slots, chunk=self.chunk)
         listing = [{"partition": s.partition, "start": s.start, "end": s.end, "time": s.time} for s in mine]
-        spark_schema = from_arrow_schema(pa.schema([*schema, pa.field(pt.TIME, pa.int64())]))
+        spark_schema = from_arrow_schema(pa.schema([*schema, pa.field(TIME, pa.int64())]))
         if not mine:
             return spark.createDataFrame([], spark_schema), listing
         spec, schema_bytes = self.spec(), schema.serialize().to_pybytes()

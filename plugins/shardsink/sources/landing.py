@@ -35,8 +35,8 @@ import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
-from shardsink.core import parts as pt
-from shardsink.core.state import schema_from_json, schema_to_json
+from shardsink.core.state_codec import schema_from_json, schema_to_json
+from shardsink.core.updates import DIFF, TIME, user_schema, validate_updates
 from shardsink.errors import InvalidUsageError
 from shardsink.sources.base import Seal, map_on_executors
 from shardsink.storage.base import Blob, ObjectInfo
@@ -143,7 +143,7 @@ class LandingSource:
         if not files:
             return None
         t = read_landing_file(self.blob(), files[0], None, self.time_column)
-        return pt.user_schema(t.schema)
+        return user_schema(t.schema)
 
     def read_slot(
         self,
@@ -160,7 +160,7 @@ class LandingSource:
 
         mine = [f for f in self.files() if slot_of(f.key, slots) == slot]
         listing = [{"key": f.key, "size": f.size, "modified": f.modified} for f in mine]
-        out_schema = pa.schema([*schema, pa.field(pt.TIME, pa.int64())])
+        out_schema = pa.schema([*schema, pa.field(TIME, pa.int64())])
         spark_schema = from_arrow_schema(out_schema)
         if not mine:
             return spark.createDataFrame([], spark_schema), listing
@@ -177,7 +177,7 @@ class LandingSource:
                     f = LandingFile(row["key"], row["size"], row["modified"])
                     t = read_landing_file(blob, f, user, time_column, root=src.root)
                     check_late(t, f, lower=lower, seals=seal_list, root=src.root)
-                    keep = pc.and_(pc.greater_equal(t[pt.TIME], lower), pc.less(t[pt.TIME], upper))
+                    keep = pc.and_(pc.greater_equal(t[TIME], lower), pc.less(t[TIME], upper))
                     yield from t.filter(keep).to_batches()
 
         n = max(1, min(len(mine), spark.sparkContext.defaultParallelism * 2))
@@ -266,22 +266,22 @@ def read_landing_file(
                 f"{where}: columns do not match the shard: missing {missing}, unexpected {extra}"
             )
         try:
-            t = pt.validate_updates(t.append_column(pt.TIME, time), schema, lower=-(2**63), upper=None)
+            t = validate_updates(t.append_column(TIME, time), schema, lower=-(2**63), upper=None)
         except InvalidUsageError as e:
             raise MalformedInputError(f"{where}: {e}") from e
-        return t.drop_columns([pt.DIFF])
-    return t.append_column(pt.TIME, time)
+        return t.drop_columns([DIFF])
+    return t.append_column(TIME, time)
 
 
 def check_late(t: pa.Table, f: LandingFile, *, lower: int, seals: Sequence[Seal], root: str) -> None:
     """Raise LateDataError if ``f`` holds times ``< lower`` that were sealed before it appeared."""
     if t.num_rows == 0:
         return
-    tmin = pc.min(t[pt.TIME]).as_py()
+    tmin = pc.min(t[TIME]).as_py()
     if tmin >= lower:
         return
     # The NEWEST seal of tmin decides: a re-processing correction re-seals its range (see
-    # shardsink.sinks.ingest.seals), so a file re-landed before it is not late.
+    # shardsink.sinks.seals.seals), so a file re-landed before it is not late.
     seal = max((s for s in seals if s.lower <= tmin < s.upper), key=lambda s: s.at, default=None)
     if seal is None and seals:
         # Older than every seal we know (a truncated history): the oldest known seal came

@@ -53,10 +53,11 @@ import pyarrow.parquet as pq
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from shardsink.core import floats as fl
-from shardsink.core import parts as pt
 from shardsink.core.machine import Machine
+from shardsink.core.part_io import open_part
 from shardsink.core.shard import check_as_of, check_changes
 from shardsink.core.state import BatchMeta, PartMeta
+from shardsink.core.updates import DIFF, TIME
 from shardsink.errors import CorruptionError, InvalidUsageError, ReadFrontierError
 from shardsink.outcome import carry_errors
 from shardsink.spark import types as sty
@@ -95,7 +96,7 @@ class ReadPlan:
         return pa.ipc.read_schema(pa.py_buffer(self.schema))
 
     def spark_schema(self) -> StructType:
-        return sty.spark_schema(self.user_schema, time=self.mode == "changes", diff=pt.DIFF)
+        return sty.spark_schema(self.user_schema, time=self.mode == "changes", diff=DIFF)
 
 
 def _int_option(options: Mapping[str, str], name: str) -> int | None:
@@ -225,7 +226,7 @@ class ShardReader(DataSourceReader):
         blob = RetryingBlob(open_blob(plan.url))
         wire = sty.arrow_wire_schema(plan.spark_schema())
         for part in parts:
-            f = pt.open_part(blob, part, referenced_by=f"state {plan.seqno}")
+            f = open_part(blob, part, referenced_by=f"state {plan.seqno}")
             yield from _batches(f, part, plan, wire)
 
 
@@ -234,15 +235,15 @@ def _batches(f: pq.ParquetFile, part: PartMeta, plan: ReadPlan, wire: pa.Schema)
     advance = plan.advance_to is not None and part.min_time < plan.advance_to
     filtered = part.min_time < plan.lower or part.max_time >= plan.upper
     out_names = wire.names
-    cols = list(dict.fromkeys([*out_names, pt.TIME])) if filtered else out_names
+    cols = list(dict.fromkeys([*out_names, TIME])) if filtered else out_names
     for batch in f.iter_batches(batch_size=plan.batch_rows, columns=cols):
         batch = fl.canonical_batch(batch)  # one float equality with every other path (core/floats.py)
         if advance:  # times below since read as since (they may be stored either way)
-            i = batch.schema.get_field_index(pt.TIME)
+            i = batch.schema.get_field_index(TIME)
             batch = batch.set_column(i, batch.schema.field(i),
                                      pc.max_element_wise(batch.column(i), pa.scalar(plan.advance_to, pa.int64())))
         if filtered:
-            t = batch.column(pt.TIME)
+            t = batch.column(TIME)
             batch = batch.filter(pc.and_(pc.greater_equal(t, plan.lower), pc.less(t, plan.upper)))
             if batch.num_rows == 0:
                 continue

@@ -21,11 +21,13 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from shardsink.core import parts as pt
 from shardsink.core.shard import Shard
 from shardsink.core.state import PartMeta
-from shardsink.sinks.ingest import Description, seals
+from shardsink.core.updates import DIFF
+from shardsink.sinks.description import Description
+from shardsink.sinks.seals import seals
 from shardsink.sources.base import Source
+from shardsink.spark.sample import sample_rows
 from shardsink.spark.stage import stage_dataframe
 
 if TYPE_CHECKING:
@@ -45,15 +47,6 @@ def local_session(app: str) -> SparkSession:
             .config("spark.sql.shuffle.partitions", "2").config("spark.sql.session.timeZone", "UTC").getOrCreate())
 
 
-def _plain(v: Any) -> Any:
-    return v if isinstance(v, (int, float, str, bool)) or v is None else str(v)
-
-
-def sample_rows(df: DataFrame, n: int) -> list[dict[str, Any]]:
-    """Up to ``n`` rows of ``df`` as JSON-able dicts (values that are not JSON become strings)."""
-    return [{k: _plain(v) for k, v in r.asDict().items()} for r in df.limit(n).collect()]
-
-
 def summary(desc: Description, parts: Sequence[PartMeta], *, what: str, sample: list[dict[str, Any]],
             signs: tuple[int, int] | None = None) -> dict[str, Any]:
     """One description's dry-run line: bounds, rows, bytes, sample (JSON-able)."""
@@ -70,8 +63,8 @@ def summary(desc: Description, parts: Sequence[PartMeta], *, what: str, sample: 
 def _signs(df: DataFrame) -> tuple[int, int]:
     from pyspark.sql import functions as F
 
-    r = df.agg(F.sum(F.when(F.col(pt.DIFF) > 0, F.col(pt.DIFF)).otherwise(0)).alias("i"),
-               F.sum(F.when(F.col(pt.DIFF) < 0, -F.col(pt.DIFF)).otherwise(0)).alias("r")).collect()[0]
+    r = df.agg(F.sum(F.when(F.col(DIFF) > 0, F.col(DIFF)).otherwise(0)).alias("i"),
+               F.sum(F.when(F.col(DIFF) < 0, -F.col(DIFF)).otherwise(0)).alias("r")).collect()[0]
     return int(r["i"] or 0), int(r["r"] or 0)
 
 

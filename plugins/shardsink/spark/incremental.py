@@ -1,7 +1,7 @@
 """Incremental correction of row-wise views: the batch from the input's changes alone.
 
 A view run's correction is ``desired(upper - 1) - persisted(lower - 1)``
-(:mod:`shardsink.sinks.correction`). For a row-wise view ``V`` of one input ``I``
+(:mod:`shardsink.spark.correction`). For a row-wise view ``V`` of one input ``I``
 (:mod:`shardsink.spark.linear`: linear over multisets) and an output that already holds
 ``V(I(lower - 1))`` as of ``lower - 1``, that is
 

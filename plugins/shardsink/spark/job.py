@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from shardsink.sinks.ingest import Description
+from shardsink.sinks.description import Description
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,7 +43,9 @@ def write_slot(job: IngestWriteJob) -> dict[str, Any]:
     from shardsink import hooks
     from shardsink.core.shard import Shard
     from shardsink.errors import InvalidUsageError
-    from shardsink.sinks.ingest import committed, seals, write_manifest
+    from shardsink.sinks.ingest import committed
+    from shardsink.sinks.seals import seals
+    from shardsink.sinks.staging import write_manifest
     from shardsink.sources.base import source_from_spec
     from shardsink.spark.stage import stage_dataframe
 

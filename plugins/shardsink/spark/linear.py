@@ -6,10 +6,10 @@ root down to the input, has only projections and filters (``Project``, ``Filter`
 no subquery. Such a view maps each input row on its own, so it is linear over
 multisets: ``V(A ⊎ B) = V(A) ⊎ V(B)``. The view's contents are then
 ``V(positive updates) - V(negative updates)`` (each update repeated ``|_diff|`` times),
-which :func:`shardsink.sinks.correction.linear_correction` sums together with the
+which :func:`shardsink.spark.correction.linear_correction` sums together with the
 persisted rows in ONE ``groupBy``: the snapshot's own consolidation of the input (a
 second shuffle over every input row) is skipped. The result is exactly the correction
-of :func:`shardsink.sinks.correction.correction_frame` over the consolidated snapshot.
+of :func:`shardsink.spark.correction.correction_frame` over the consolidated snapshot.
 
 Anything else (aggregates, DISTINCT, joins, windows, LIMIT, unions, generators,
 ``rand()``, ``input_file_name()``, a ``_count`` output column, several inputs, an
@@ -22,8 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from shardsink.core import parts as pt
 from shardsink.core.shard import Shard
+from shardsink.core.updates import COUNT, DIFF, TIME
 from shardsink.spark import types as sty
 from shardsink.spark.incremental import fingerprint
 
@@ -76,7 +76,7 @@ def row_wise_view(spark: SparkSession, v: View, *,
         return None
     schema = Shard.open(inp.url).schema
     probe = spark.createDataFrame([], sty.spark_schema(schema, time=False, diff=None))
-    if pt.COUNT in (shaped := run({name: probe})).columns or not is_row_wise(shaped, probe):
+    if COUNT in (shaped := run({name: probe})).columns or not is_row_wise(shaped, probe):
         return None
     return RowWiseView(name=name, url=inp.url, fingerprint=fingerprint(shaped, v, input_schema=str(schema)))
 
@@ -87,13 +87,13 @@ def signed_views(rw: RowWiseView, raw: DataFrame, *,
     ``|_diff|`` times; ``raw`` = the input's user columns + ``_diff`` (+ ``_time``, ignored)."""
     from pyspark.sql import functions as F
 
-    cols = [c for c in raw.columns if c not in (pt.DIFF, pt.TIME)]
+    cols = [c for c in raw.columns if c not in (DIFF, TIME)]
 
     def repeated(sign: int) -> DataFrame:
         # Plain comparisons of _diff, which Spark pushes into the Parquet scans: with _diff
-        # statistics in the parts (shardsink.core.parts) row groups without such diffs are
+        # statistics in the parts (shardsink.core.part_io) row groups without such diffs are
         # skipped unread (a shard of insertions has no negative diff to scan for).
-        diff = F.col(pt.DIFF)
+        diff = F.col(DIFF)
         once = raw.filter(diff == sign).select(*cols)
         many = raw.filter(diff > 1) if sign > 0 else raw.filter(diff < -1)
         ones = F.array_repeat(F.lit(True), (diff * sign).cast("int"))

@@ -53,10 +53,10 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
 
-from shardsink.core import parts as pt
 from shardsink.core.leases import DEFAULT_TTL_S, LeaseKeeper
 from shardsink.core.shard import Shard, default_writer
 from shardsink.core.state import PartMeta
+from shardsink.core.updates import COUNT, DIFF, TIME
 from shardsink.errors import CorruptionError, InvalidUsageError, ReadFrontierError, ShardsinkError
 from shardsink.outcome import MARK, ErrorClass, error_from_record, record_of
 from shardsink.spark import datasource as ds
@@ -189,8 +189,8 @@ class ShardReads:
         from pyspark.errors import AnalysisException
         from pyspark.sql import functions as F
 
-        full = sty.spark_schema(schema, time=True, diff=pt.DIFF)
-        cols = [*schema.names, *([pt.TIME] if time else []), pt.DIFF]
+        full = sty.spark_schema(schema, time=True, diff=DIFF)
+        cols = [*schema.names, *([TIME] if time else []), DIFF]
         if not parts:
             return self.spark.createDataFrame([], full).select(*cols)
         paths = {f"{root}/{p.key}": p for p in parts}
@@ -201,7 +201,7 @@ class ShardReads:
             if gone is not None and "PATH_NOT_FOUND" in str(e):
                 raise CorruptionError(f"part {shard.url}/{gone.key} is missing (referenced by state {seqno})") from e
             raise
-        t = F.col(pt.TIME)
+        t = F.col(TIME)
         if any(p.min_time < lower for p in parts) and any(p.max_time >= upper for p in parts):
             df = df.filter((t >= lower) & (t < upper))
         elif any(p.min_time < lower for p in parts):
@@ -215,13 +215,13 @@ class ShardReads:
         from pyspark.sql import functions as F
 
         raw, resolved = self._updates(url, as_of)
-        cols = [c for c in raw.columns if c != pt.DIFF]
+        cols = [c for c in raw.columns if c != DIFF]
         where = f"shard {url} as of {resolved}"
-        summed = raw.groupBy(*cols).agg(F.sum(pt.DIFF).alias(pt.COUNT))
-        out = summed.select(*cols, _checked_count(cols, where).alias(pt.COUNT)).filter(F.col(pt.COUNT) > 0)
+        summed = raw.groupBy(*cols).agg(F.sum(DIFF).alias(COUNT))
+        out = summed.select(*cols, _checked_count(cols, where).alias(COUNT)).filter(F.col(COUNT) > 0)
         if not repeat:
             return out
-        ones = F.array_repeat(F.lit(True), F.col(pt.COUNT).cast("int"))
+        ones = F.array_repeat(F.lit(True), F.col(COUNT).cast("int"))
         return out.withColumn("__one", F.explode(ones)).select(*cols)
 
     def changes(self, url: str, lower: int, upper: int, *, consolidate: bool = True) -> DataFrame:
@@ -260,9 +260,9 @@ def _consolidated(raw: DataFrame) -> DataFrame:
     """Updates summed per ``(row, _time)``, zero sums dropped (columns kept in order)."""
     from pyspark.sql import functions as F
 
-    keys = [c for c in raw.columns if c != pt.DIFF]
-    summed = raw.groupBy(*keys).agg(F.sum(pt.DIFF).alias(pt.DIFF))
-    return summed.filter(F.col(pt.DIFF) != 0).select(*keys, pt.DIFF)
+    keys = [c for c in raw.columns if c != DIFF]
+    summed = raw.groupBy(*keys).agg(F.sum(DIFF).alias(DIFF))
+    return summed.filter(F.col(DIFF) != 0).select(*keys, DIFF)
 
 
 _S3A: dict[int, bool] = {}
@@ -303,7 +303,7 @@ def _checked_count(cols: list[str], where: str) -> Column:
     """``_count``, or a job failure (a CorruptionError record) naming the row if it is negative."""
     from pyspark.sql import functions as F
 
-    c = F.col(pt.COUNT)
+    c = F.col(COUNT)
     row = F.to_json(F.struct(*cols))
     msg = F.concat(F.lit(f"{where}: negative multiplicity "), c.cast("string"), F.lit(" for row "), row)
     return F.when(c < 0, raise_record("CorruptionError", msg, row)).otherwise(c)

@@ -9,7 +9,7 @@ rows in ``[L, U)`` (as the ingest write job would; the ordinary write tasks skip
 correcting description) and
 ``correction = source now in [A, B) − shard's holdings for [A, B)`` stamped at ``U - 1``
 (:mod:`shardsink.sinks.reprocess`; the arithmetic is the materialize sink's
-:func:`shardsink.sinks.correction.correction_frame`) under the ``corrects-A_B`` label, and
+:func:`shardsink.spark.correction.correction_frame`) under the ``corrects-A_B`` label, and
 publishes its manifest. Exit codes as the other write jobs (0 staged or already
 committed, 2 invalid input, 1 otherwise).
 
@@ -24,14 +24,19 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from shardsink.core import parts as pt
+from shardsink.core.part_io import read_parts
 from shardsink.core.shard import Shard
-from shardsink.sinks.correction import correction_frame
-from shardsink.sinks.ingest import Description, committed, seals, write_manifest
+from shardsink.core.updates import DIFF, TIME
+from shardsink.sinks.description import Description
+from shardsink.sinks.ingest import committed
 from shardsink.sinks.reprocess import check_range, correction_label, prior_corrections
+from shardsink.sinks.seals import seals
+from shardsink.sinks.staging import write_manifest
 from shardsink.sources.base import Seal, Source, source_from_spec
 from shardsink.spark import types as sty
+from shardsink.spark.correction import correction_frame
 from shardsink.spark.read import ShardReads
+from shardsink.spark.sample import sample_rows
 from shardsink.spark.stage import stage_dataframe
 
 if TYPE_CHECKING:
@@ -47,12 +52,12 @@ def range_correction(reads: ShardReads, source: Source, shard: Shard, desc: Desc
     schema = shard.schema
     spark = reads.spark
     src, inputs = source.read_slot(spark, lower=a, upper=b, slot=0, slots=1, schema=schema, seals=())
-    desired = src.drop(pt.TIME)
-    persisted = reads.changes(shard.url, a, b, consolidate=False).drop(pt.TIME)
+    desired = src.drop(TIME)
+    persisted = reads.changes(shard.url, a, b, consolidate=False).drop(TIME)
     prior = prior_corrections(shard, a, b)
     if prior:  # earlier corrections of this range: small, read on the driver
-        t = pt.read_parts(shard.blob, prior, schema).drop_columns([pt.TIME])
-        frame = spark.createDataFrame(t.to_pandas(), sty.spark_schema(schema, time=False, diff=pt.DIFF))
+        t = read_parts(shard.blob, prior, schema).drop_columns([TIME])
+        frame = spark.createDataFrame(t.to_pandas(), sty.spark_schema(schema, time=False, diff=DIFF))
         persisted = persisted.unionByName(frame)
     return correction_frame(desired, persisted, schema=schema, upper=desc.upper, where=shard.url), inputs
 
@@ -71,8 +76,6 @@ def stage_correction(spark: SparkSession, source: Source, shard: Shard, desc: De
                      dry_run: bool = False, sample: int = 0) -> tuple[list[Any], list[Any], list[dict[str, Any]]]:
     """Stage (or, ``dry_run``, only encode) a correcting description: its ordinary rows and its
     correction. Returns (parts, inputs, ``sample`` rows of the correction)."""
-    from shardsink.spark.dryrun import sample_rows
-
     assert desc.corrects is not None
     rows, listing = ordinary_rows(spark, source, shard, desc)
     parts = stage_dataframe(rows, shard_url=shard.url, schema=shard.schema, lower=desc.lower, upper=desc.upper,

@@ -1,7 +1,7 @@
 """Stage a Spark DataFrame as parts of one description, uploaded from the executors.
 
 Each Spark partition is handed to Python as large Arrow batches, validated against the
-description's bounds, consolidated and sorted there (:func:`shardsink.core.parts.stage_parts`
+description's bounds, consolidated and sorted there (:func:`shardsink.core.part_io.stage_parts`
 on one thread: a Spark task owns one core), written as Parquet parts with pyarrow straight
 to the shard's store (local folder or S3 through boto3; no hadoop-aws), and yields one
 small row per part. The driver only collects those rows.
@@ -9,7 +9,7 @@ small row per part. The driver only collects those rows.
 Why not sort in the JVM (``sortWithinPartitions``)? Measured on 2M rows, local[2]: the JVM
 sort costs 0.4x of a plain ``df.write.parquet`` on its own, while the hand-off to Python
 costs about one plain write whatever Python does; Python's sort (integer codes, one
-vectorised sort, see :mod:`shardsink.core.parts`) and its writer, which takes the
+vectorised sort, see :mod:`shardsink.core.consolidate`) and its writer, which takes the
 dictionaries the sort built, add less than the JVM sort did.
 
 SUBTLE: Spark may run a partition more than once (task retry, speculation, a lost
@@ -27,8 +27,9 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from shardsink.core import parts as pt
+from shardsink.core.part_io import TARGET_PART_BYTES, PartEncoding, stage_parts
 from shardsink.core.state import PartMeta
+from shardsink.core.updates import TIME, validate_updates
 from shardsink.outcome import carry_errors
 
 if TYPE_CHECKING:
@@ -68,8 +69,8 @@ def stage_dataframe(
     lower: int,
     upper: int,
     desc_id: str,
-    target_part_bytes: int = pt.TARGET_PART_BYTES,
-    encoding: pt.PartEncoding = "default",
+    target_part_bytes: int = TARGET_PART_BYTES,
+    encoding: PartEncoding = "default",
     label: str | None = None,
     dry_run: bool = False,
 ) -> list[PartMeta]:
@@ -78,7 +79,7 @@ def stage_dataframe(
     Raises (on the driver, as a Spark job failure naming the cause) if any row is outside
     ``[lower, upper)`` or does not fit ``schema``. Parts are consolidated per Spark
     partition, not globally: the shard sums diffs across parts, so that is enough.
-    ``encoding`` is passed to :func:`shardsink.core.parts.write_parts`. ``label`` adds a
+    ``encoding`` is passed to :func:`shardsink.core.part_io.write_parts`. ``label`` adds a
     sub-folder under the description's prefix (re-processing marks correction parts so).
     ``dry_run``: encode the parts exactly as they would be written but upload nothing; the
     returned metadata (rows, bytes, times) is real, the keys name no object.
@@ -95,9 +96,9 @@ def stage_dataframe(
         if not got or not any(b.num_rows for b in got):
             return
         table = pa.Table.from_batches(got)
-        updates = pt.validate_updates(table, user, lower=lower, upper=upper)
+        updates = validate_updates(table, user, lower=lower, upper=upper)
         blob: Any = _Discard() if dry_run else open_blob(shard_url)
-        written = pt.stage_parts(blob, updates, [*user.names, pt.TIME], prefix=prefix,
+        written = stage_parts(blob, updates, [*user.names, TIME], prefix=prefix,
                                  target_bytes=target_part_bytes, encoding=encoding, threads=1)
         rows = [{"key": p.key, "rows": p.rows, "bytes": p.bytes, "min_time": p.min_time, "max_time": p.max_time}
                 for p in written]

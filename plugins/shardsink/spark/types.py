@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from shardsink.core import parts as pt
+from shardsink.core.updates import TIME
 from shardsink.errors import InvalidUsageError
 
 if TYPE_CHECKING:
@@ -38,7 +38,7 @@ def spark_schema(user: pa.Schema, *, time: bool, diff: str | None) -> StructType
 
     fields = [StructField(f.name, spark_type(f), nullable=f.nullable) for f in user]
     if time:
-        fields.append(StructField(pt.TIME, LongType(), nullable=False))
+        fields.append(StructField(TIME, LongType(), nullable=False))
     if diff is not None:
         fields.append(StructField(diff, LongType(), nullable=False))
     return StructType(fields)

@@ -27,10 +27,15 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from shardsink.core import parts as pt
 from shardsink.core.shard import AppendResult, Shard
+from shardsink.core.updates import COUNT, DIFF, TIME, check_schema
 from shardsink.errors import InvalidUsageError, ShardExistsError
-from shardsink.sinks.correction import (
+from shardsink.sinks.description import Description, NoOp
+from shardsink.sinks.ingest import committed
+from shardsink.sinks.materialize import View, open_output
+from shardsink.sinks.staging import write_manifest
+from shardsink.spark import incremental
+from shardsink.spark.correction import (
     check_desired_schema,
     compute_correction,
     correction_frame,
@@ -38,9 +43,6 @@ from shardsink.sinks.correction import (
     linear_correction,
     persisted_updates,
 )
-from shardsink.sinks.ingest import Description, NoOp, committed, write_manifest
-from shardsink.sinks.materialize import View, open_output
-from shardsink.spark import incremental
 from shardsink.spark.incremental import Basis
 from shardsink.spark.linear import row_wise_view, signed_views
 from shardsink.spark.read import ShardReads
@@ -103,8 +105,8 @@ def output_schema(desired: DataFrame) -> pa.Schema:
     from pyspark.sql.pandas.types import to_arrow_schema
 
     arrow = to_arrow_schema(desired.schema, timezone="UTC")
-    schema = pa.schema([pa.field(f.name, f.type, nullable=True) for f in arrow if f.name != pt.COUNT])
-    pt.check_schema(schema, what="the view query's output")
+    schema = pa.schema([pa.field(f.name, f.type, nullable=True) for f in arrow if f.name != COUNT])
+    check_schema(schema, what="the view query's output")
     return schema
 
 
@@ -195,7 +197,7 @@ def write_view(spark: SparkSession, v: View, *, output_url: str, desc: Descripti
                                 upper=desc.upper, desc_id=desc.desc_id, encoding="compact")
     if out is None:
         # SUBTLE: created only now, after the query ran: a failing query leaves no shard behind.
-        out = _create_output(output_url, c.schema, c.frame.drop(pt.TIME, pt.DIFF), upper=desc.lower)
+        out = _create_output(output_url, c.schema, c.frame.drop(TIME, DIFF), upper=desc.lower)
     # SUBTLE: the props (the basis the next run builds on) travel in the manifest with the
     # parts they describe: a twin attempt's manifest replaces both at once.
     doc = write_manifest(out, desc, slot=0, slots=1, parts=parts, inputs=c.inputs, props=c.props)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from shardsink.sinks.ingest import Description
+from shardsink.sinks.description import Description
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -39,8 +39,8 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from shardsink.core import parts as pt
 from shardsink.core.shard import Shard
+from shardsink.core.updates import COUNT, DIFF, TIME
 from shardsink.errors import InvalidUsageError
 from shardsink.spark import types as sty
 from shardsink.spark.read import raise_record
@@ -63,14 +63,14 @@ def check_desired_schema(desired: DataFrame, schema: pa.Schema, *, where: str) -
     """
     expected = sty.spark_schema(schema, time=False, diff=None)
     want = {f.name: f.dataType for f in expected.fields}
-    got = {f.name: f.dataType for f in desired.schema.fields if f.name != pt.COUNT}
+    got = {f.name: f.dataType for f in desired.schema.fields if f.name != COUNT}
     missing = [n for n in want if n not in got]
     extra = [n for n in got if n not in want]
     wrong = [f"{n}: desired {got[n].simpleString()}, shard {want[n].simpleString()}"
              for n in want if n in got and got[n] != want[n]]
-    count = next((f for f in desired.schema.fields if f.name == pt.COUNT), None)
+    count = next((f for f in desired.schema.fields if f.name == COUNT), None)
     if count is not None and count.dataType.simpleString() not in ("bigint", "int"):
-        wrong.append(f"{pt.COUNT}: desired {count.dataType.simpleString()}, expected bigint")
+        wrong.append(f"{COUNT}: desired {count.dataType.simpleString()}, expected bigint")
     if missing or extra or wrong:
         raise InvalidUsageError(
             f"the desired DataFrame does not match the schema of output shard {where} (fixed at creation): "
@@ -89,7 +89,7 @@ def correction_frame(desired: DataFrame, persisted: DataFrame | None, *, schema:
     from pyspark.sql import functions as F
 
     cols = check_desired_schema(desired, schema, where=where)
-    mult = F.col(pt.COUNT).cast("long") if pt.COUNT in desired.columns else F.lit(1).cast("long")
+    mult = F.col(COUNT).cast("long") if COUNT in desired.columns else F.lit(1).cast("long")
     negative: tuple[ErrorClass, str] = ("InvalidUsageError", f"invalid desired DataFrame for {where}: _count sums to ")
     return _summed(desired.select(*cols, mult.alias(_D)), persisted, cols, upper=upper, where=where,
                    negative_desired=negative)
@@ -150,7 +150,7 @@ def _summed(desired: DataFrame, persisted: DataFrame | None, cols: list[str], *,
     zero = F.lit(0).cast("long")
     both = desired.select(*cols, _D, zero.alias(_P))
     if persisted is not None:
-        both = both.unionByName(persisted.select(*cols, zero.alias(_D), F.col(pt.DIFF).alias(_P)))
+        both = both.unionByName(persisted.select(*cols, zero.alias(_D), F.col(DIFF).alias(_P)))
     summed = both.groupBy(*cols).agg(F.sum(_D).alias(_D), F.sum(_P).alias(_P))
     row = F.to_json(F.struct(*cols))
     d, p = F.col(_D), F.col(_P)
@@ -161,8 +161,8 @@ def _summed(desired: DataFrame, persisted: DataFrame | None, cols: list[str], *,
         checked = checked.when(d < 0, raise_record(error_class, F.concat(
             F.lit(message), d.cast("string"), F.lit(" for row "), row), row))
     diff = checked.otherwise(d - p)
-    out = summed.select(*cols, F.lit(upper - 1).cast("long").alias(pt.TIME), diff.alias(pt.DIFF))
-    return out.filter(F.col(pt.DIFF) != 0)
+    out = summed.select(*cols, F.lit(upper - 1).cast("long").alias(TIME), diff.alias(DIFF))
+    return out.filter(F.col(DIFF) != 0)
 
 
 def persisted_updates(reads: ShardReads, output_url: str, *, lower: int) -> DataFrame | None:

@@ -1,0 +1,84 @@
+"""What the two sink DAG factories (``ingest_dag``, ``view_dag``) build the same way, once:
+the run's :class:`IngestSettings` and the write operator's arguments from the option
+objects (:mod:`shardsink.airflow.options`), the timetable, and the DAG of attempt groups
+(:mod:`shardsink.airflow.attempts`).
+
+Everything here runs when a DAG file is parsed: a bad value fails the parse with
+:class:`shardsink.errors.InvalidUsageError`, naming it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from airflow.sdk import DAG, Asset, CronDataIntervalTimetable, DeltaDataIntervalTimetable
+
+from shardsink.airflow.attempts import MakeWrite, MintBody, attempt_groups
+from shardsink.airflow.options import AttemptOptions, ShardOptions, SparkOptions
+from shardsink.airflow.settings import IngestSettings
+
+
+def _millis(span: timedelta | int | None) -> int | None:
+    if span is None or isinstance(span, int):
+        return span
+    return int(span.total_seconds() * 1000)
+
+
+def retention_spec(retention: timedelta | str | None) -> str | None:
+    """The ``retention=`` option as the spec the append task applies (validated now, at
+    parse time): None leaves the shard's retention alone; ``"none"`` keeps all history."""
+    if retention is None:
+        return None
+    from shardsink.maintenance import parse_duration
+
+    ms = parse_duration(retention)
+    return "none" if ms is None else f"{ms}ms"
+
+
+def timetable(schedule: Any) -> Any:
+    """A cron string or timedelta as a data-interval timetable; anything else as is."""
+    if isinstance(schedule, str) and not schedule.startswith("@once") and schedule not in ("@continuous",):
+        return CronDataIntervalTimetable(schedule, timezone="UTC")
+    if isinstance(schedule, timedelta):
+        return DeltaDataIntervalTimetable(schedule)
+    return schedule
+
+
+def sink_settings(*, dag_id: str, url: str, spec: dict[str, Any], writers: int, start_date: datetime,
+                  shard: ShardOptions, attempts: AttemptOptions) -> IngestSettings:
+    """The settings every task of the DAG shares (range-checked by :class:`IngestSettings`)."""
+    return IngestSettings(
+        dag_id=dag_id,
+        shard_url=url,
+        source_spec=spec,
+        writers=writers,
+        max_span=_millis(shard.max_span),
+        max_attempts=attempts.max_attempts,
+        initial_upper=shard.initial_upper if shard.initial_upper is not None else int(start_date.timestamp() * 1000),
+        backoff_base=attempts.backoff,
+        backoff_cap=attempts.backoff_cap,
+        retention=retention_spec(shard.retention),
+        aws_conn_id=shard.aws_conn_id,
+        max_chain=attempts.max_chain,
+        catch_up_after=attempts.catch_up_after.total_seconds(),
+        poke_interval=attempts.poke_interval.total_seconds(),
+    )
+
+
+def write_args(url: str, spark: SparkOptions, shard: ShardOptions, attempts: AttemptOptions, *,
+               default_conf: Mapping[str, str]) -> dict[str, Any]:
+    """The write operator's partial arguments both factories pass (``spark.conf`` over ``default_conf``)."""
+    return {"shard_url": url, "aws_conn_id": shard.aws_conn_id, "conn_id": spark.conn_id,
+            "conf": {**default_conf, **(spark.conf or {})}, "env_vars": dict(spark.env or {}),
+            "retries": attempts.task_retries, "retry_delay": attempts.task_retry_delay}
+
+
+def sink_dag(settings: IngestSettings, *, asset: Asset, attempts: AttemptOptions, mint_body: MintBody,
+             make_write: MakeWrite, **dag_args: Any) -> DAG:
+    """The DAG ``settings.dag_id`` (``dag_args``: Airflow's DAG arguments) of attempt groups and the report."""
+    with DAG(dag_id=settings.dag_id, **dag_args) as dag:
+        attempt_groups(settings=settings, asset=asset, mint_body=mint_body, make_write=make_write,
+                       task_retries=attempts.task_retries, task_retry_delay=attempts.task_retry_delay)
+    return dag

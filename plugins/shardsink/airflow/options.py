@@ -1,0 +1,74 @@
+"""The option objects of the sink DAG factories (``ingest_dag`` and ``view_dag``).
+
+Frozen, keyword-only dataclasses grouped by what the options mean: :class:`SparkOptions`
+(how the write tasks run spark-submit), :class:`ShardOptions` (the shard written: its
+store credentials, initial upper, batch width, retention) and :class:`AttemptOptions`
+(how a run makes progress: fresh attempts after lost races, backoff, task retries,
+catching up). Both factories take the same objects and turn them into the DAG's
+settings in one place (:mod:`shardsink.airflow.build`), where every value is
+range-checked when the DAG file is parsed, as before (:class:`InvalidUsageError`).
+The defaults are the factories' defaults. The flat keyword arguments they replace are
+deprecated aliases (:mod:`shardsink.airflow.deprecated`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+
+
+@dataclass(frozen=True, kw_only=True)
+class SparkOptions:
+    """How the write tasks run spark-submit (the ``spark=`` option).
+
+    ``conn_id``: the Airflow Spark connection; ``conf``: Spark settings, added to the
+    factory's defaults (``spark.ui.enabled=false``, two shuffle partitions; views also
+    run in UTC); ``env``: extra environment variables of spark-submit.
+    """
+
+    conn_id: str = "spark_default"
+    conf: Mapping[str, str] | None = None
+    env: Mapping[str, str] | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ShardOptions:
+    """The shard the DAG writes (the ``shard=`` option).
+
+    ``initial_upper``: the upper a newly created shard starts at (default: the DAG's
+    ``start_date``); ``max_span``: the widest batch one description covers (a timedelta
+    or ms; None: unbounded); ``retention`` (e.g. ``"7d"`` or a timedelta; ``"none"``: all
+    history) is set on the shard by the append task when it differs, None leaves it
+    alone; ``aws_conn_id``: an Airflow ``aws`` connection for S3 stores, resolved by the
+    amazon provider's hook for every task and for spark-submit's environment, never
+    logged or stored (:mod:`shardsink.airflow.credentials`); None: the AWS environment.
+    """
+
+    initial_upper: int | None = None
+    max_span: timedelta | int | None = None
+    retention: timedelta | str | None = None
+    aws_conn_id: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class AttemptOptions:
+    """How a run makes progress (the ``attempts=`` option).
+
+    ``max_attempts`` bounds the fresh descriptions (attempt groups) of a run after lost
+    races, with full-jitter backoff ``backoff * 2^(k-2)`` seconds capped at
+    ``backoff_cap``; ``task_retries`` / ``task_retry_delay`` are Airflow's retries of
+    every task (a retried task never duplicates data). Ingest runs only: an attempt
+    commits at most ``max_chain`` descriptions; a run behind an uncovered earlier
+    interval waits up to ``catch_up_after`` without shard progress before catching up
+    itself, looking again every ``poke_interval`` (holding no worker slot).
+    """
+
+    max_attempts: int = 5
+    backoff: float = 2.0
+    backoff_cap: float = 30.0
+    task_retries: int = 2
+    task_retry_delay: timedelta = timedelta(seconds=30)
+    max_chain: int = 16
+    catch_up_after: timedelta = timedelta(minutes=5)
+    poke_interval: timedelta = timedelta(seconds=15)

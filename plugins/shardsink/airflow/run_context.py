@@ -1,0 +1,67 @@
+"""What a sink task reads from (and leaves in) its Airflow context: the run's data
+interval, its params (``dry_run``, ``reprocess*``), when it started, the mint's plan XCom
+and the append results of the run's earlier attempts.
+
+Pure reads of the context dict (plus the one plan push); no shard or source I/O.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+
+def _millis(value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return int(value.timestamp() * 1000)
+    return int(value)
+
+
+def interval_of(context: dict[str, Any]) -> tuple[int | None, int | None]:
+    """The run's data interval in ms (``airflow dags test D L`` covers the period ending at L)."""
+    end = _millis(context.get("data_interval_end")) or _millis(context.get("logical_date"))
+    return _millis(context.get("data_interval_start")), end
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """What a run's params / conf ask for (DAG params ``dry_run``, ``reprocess*``)."""
+
+    dry_run: bool
+    corrects: tuple[int, int] | None
+
+
+def run_options(context: dict[str, Any]) -> RunOptions:
+    """The run's options from its params (run conf overrides DAG params); InvalidUsageError on bad ones."""
+    from shardsink.sinks.reprocess import requested_range
+
+    params = dict(context.get("params") or {})
+    conf = getattr(context.get("dag_run"), "conf", None) or {}
+    params.update(conf)
+    dry = params.get("dry_run") in (True, "true", "True", 1)
+    return RunOptions(dry, requested_range(params, interval=interval_of(context)))
+
+
+def run_started(context: dict[str, Any]) -> float:
+    """When the run started (epoch seconds; now if the context does not tell)."""
+    started = getattr(context.get("dag_run"), "start_date", None)
+    return started.timestamp() if isinstance(started, datetime) else time.time()
+
+
+def push_plan(context: dict[str, Any], **plan: Any) -> None:
+    context["ti"].xcom_push(key="plan", value=plan)
+
+
+def earlier_appends(context: dict[str, Any], attempt: int) -> list[dict[str, Any]]:
+    """The append results of attempts 1..attempt-1 of this run (those that ran)."""
+    ti = context["ti"]
+    out = []
+    for k in range(1, attempt):
+        got = ti.xcom_pull(task_ids=f"attempt_{k}.append")
+        if isinstance(got, dict):
+            out.append(got)
+    return out

@@ -1,0 +1,65 @@
+"""The static settings every task of one sink DAG shares: :class:`IngestSettings`.
+
+Built once per DAG file parse by :mod:`shardsink.airflow.build` (from the factories'
+option objects) and handed to every task body; range-checked on construction, so a DAG
+file with a bad value fails to parse, naming it (:class:`InvalidUsageError`).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from shardsink.core import checks as ck
+
+
+@dataclass(frozen=True)
+class IngestSettings:
+    """Everything the tasks of one sink DAG share (static, set by the DAG file).
+
+    For a materialize (view) DAG ``source_spec`` holds the view spec and ``writers`` is 1.
+    ``max_attempts`` bounds the attempt groups of a run (each commits up to ``max_chain``
+    descriptions); ``catch_up_after`` is how long a run whose earlier interval is not
+    covered yet waits for the shard to progress before catching up itself; while waiting
+    it is rescheduled every ``poke_interval`` seconds (holding no worker slot).
+    """
+
+    dag_id: str
+    shard_url: str
+    source_spec: dict[str, Any]
+    writers: int
+    max_span: int | None
+    max_attempts: int
+    initial_upper: int
+    backoff_base: float = 2.0
+    backoff_cap: float = 30.0
+    sleep: Callable[[float], None] = field(default=time.sleep, compare=False)
+    #: The shard's retention to keep set (a duration spec, "none" = all history); None: unmanaged.
+    retention: str | None = None
+    #: Airflow ``aws`` connection for S3 stores (:mod:`shardsink.airflow.credentials`); None: the environment.
+    aws_conn_id: str | None = None
+    max_chain: int = 16
+    catch_up_after: float = 300.0
+    poke_interval: float = 15.0
+    sample_rows: int = 5
+
+    def __post_init__(self) -> None:
+        """Range-check every time, duration and count (a DAG file with a bad one fails to parse, naming it)."""
+        ck.check_count(self.writers, what="writers", lo=1)
+        ck.check_count(self.max_attempts, what="max_attempts", lo=1)
+        ck.check_count(self.max_chain, what="max_chain", lo=1)
+        ck.check_count(self.sample_rows, what="sample_rows")
+        ck.check_time(self.initial_upper, what="initial_upper")
+        if self.max_span is not None:
+            ck.check_duration_ms(self.max_span, what="max_span")
+        for what, value, positive in (("backoff_base", self.backoff_base, False), ("backoff_cap", self.backoff_cap,
+                                      False), ("catch_up_after", self.catch_up_after, False),
+                                      ("poke_interval", self.poke_interval, True)):
+            ck.check_seconds(value, what=what, positive=positive)
+
+    def backoff(self, attempt: int) -> float:
+        """Full-jitter exponential backoff before attempt ``attempt`` (>= 2)."""
+        return random.uniform(0, min(self.backoff_cap, self.backoff_base * 2 ** (attempt - 2)))

@@ -1,0 +1,158 @@
+"""The write operator of every sink DAG: :class:`ShardWriteOperator`, a spark-submit of the
+write job for one writer slot of a minted description.
+
+Its contract: skip the JVM when the description is already committed, ship the library
+with ``--py-files``, and decide a failed job's outcome from the typed record the job
+wrote (:mod:`shardsink.outcome`, :mod:`shardsink.airflow.failures`). Subclasses change
+the job and its arguments through :meth:`ShardWriteOperator.committed_already` and
+:meth:`ShardWriteOperator.job_args`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+
+from shardsink.core.shard import Shard
+from shardsink.provider.operators import ShardTaskMixin
+from shardsink.sinks.description import Description
+from shardsink.sinks.ingest import Committed, committed
+
+
+class ShardWriteOperator(ShardTaskMixin, SparkSubmitOperator):
+    """spark-submit of the write job for one writer slot of a minted description.
+
+    Mapped over the slots; ``desc`` is the mint task's XCom (templated, resolved at run
+    time). Ships the library with ``--py-files`` (a zip built by shardsink) and skips
+    the JVM entirely when the description is already committed (a retry after success).
+
+    Failures: the job writes a typed outcome record to a per-try result file
+    (``--result-path``, :mod:`shardsink.outcome`); after spark-submit fails the operator
+    rebuilds the shardsink error from it and applies :func:`shardsink.airflow.failures.for_airflow`
+    (invalid input and corruption fail at once; storage errors are retried). No record
+    (the JVM or driver died first): the spark-submit failure is raised as is (retried).
+    The result file is local to the worker, so the driver must run there (client deploy
+    mode); in cluster deploy mode no record arrives and every failure is retried.
+
+    Credentials: ``aws_conn_id`` is resolved by the amazon provider's hook
+    (:mod:`shardsink.airflow.credentials`); the committed check uses a client built from
+    it, and spark-submit gets it in its process environment only (not ``self.env_vars``,
+    which is a rendered template field). YARN and Kubernetes modes would put environment
+    variables on the spark-submit command line, so they are refused with credentials.
+    """
+
+    template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "desc")
+    shard_role = "write"
+    #: Whether this operator stages descriptions that carry a re-processing correction.
+    stages_corrections = False
+
+    def __init__(self, *, shard_url: str, source_spec: dict[str, Any], slots: int, desc: Any, slot: int,
+                 aws_conn_id: str | None = None, **kwargs: Any) -> None:
+        from shardsink.spark import job_path
+
+        if "application" not in kwargs:
+            kwargs["application"] = job_path()
+        super().__init__(**kwargs)
+        # Plain values only: mapped operators' partial arguments are serialized.
+        self.shard_url = shard_url
+        self.source_spec = source_spec
+        self.slots = slots
+        self.desc = desc
+        self.slot = slot
+        self.aws_conn_id = aws_conn_id
+        self._secret_env: dict[str, str] = {}
+
+    def committed_already(self, d: Description) -> Committed | None:
+        """The commit of ``d`` if it landed (then the JVM is skipped). Hook for subclasses."""
+        return committed(Shard.open(self.shard_url), d)
+
+    def job_args(self, d: Description) -> list[str]:
+        """The application's arguments for description ``d``. Hook for subclasses."""
+        import json
+
+        return [
+            "--shard-url", self.shard_url, "--source", json.dumps(self.source_spec, sort_keys=True),
+            "--desc-id", d.desc_id, "--lower", str(d.lower), "--upper", str(d.upper),
+            "--attempt", str(d.attempt), "--slot", str(self.slot), "--slots", str(self.slots),
+        ]
+
+    def _get_hook(self) -> Any:
+        """The provider's hook, with the connection's credentials added to spark-submit's environment."""
+        from shardsink.errors import InvalidUsageError
+
+        hook = super()._get_hook()
+        if self._secret_env:
+            if hook._is_yarn or hook._is_kubernetes or hook._connection.get("deploy_mode") == "cluster":
+                raise AirflowFailException(str(InvalidUsageError(
+                    f"aws_conn_id {self.aws_conn_id!r} with Spark master {hook._connection.get('master')!r}: "
+                    "credentials can only reach a local or standalone client-mode spark-submit through its "
+                    "environment (YARN/Kubernetes would put them on the command line); use instance roles there"
+                )))
+            # The hook hands _env_vars to Popen(env=...) in local/standalone client mode only.
+            hook._env_vars = {**(hook._env_vars or {}), **self._secret_env}
+        return hook
+
+    def execute(self, context: Any) -> None:
+        import tempfile
+
+        from shardsink.airflow.credentials import store_access
+        from shardsink.spark import build_pyfiles_zip
+
+        if not self.desc:
+            raise AirflowSkipException("no description was minted for this attempt; nothing to write")
+        d = Description.from_dict(self.desc)
+        if d.corrects is not None and not self.stages_corrections:
+            raise AirflowSkipException("this description carries a correction: its correction job stages it")
+        with store_access(self.aws_conn_id) as access:
+            done = self.committed_already(d)
+            if done is not None:
+                self.log.info("description %s is already committed (seqno %d); slot %d has nothing to write",
+                              d.desc_id, done.seqno, self.slot)
+                return
+            self._secret_env = access.spark_env() if access is not None else {}
+        env = dict(self.env_vars or {})
+        env.setdefault("PYSPARK_PYTHON", sys.executable)
+        self.env_vars = env
+        self.py_files = ",".join(p for p in [self.py_files, build_pyfiles_zip()] if p)
+        self.name = f"shardsink-{self.dag_id}-slot{self.slot}"
+        self.log.info("writing slot %d of %d for description %s [%d, %d)", self.slot, self.slots, d.desc_id,
+                      d.lower, d.upper)
+        with tempfile.TemporaryDirectory(prefix="shardsink-outcome-") as tmp:
+            result = os.path.join(tmp, "outcome.json")  # per try: a fresh folder each execute
+            self.application_args = [*self.job_args(d), "--result-path", result]
+            try:
+                super().execute(context)
+            except Exception as e:
+                raise self._failure(result, e) from e
+            finally:
+                self._secret_env = {}
+            self._report(result)
+
+    def _failure(self, result: str, spark_error: BaseException) -> BaseException:
+        """What to raise after spark-submit failed: decided by the job's outcome record."""
+        from shardsink.airflow.failures import for_airflow
+        from shardsink.outcome import error_from_record, read_outcome
+
+        outcome = read_outcome(result)
+        if outcome is None or outcome.error is None:
+            self.log.warning("the write job left no outcome record (it died before reporting); retrying if allowed")
+            return spark_error
+        rec = outcome.error
+        err = error_from_record(rec)
+        self.log.error("write job failed: %s (%s): %s%s", rec.error_class, rec.raised, rec.message,
+                       f" [value: {rec.value}]" if rec.value is not None else "")
+        if err is None:
+            return spark_error
+        return for_airflow(err)
+
+    def _report(self, result: str) -> None:
+        from shardsink.outcome import read_outcome
+
+        outcome = read_outcome(result)
+        if outcome is not None and outcome.ok:
+            self.log.info("write job outcome: %s", outcome.summary)

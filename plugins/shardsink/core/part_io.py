@@ -1,0 +1,227 @@
+"""Parquet parts: consolidated updates written as parts, and parts read back.
+
+A part holds a consolidated slice of an updates table (:mod:`shardsink.core.consolidate`):
+at most one row per distinct ``(row, _time)``, no zero diffs, sorted by the user columns
+then time, under a fresh unique key (``prefix/<uuid>.parquet``). :func:`stage_parts`
+consolidates and writes validated updates; :func:`open_part` and :func:`read_parts` raise
+CorruptionError naming a missing, unreadable or mismatched part, and reads canonicalise
+floats (:mod:`shardsink.core.floats`).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import uuid
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Literal
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from shardsink.core import floats as fl
+from shardsink.core.consolidate import consolidate, consolidate_fast, one_array
+from shardsink.core.state import PartMeta
+from shardsink.core.updates import DIFF, TIME
+from shardsink.errors import CorruptionError
+from shardsink.storage.base import Blob
+
+#: Target in-memory size of one part; Parquet compresses it to a fraction of that.
+TARGET_PART_BYTES = 128 * 1024 * 1024
+#: Inputs at least this large are staged in parallel slices (see stage_parts).
+PARALLEL_STAGE_ROWS = 1 << 18
+#: How parts are encoded (see :func:`write_parts`).
+PartEncoding = Literal["default", "compact"]
+
+
+def stage_parts(
+    blob: Blob,
+    updates: pa.Table,
+    keys: Sequence[str],
+    *,
+    prefix: str,
+    target_bytes: int = TARGET_PART_BYTES,
+    encoding: PartEncoding = "default",
+    threads: int | None = None,
+) -> tuple[PartMeta, ...]:
+    """Consolidate and write validated ``updates``; large inputs use every core.
+
+    An input of at least :data:`PARALLEL_STAGE_ROWS` rows is cut into one contiguous
+    slice per core (``threads``: at most that many; 1 where the caller owns one core, as a
+    Spark task does), and each slice is consolidated, sorted and written as its own parts
+    in a thread (Arrow and numpy release the GIL). Every part is still consolidated and
+    sorted on its own; a row may appear in two parts of one batch, which every reader
+    sums anyway (as it must for parts of different writers). A slice without duplicate
+    keys is sorted and written with its strings dictionary-encoded (:func:`_stage_slice`).
+    """
+    n = updates.num_rows
+    slices = max(1, min(os.cpu_count() or 1, 4, threads or 4)) if n >= PARALLEL_STAGE_ROWS else 1
+    step = -(-n // slices) if n else 1
+
+    def one(i: int) -> tuple[PartMeta, ...]:
+        return _stage_slice(blob, updates.slice(i, step), keys, prefix=prefix, target_bytes=target_bytes,
+                            encoding=encoding)
+
+    if slices == 1:
+        return one(0)
+    with ThreadPoolExecutor(max_workers=slices) as pool:
+        return tuple(p for parts in pool.map(one, range(0, n, step)) for p in parts)
+
+
+def _stage_slice(blob: Blob, piece: pa.Table, keys: Sequence[str], *, prefix: str, target_bytes: int,
+                 encoding: PartEncoding) -> tuple[PartMeta, ...]:
+    """Consolidate and write one slice of :func:`stage_parts`.
+
+    Fast path (default encoding, a schema Parquet keeps without Arrow's schema note, see
+    :func:`_plain_parquet_schema`): string columns are dictionary-encoded once; the sort
+    ranks their dictionaries, the sorted copy gathers integer indices instead of strings,
+    duplicates are summed on the encoded table (equal indices are equal strings), and the
+    writer takes the dictionaries as they are instead of hashing every value again. The
+    file is the same plain Parquet (dictionary pages for those columns, as before) and
+    reads back as the same plain table.
+    Anything else goes through :func:`consolidate` and :func:`write_parts`.
+    """
+    if encoding == "default" and piece.num_rows > 1 and _plain_parquet_schema(piece.schema):
+        encoded = _strings_encoded(piece)
+        ordered = consolidate_fast(encoded, keys) if encoded is not None else None
+        if ordered is not None:
+            per_row = max(1, piece.nbytes // piece.num_rows)  # part sizes as for the plain table
+            return _write_slices(blob, ordered, prefix=prefix, rows_per_part=max(1, target_bytes // per_row),
+                                 write=_write_encoded)
+    return write_parts(blob, consolidate(piece, keys), prefix=prefix, target_bytes=target_bytes, encoding=encoding)
+
+
+def _strings_encoded(table: pa.Table) -> pa.Table | None:
+    """``table`` with every string/binary column dictionary-encoded (one chunk each), or None if it has none."""
+    fields, cols, any_string = [], [], False
+    for f, col in zip(table.schema, table.columns, strict=True):
+        if f.type in (pa.string(), pa.binary()):
+            col = one_array(col).dictionary_encode()
+            f = pa.field(f.name, col.type, f.nullable)
+            any_string = True
+        fields.append(f)
+        cols.append(col)
+    return pa.Table.from_arrays(cols, schema=pa.schema(fields)) if any_string else None
+
+
+def _write_encoded(table: pa.Table, buf: io.BytesIO) -> None:
+    pq.write_table(table, buf, store_schema=False, **_default_options(table))
+
+
+_PLAIN: dict[bytes, bool] = {}
+
+
+def _plain_parquet_schema(schema: pa.Schema) -> bool:
+    """Whether a Parquet file of ``schema`` written without Arrow's stored schema reads back
+    as exactly ``schema`` (e.g. not for large_string or non-UTC time zones). Cached."""
+    key = schema.serialize().to_pybytes()
+    if key not in _PLAIN:
+        buf = io.BytesIO()
+        pq.write_table(schema.empty_table(), buf, store_schema=False)
+        _PLAIN[key] = pq.read_schema(pa.BufferReader(buf.getvalue())).equals(schema)
+    return _PLAIN[key]
+
+
+def write_parts(
+    blob: Blob,
+    table: pa.Table,
+    *,
+    prefix: str,
+    target_bytes: int = TARGET_PART_BYTES,
+    encoding: PartEncoding = "default",
+) -> tuple[PartMeta, ...]:
+    """Write a consolidated updates table as parts under ``prefix/`` (fresh unique keys).
+
+    ``encoding="compact"`` (for small, sparse sets of updates such as a view's
+    correction): zstd, and a dictionary only for columns with few distinct values
+    (``<= rows / 4``); dictionaries of mostly-unique columns cost more than they save
+    in small parts. Readers need nothing special: both are plain Parquet.
+    """
+    if table.num_rows == 0:
+        return ()
+    per_row = max(1, table.nbytes // max(1, table.num_rows))
+
+    def write(piece: pa.Table, buf: io.BytesIO) -> None:
+        if encoding == "compact":
+            few = [c for c in piece.column_names if pc.count_distinct(piece[c]).as_py() * 4 <= piece.num_rows]
+            pq.write_table(piece, buf, compression="zstd", use_dictionary=few)
+        else:
+            pq.write_table(piece, buf, **_default_options(piece))
+
+    return _write_slices(blob, table, prefix=prefix, rows_per_part=max(1, target_bytes // per_row), write=write)
+
+
+def _write_slices(blob: Blob, table: pa.Table, *, prefix: str, rows_per_part: int,
+                  write: Callable[[pa.Table, io.BytesIO], None]) -> tuple[PartMeta, ...]:
+    """Write ``table`` (consolidated, sorted) as parts of ``rows_per_part`` rows, in parallel."""
+    if table.num_rows == 0:
+        return ()
+    slices = [table.slice(i, rows_per_part) for i in range(0, table.num_rows, rows_per_part)]
+
+    def one(piece: pa.Table) -> PartMeta:
+        buf = io.BytesIO()
+        write(piece, buf)
+        data = buf.getvalue()
+        key = f"{prefix}/{uuid.uuid4().hex}.parquet"
+        blob.put(key, data)
+        mm = pc.min_max(piece[TIME])
+        return PartMeta(key, piece.num_rows, len(data), mm["min"].as_py(), mm["max"].as_py())
+
+    if len(slices) == 1:
+        return (one(slices[0]),)
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        return tuple(pool.map(one, slices))
+
+
+def _default_options(table: pa.Table) -> dict[str, Any]:
+    """Parquet options of a default part. Statistics only for the first key, ``_time`` and
+    ``_diff``: a part is sorted by the keys, so only those ranges are selective (readers
+    prune by time; min/max of the other columns would span nearly their whole domain),
+    and computing them is a fifth of the write. ``_diff``'s range lets a scan for
+    retractions (``_diff < 0``) skip row groups of insertions unread. No dictionary for ``_time``: event times are
+    mostly distinct, and a dictionary the writer builds then abandons costs time and bytes.
+    """
+    first = table.column_names[0]
+    return {"write_statistics": list(dict.fromkeys([first, TIME, DIFF])),
+            "use_dictionary": [c for c in table.column_names if c != TIME]}
+
+
+def open_part(blob: Blob, p: PartMeta, *, referenced_by: str = "the shard state") -> pq.ParquetFile:
+    """The part as a Parquet file, or CorruptionError if it is missing, unreadable or has
+    another row count than the state records."""
+    got = blob.get(p.key)
+    if got is None:
+        raise CorruptionError(f"part {blob.url}/{p.key} is missing (referenced by {referenced_by})")
+    try:
+        f = pq.ParquetFile(pa.BufferReader(got.data))
+    except Exception as e:
+        raise CorruptionError(f"part {blob.url}/{p.key} is unreadable: {type(e).__name__}: {e}") from e
+    if f.metadata.num_rows != p.rows:
+        raise CorruptionError(f"part {blob.url}/{p.key} has {f.metadata.num_rows} rows; the state says {p.rows}")
+    return f
+
+
+def read_parts(blob: Blob, parts: Sequence[PartMeta], schema: pa.Schema) -> pa.Table:
+    """Read parts in parallel; CorruptionError names any missing or unreadable part."""
+    full = pa.schema([*schema, pa.field(TIME, pa.int64(), False), pa.field(DIFF, pa.int64(), False)])
+
+    def one(p: PartMeta) -> pa.Table:
+        f = open_part(blob, p)
+        try:
+            t = f.read()
+        except Exception as e:
+            raise CorruptionError(f"part {blob.url}/{p.key} is unreadable: {type(e).__name__}: {e}") from e
+        try:
+            t = t.select(full.names).cast(full)
+        except Exception as e:
+            raise CorruptionError(f"part {blob.url}/{p.key} does not match the shard schema: {e}") from e
+        return fl.canonical_table(t)  # parts written before canonical floats, or by another writer
+
+    if not parts:
+        return full.empty_table()
+    if len(parts) == 1:
+        return one(parts[0])
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        return pa.concat_tables(list(pool.map(one, parts)))

@@ -1,0 +1,134 @@
+"""The JSON layout of state versions and rollups: their stored document types, encode, decode.
+
+Unknown fields are ignored on decode (msgspec's default), so a newer writer's additions
+do not break an older reader; a missing or mistyped field, or a format newer than
+:data:`FORMAT`, is a CorruptionError naming the object. The bytes are canonical sorted
+JSON. The values these documents carry are in :mod:`shardsink.core.state`.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import msgspec
+import pyarrow as pa
+
+from shardsink.core.documents import ENCODER, D, decode_doc
+from shardsink.core.state import BatchMeta, CommitInfo, Header, Stats, Version, WriterRecord
+from shardsink.errors import CorruptionError
+
+#: Format of state versions and rollups. Readers accept documents of this format or older
+#: and ignore fields they do not know (a newer writer may add fields without bumping it);
+#: a layout change that old readers cannot ignore bumps it, and they refuse clearly.
+FORMAT = 1
+
+
+class FieldDoc(msgspec.Struct, frozen=True):
+    name: str
+    type: str
+    nullable: bool
+
+
+class SchemaDoc(msgspec.Struct, frozen=True):
+    """A readable list of fields (for humans and other tools) and the exact Arrow schema."""
+
+    fields: tuple[FieldDoc, ...]
+    arrow: str  # base64 of the Arrow IPC schema message
+
+
+class HeaderDoc(msgspec.Struct, frozen=True, kw_only=True):
+    upper: int | None
+    since: int
+    schema: SchemaDoc
+    rollup: int
+    recent: tuple[tuple[str, int], ...]
+    writers: tuple[WriterRecord, ...]
+    stats: Stats
+    retention: int | None = None  # the time-travel window (ms); None keeps all history
+    removal: int | None = None  # see Header.removal (None: written before the field existed)
+    prior_removal: int | None = None
+
+
+class VersionDoc(msgspec.Struct, frozen=True, kw_only=True):
+    format: int
+    seqno: int
+    header: HeaderDoc
+    added: tuple[BatchMeta, ...]
+    removed: tuple[str, ...]
+    commit: CommitInfo
+    removed_lowers: tuple[int, ...] = ()
+
+
+class RollupDoc(msgspec.Struct, frozen=True, kw_only=True):
+    format: int
+    seqno: int
+    batches: tuple[BatchMeta, ...]
+
+
+#: Canonical JSON: keys sorted at every level, no spaces (the bytes format 1 always had).
+_ENCODER = ENCODER
+
+
+def schema_doc(schema: pa.Schema) -> SchemaDoc:
+    return SchemaDoc(
+        tuple(FieldDoc(f.name, str(f.type), f.nullable) for f in schema),
+        base64.b64encode(schema.serialize().to_pybytes()).decode(),
+    )
+
+
+def schema_to_json(schema: pa.Schema) -> dict[str, Any]:
+    """The schema as plain JSON values (for specs and CLI output)."""
+    # Through JSON, not msgspec.to_builtins (which keeps tuples): specs must equal their own
+    # JSON round trip (they are compared after travelling through XCom and sidecars).
+    out: dict[str, Any] = msgspec.json.decode(msgspec.json.encode(schema_doc(schema)))
+    return out
+
+
+def schema_from_json(d: Mapping[str, Any]) -> pa.Schema:
+    return _schema_from_arrow(str(d["arrow"]))
+
+
+@functools.lru_cache(maxsize=64)
+def _schema_from_arrow(arrow: str) -> pa.Schema:
+    # Every version repeats the schema: decode each distinct one once.
+    return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(arrow)))
+
+
+def _decode_doc(data: bytes, kind: type[D], *, what: str, where: str) -> D:
+    """Decode a stored document; CorruptionError naming ``where`` if unreadable or too new."""
+    return decode_doc(data, kind, what=what, where=where, newest=FORMAT)
+
+
+def encode_version(v: Version) -> bytes:
+    h = v.header
+    header = HeaderDoc(upper=h.upper, since=h.since, schema=schema_doc(h.schema), rollup=h.rollup,
+                       recent=h.recent, writers=h.writers, stats=h.stats, retention=h.retention, removal=h.removal,
+                       prior_removal=h.prior_removal)
+    doc = VersionDoc(format=FORMAT, seqno=h.seqno, header=header, added=v.added, removed=v.removed,
+                     commit=v.commit, removed_lowers=v.removed_lowers)
+    return _ENCODER.encode(doc)
+
+
+def decode_version(data: bytes, *, where: str) -> Version:
+    """Parse a state version, raising CorruptionError naming ``where`` if it is unreadable."""
+    d = _decode_doc(data, VersionDoc, what="state version", where=where)
+    h = d.header
+    try:
+        schema = _schema_from_arrow(h.schema.arrow)
+    except Exception as e:
+        raise CorruptionError(f"{where}: unreadable schema in state version ({type(e).__name__}: {e})") from e
+    header = Header(d.seqno, h.upper, h.since, schema, h.rollup, h.recent, h.writers, h.stats, h.retention,
+                    h.removal, h.prior_removal)
+    return Version(header, d.added, d.removed, d.commit, d.removed_lowers)
+
+
+def encode_rollup(seqno: int, batches: Sequence[BatchMeta]) -> bytes:
+    return _ENCODER.encode(RollupDoc(format=FORMAT, seqno=seqno, batches=tuple(batches)))
+
+
+def decode_rollup(data: bytes, *, where: str) -> tuple[int, tuple[BatchMeta, ...]]:
+    d = _decode_doc(data, RollupDoc, what="rollup", where=where)
+    return d.seqno, d.batches

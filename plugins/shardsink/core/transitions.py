@@ -1,0 +1,324 @@
+"""The pure transitions between shard states: the commit rule and the maintenance rules. No I/O.
+
+:func:`compare_and_append` is the commit rule of DESIGN.md as a pure function:
+(header, command) → the next version, or a typed refusal. The maintenance
+transitions sit beside it, equally pure: :func:`apply_compaction` (replace live
+input batches by their merge; refused unless every input is still live),
+:func:`advance_since` and :func:`set_retention`. All of them are committed by the same
+conditional put (``Machine.commit``), so maintenance never blocks appends: a lost race
+re-applies the step on the fresh head. :func:`apply_diffs` rebuilds the live batch list
+from a rollup and the diffs after it. The values they work on are in
+:mod:`shardsink.core.state`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+
+import pyarrow as pa
+
+from shardsink.core.state import (
+    BatchMeta,
+    CommitInfo,
+    CommitKind,
+    Header,
+    MergedDesc,
+    PartMeta,
+    Stats,
+    Version,
+    WriterRecord,
+)
+from shardsink.errors import InvalidUsageError
+
+#: How many recent description ids each header remembers for idempotency.
+RECENT_DESCS = 128
+#: How many writers' last commits each header remembers.
+WRITERS = 64
+#: How many merged descriptions a compacted batch remembers (the newest; ~40-100 bytes each in JSON).
+LINEAGE_MAX = 1024
+#: The ids compaction gives its output batches (shardsink.maintenance.compact).
+COMPACTION_ID = re.compile(r"compact-[0-9a-f]{32}")
+
+
+# --- commands and refusals ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AppendCommand:
+    """Append ``parts`` as the batch ``[lower, upper)`` named ``desc_id``.
+
+    ``upper=None`` closes the shard. ``nonce`` identifies this one call, so that an
+    unknown outcome can be resolved by recognising our own version. ``props`` go to the
+    version's :class:`CommitInfo` unchanged.
+    """
+
+    desc_id: str
+    lower: int
+    upper: int | None
+    parts: tuple[PartMeta, ...]
+    writer: str
+    at: str
+    nonce: str
+    props: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class AlreadyCommitted:
+    seqno: int
+
+
+@dataclass(frozen=True)
+class UpperMismatch:
+    current: int | None
+
+
+@dataclass(frozen=True)
+class InputsGone:
+    """A compaction refused: these input batches are no longer live (another compaction
+    replaced them). It can never apply; its output must be deleted by its fate."""
+
+    missing: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Unchanged:
+    """A maintenance command that would change nothing (``since`` already there, same
+    retention): no version is written."""
+
+    reason: str
+
+
+Refusal = AlreadyCommitted | UpperMismatch | InputsGone | Unchanged
+
+
+@dataclass(frozen=True)
+class CompactCommand:
+    """Replace the live, adjacent batches ``inputs`` by one batch of ``parts``.
+
+    ``compaction_id`` names the output (its parts live under ``parts/<compaction_id>/``)
+    and is recorded in ``header.recent`` like a description id, so the compaction's fate
+    is decidable (``core.fate``). ``since`` is the frontier the output was consolidated
+    at: every time below it was advanced to it; it must not exceed the shard's since.
+    ``lower``/``upper`` are the merged bounds (the first input's lower, the last's upper).
+    """
+
+    compaction_id: str
+    inputs: tuple[str, ...]
+    lower: int
+    upper: int | None
+    since: int
+    parts: tuple[PartMeta, ...]
+    writer: str
+    at: str
+    nonce: str
+
+
+@dataclass(frozen=True)
+class SinceCommand:
+    """Advance ``since`` to ``min(upper - retention, lease_cap, target)`` (never backwards).
+
+    ``lease_cap`` is the lowest ``as_of`` of the live leases listed just before the
+    commit (None: no lease). ``target`` is an explicit ceiling (None: retention only).
+    With no retention and no target nothing moves. ``since`` never passes ``upper - 1``
+    while the shard is open, so the newest time stays readable.
+    """
+
+    lease_cap: int | None
+    target: int | None
+    writer: str
+    at: str
+    nonce: str
+
+
+@dataclass(frozen=True)
+class RetentionCommand:
+    """Set the shard's time-travel window to ``retention`` ms (None: keep all history)."""
+
+    retention: int | None
+    writer: str
+    at: str
+    nonce: str
+
+
+def initial_version(*, schema: pa.Schema, upper: int, writer: str, at: str, nonce: str) -> Version:
+    header = Header(0, upper, 0, schema, 0, (), (), Stats(), removal=-1, prior_removal=-1)
+    return Version(header, (), (), CommitInfo("create", at, writer, None, None, upper, 0, nonce))
+
+
+def with_removal(header: Header) -> Header:
+    """``header`` (already at its new seqno) marked as a version that removes batches.
+
+    Every transition whose diff removes batches must mark its header this way: GC trusts
+    the chain (:attr:`Header.removal`) to name every such version. An unknown chain
+    (None, from an older writer) stays unknown up to here, which GC handles by reading
+    the history the slow way."""
+    return replace(header, removal=header.seqno, prior_removal=header.removal)
+
+
+def compare_and_append(header: Header, cmd: AppendCommand) -> Version | Refusal:
+    """The commit rule. Bounds were validated by the caller (``lower < upper``)."""
+    done = header.committed_seqno(cmd.desc_id)
+    if done is not None:
+        return AlreadyCommitted(done)
+    if header.upper != cmd.lower:
+        return UpperMismatch(header.upper)
+    seqno = header.seqno + 1
+    rows = sum(p.rows for p in cmd.parts)
+    added = (BatchMeta(cmd.desc_id, cmd.lower, cmd.upper, seqno, cmd.parts),) if cmd.parts else ()
+    writers = tuple(w for w in header.writers if w.writer != cmd.writer)
+    writers = (*writers, WriterRecord(cmd.writer, cmd.desc_id, seqno, cmd.at))[-WRITERS:]
+    s = header.stats
+    stats = Stats(
+        s.batches + len(added),
+        s.parts + len(cmd.parts),
+        s.rows + rows,
+        s.bytes + sum(p.bytes for p in cmd.parts),
+    )
+    new = replace(
+        header,
+        seqno=seqno,
+        upper=cmd.upper,
+        recent=(*header.recent, (cmd.desc_id, seqno))[-RECENT_DESCS:],
+        writers=writers,
+        stats=stats,
+    )
+    kind: CommitKind = "close" if cmd.upper is None else "append"
+    info = CommitInfo(kind, cmd.at, cmd.writer, cmd.desc_id, cmd.lower, cmd.upper, rows, cmd.nonce, cmd.props)
+    return Version(new, added, (), info)
+
+
+def _bumped(header: Header, seqno: int, entry: str, writer: str, at: str) -> Header:
+    """``header`` at ``seqno`` with ``entry`` recorded in ``recent`` and ``writer``'s record."""
+    writers = tuple(w for w in header.writers if w.writer != writer)
+    writers = (*writers, WriterRecord(writer, entry, seqno, at))[-WRITERS:]
+    return replace(header, seqno=seqno, recent=(*header.recent, (entry, seqno))[-RECENT_DESCS:], writers=writers)
+
+
+def apply_compaction(header: Header, batches: Sequence[BatchMeta], cmd: CompactCommand) -> Version | Refusal:
+    """The compaction rule: ``batches`` are the live batches at ``header``.
+
+    Applies only if every input is still live, adjacent and in order (then they are
+    replaced, in place, by one batch named ``compaction_id``, or by nothing if the merge
+    consolidated to no updates). The upper never changes. Refusals: AlreadyCommitted
+    (``compaction_id`` in the idempotency window), InputsGone (an input was replaced by
+    another compaction: this one can never apply).
+    """
+    done = header.committed_seqno(cmd.compaction_id)
+    if done is not None:
+        return AlreadyCommitted(done)
+    ids = [b.desc_id for b in batches]
+    missing = tuple(i for i in cmd.inputs if i not in ids)
+    if missing:
+        return InputsGone(missing)
+    first = ids.index(cmd.inputs[0])
+    if tuple(ids[first:first + len(cmd.inputs)]) != cmd.inputs:
+        # Live but no longer adjacent cannot happen (batches only ever leave the list, and
+        # a merge takes an adjacent run's place): treat a foreign layout as a lost race.
+        return InputsGone(())
+    if cmd.since > header.since:
+        raise InvalidUsageError(
+            f"compaction {cmd.compaction_id} was consolidated at since {cmd.since}, above the shard's {header.since}"
+        )
+    gone = batches[first:first + len(cmd.inputs)]
+    seqno = header.seqno + 1
+    added = (BatchMeta(cmd.compaction_id, cmd.lower, cmd.upper, seqno, cmd.parts, merged_lineage(gone)),
+             ) if cmd.parts else ()
+    s = header.stats
+    stats = Stats(
+        s.batches - len(gone) + len(added),
+        s.parts - sum(len(b.parts) for b in gone) + len(cmd.parts),
+        s.rows - sum(b.rows for b in gone) + sum(p.rows for p in cmd.parts),
+        s.bytes - sum(b.bytes for b in gone) + sum(p.bytes for p in cmd.parts),
+    )
+    new = with_removal(replace(_bumped(header, seqno, cmd.compaction_id, cmd.writer, cmd.at), stats=stats))
+    rows = sum(p.rows for p in cmd.parts)
+    info = CommitInfo("compact", cmd.at, cmd.writer, cmd.compaction_id, cmd.lower, cmd.upper, rows, cmd.nonce)
+    return Version(new, added, cmd.inputs, info, tuple(b.lower for b in gone))
+
+
+def merged_lineage(batches: Sequence[BatchMeta]) -> tuple[MergedDesc, ...]:
+    """The lineage of one batch merging ``batches`` (in time order): every appended batch
+    is one record, a compacted one brings its own records; the newest LINEAGE_MAX are kept.
+
+    A batch of unknown origin (a compaction output written before lineage existed) adds
+    nothing: what it merged is not known, and a record of it could claim the wrong thing.
+    """
+    return tuple(m for b in batches for m in lineage_of(b))[-LINEAGE_MAX:]
+
+
+def lineage_of(b: BatchMeta) -> tuple[MergedDesc, ...]:
+    """The descriptions whose commits ``b`` holds: itself if appended, its lineage if compacted,
+    nothing if it is a compaction output of unknown lineage (written before lineage existed)."""
+    if b.lineage is not None:
+        return b.lineage
+    if COMPACTION_ID.fullmatch(b.desc_id):
+        return ()
+    return (MergedDesc(b.desc_id, b.lower, b.upper, b.seqno, b.rows),)
+
+
+def since_target(header: Header, cmd: SinceCommand) -> int:
+    """Where :func:`advance_since` would put ``since`` (may be <= the current since)."""
+    caps = [c for c in (cmd.lease_cap, cmd.target) if c is not None]
+    if header.upper is not None:
+        if header.retention is not None:
+            caps.append(header.upper - max(1, header.retention))
+        elif cmd.target is None:
+            return header.since
+        caps.append(header.upper - 1)
+    elif header.retention is None and cmd.target is None:
+        return header.since
+    return min(caps) if caps else header.since
+
+
+def advance_since(header: Header, cmd: SinceCommand) -> Version | Refusal:
+    """The since rule (DESIGN.md "Retention and grace"): never backwards, never past a lease."""
+    new_since = since_target(header, cmd)
+    if new_since <= header.since:
+        return Unchanged(f"since stays at {header.since} (target {new_since})")
+    seqno = header.seqno + 1
+    new = replace(header, seqno=seqno, since=new_since)
+    info = CommitInfo("since", cmd.at, cmd.writer, None, header.since, new_since, 0, cmd.nonce)
+    return Version(new, (), (), info)
+
+
+def set_retention(header: Header, cmd: RetentionCommand) -> Version | Refusal:
+    """Record the shard's retention (ms, or None for all history); Unchanged if it is already so."""
+    if cmd.retention is not None and cmd.retention < 1:
+        raise InvalidUsageError(f"retention {cmd.retention} ms must be at least 1")
+    if header.retention == cmd.retention:
+        return Unchanged(f"retention is already {cmd.retention}")
+    seqno = header.seqno + 1
+    new = replace(header, seqno=seqno, retention=cmd.retention)
+    info = CommitInfo("retention", cmd.at, cmd.writer, None, header.retention, cmd.retention, 0, cmd.nonce)
+    return Version(new, (), (), info)
+
+
+def apply_diffs(batches: Sequence[BatchMeta], versions: Iterable[Version]) -> tuple[BatchMeta, ...]:
+    """The live batch list after applying ``versions`` (consecutive seqnos) in order.
+
+    Appends go to the end; a compaction's output takes the place of its first input, so
+    the list stays in time order.
+    """
+    out = list(batches)
+    for v in versions:
+        if v.removed and v.commit.kind == "compact":
+            gone = set(v.removed)
+            at = next((i for i, b in enumerate(out) if b.desc_id in gone), len(out))
+            out = [b for b in out[:at] if b.desc_id not in gone] + list(v.added) + [
+                b for b in out[at:] if b.desc_id not in gone
+            ]
+            continue
+        if v.removed:
+            gone = set(v.removed)
+            out = [b for b in out if b.desc_id not in gone]
+        out.extend(v.added)
+    return tuple(out)
+
+
+def with_rollup(version: Version, rollup: int) -> Version:
+    """``version`` pointing at a newer rollup (used for the LATEST hint)."""
+    if rollup <= version.header.rollup:
+        return version
+    return replace(version, header=replace(version.header, rollup=rollup))

@@ -1,0 +1,117 @@
+"""Updates tables: the reserved column names and the checks an updates table passes.
+
+An *updates table* has the shard's user columns plus ``_time`` (int64 ms) and
+``_diff`` (int64, non-zero). :func:`validate_updates` conforms an input to a shard
+schema (float columns written canonically, see :mod:`shardsink.core.floats`) or raises
+InvalidUsageError naming the bad column or value; :func:`check_schema` refuses a shard
+schema that cannot be stored. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from shardsink.core import floats as fl
+from shardsink.errors import InvalidUsageError
+
+TIME = "_time"
+DIFF = "_diff"
+COUNT = "_count"
+RESERVED = (TIME, DIFF)
+
+
+def user_schema(table_schema: pa.Schema) -> pa.Schema:
+    """The user columns of a table or file schema (everything but ``_time``/``_diff``)."""
+    return pa.schema([f for f in table_schema if f.name not in RESERVED and f.name != COUNT])
+
+
+def check_schema(schema: pa.Schema, *, what: str) -> None:
+    """Refuse a shard schema with no columns, duplicate or reserved names, or nested types."""
+    if len(schema) == 0:
+        raise InvalidUsageError(f"{what} has no user columns; a shard needs at least one")
+    names = [f.name for f in schema]
+    reserved = [n for n in names if n in (*RESERVED, COUNT)]
+    if reserved:
+        raise InvalidUsageError(f"{what} uses reserved column names {reserved}; {TIME}, {DIFF} and {COUNT} are ours")
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise InvalidUsageError(f"{what} has duplicate column names {dup}")
+    bad = [f"{f.name}: {f.type}" for f in schema if pa.types.is_nested(f.type) or pa.types.is_dictionary(f.type)]
+    if bad:
+        raise InvalidUsageError(f"{what} has columns of unsupported types {bad}; expected flat scalar types")
+
+
+def _conform_column(col: pa.ChunkedArray, field: pa.Field) -> pa.ChunkedArray:
+    if col.type == field.type:
+        return col
+    ok = (
+        pa.types.is_null(col.type)
+        or (pa.types.is_integer(col.type) and pa.types.is_integer(field.type))
+        or (pa.types.is_floating(col.type) and pa.types.is_floating(field.type))
+        or (pa.types.is_string(col.type) and pa.types.is_large_string(field.type))
+        or (pa.types.is_large_string(col.type) and pa.types.is_string(field.type))
+    )
+    if not ok:
+        raise InvalidUsageError(f"column {field.name!r} has type {col.type}; the shard expects {field.type}")
+    try:
+        return col.cast(field.type, safe=True)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+        raise InvalidUsageError(f"column {field.name!r} does not fit the shard's type {field.type}: {e}") from e
+
+
+def _as_int64(col: pa.ChunkedArray, name: str, what: str) -> pa.ChunkedArray:
+    """``col`` cast to int64, or InvalidUsageError naming the column (non-integer or out of range)."""
+    if not pa.types.is_integer(col.type):
+        raise InvalidUsageError(f"column {name!r} has type {col.type}; expected {what}")
+    try:
+        return col.cast(pa.int64())
+    except pa.ArrowInvalid as e:
+        raise InvalidUsageError(f"column {name!r} has values outside int64: {e}") from e
+
+
+def validate_updates(table: pa.Table, schema: pa.Schema, *, lower: int, upper: int | None) -> pa.Table:
+    """Return ``table`` conformed to ``schema`` + ``_time``/``_diff``, or raise InvalidUsageError.
+
+    Refuses: missing or extra columns, incompatible types, null or out-of-bounds times,
+    null or zero diffs. ``_diff`` defaults to 1 when absent. ``upper=None`` is unbounded.
+    """
+    dup = sorted({n for n in table.column_names if table.column_names.count(n) > 1})
+    if dup:
+        raise InvalidUsageError(f"input has duplicate columns {dup}; expected each column once")
+    names = set(table.column_names)
+    expected = [f.name for f in schema]
+    missing = [n for n in expected if n not in names]
+    extra = sorted(names - set(expected) - set(RESERVED))
+    if missing or extra:
+        raise InvalidUsageError(
+            f"input columns do not match the shard schema: missing {missing}, unexpected {extra} "
+            f"(expected {expected} plus {TIME!r} and optionally {DIFF!r})"
+        )
+    if TIME not in names:
+        raise InvalidUsageError(f"input has no {TIME!r} column (int64 milliseconds since the epoch)")
+    n = table.num_rows
+    # Canonical floats (-0.0 as 0.0, one NaN): see shardsink.core.floats for why and where.
+    cols = [fl.canonical_array(_conform_column(table.column(f.name), f)) for f in schema]
+    time = _as_int64(table.column(TIME), TIME, "int64 milliseconds")
+    if time.null_count:
+        raise InvalidUsageError(f"column {TIME!r} has {time.null_count} null values; times must be set")
+    if DIFF in names:
+        diff = _as_int64(table.column(DIFF), DIFF, "int64")
+        if diff.null_count:
+            raise InvalidUsageError(f"column {DIFF!r} has {diff.null_count} null values")
+        zeros = n - pc.count(pc.filter(diff, pc.not_equal(diff, 0))).as_py() if n else 0
+        if zeros:
+            raise InvalidUsageError(f"column {DIFF!r} has {zeros} zero values; diffs must be non-zero")
+    else:
+        diff = pa.chunked_array([pa.repeat(pa.scalar(1, pa.int64()), n)])
+    if n:
+        mm = pc.min_max(time)
+        tmin, tmax = mm["min"].as_py(), mm["max"].as_py()
+        if tmin < lower or (upper is not None and tmax >= upper):
+            raise InvalidUsageError(
+                f"times [{tmin}, {tmax}] fall outside the batch bounds [{lower}, {upper}); "
+                "every _time must satisfy lower <= _time < upper"
+            )
+    out_schema = pa.schema([*schema, pa.field(TIME, pa.int64(), False), pa.field(DIFF, pa.int64(), False)])
+    return pa.Table.from_arrays([*cols, time, diff], schema=out_schema)

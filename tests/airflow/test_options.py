@@ -1,0 +1,148 @@
+"""The option objects of ``ingest_dag`` / ``view_dag`` (SparkOptions, ShardOptions, AttemptOptions).
+
+No scheduler, no Spark: the DAG objects are only built and compared, serialized as the
+DAG processor stores them (task ids, trigger rules, every operator argument).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shardsink.airflow import AttemptOptions, ShardOptions, SparkOptions, ingest_dag, view_dag
+from shardsink.airflow.deprecated import FlatOptionWarning
+from shardsink.errors import InvalidUsageError
+from shardsink.sinks.materialize import view
+from shardsink.sources import LandingSource
+
+START = datetime(2024, 1, 2, tzinfo=UTC)
+
+#: Every deprecated flat keyword of ingest_dag with a non-default value, and the same as option objects.
+FLAT: dict[str, Any] = {
+    "spark_conn_id": "spark_other", "spark_conf": {"spark.executor.memory": "2g"}, "spark_env": {"A": "1"},
+    "aws_conn_id": "aws_lake", "initial_upper": 86_400_000, "max_span": timedelta(hours=6), "retention": "7d",
+    "max_attempts": 3, "retry_backoff": 0.5, "retry_backoff_cap": 10.0, "task_retries": 4,
+    "task_retry_delay": timedelta(seconds=7), "max_chain": 4, "catch_up_after": timedelta(seconds=90),
+    "poke_interval": timedelta(seconds=5),
+}
+OPTIONS: dict[str, Any] = {
+    "spark": SparkOptions(conn_id="spark_other", conf={"spark.executor.memory": "2g"}, env={"A": "1"}),
+    "shard": ShardOptions(aws_conn_id="aws_lake", initial_upper=86_400_000, max_span=timedelta(hours=6),
+                          retention="7d"),
+    "attempts": AttemptOptions(max_attempts=3, backoff=0.5, backoff_cap=10.0, task_retries=4,
+                               task_retry_delay=timedelta(seconds=7), max_chain=4,
+                               catch_up_after=timedelta(seconds=90), poke_interval=timedelta(seconds=5)),
+}
+VIEW_ONLY_FLAT = {k: v for k, v in FLAT.items() if k not in ("max_chain", "catch_up_after", "poke_interval")}
+VIEW_OPTIONS = {**OPTIONS, "attempts": dataclasses.replace(OPTIONS["attempts"], max_chain=16,
+                                                           catch_up_after=timedelta(minutes=5),
+                                                           poke_interval=timedelta(seconds=15))}
+
+
+def _ingest(tmp_path: Path, **kwargs: Any) -> Any:
+    kwargs.setdefault("writers", 3)
+    return ingest_dag(dag_id="opt_ingest", shard_url=(tmp_path / "shard").as_uri(), start_date=START,
+                      source=LandingSource(str(tmp_path / "landing"), time_column="event_time"), **kwargs)
+
+
+def _view(tmp_path: Path, **kwargs: Any) -> Any:
+    return view_dag(dag_id="opt_view", output_url=(tmp_path / "out").as_uri(), start_date=START, schedule=None,
+                    view=view(inputs={"events": (tmp_path / "shard").as_uri()}, sql="SELECT * FROM events"), **kwargs)
+
+
+def _serialized(dag: Any) -> dict[str, Any]:
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    def scrub(x: Any) -> Any:
+        if isinstance(x, dict):
+            return {k: scrub(v) for k, v in x.items() if k not in ("fileloc", "relative_fileloc")}
+        if isinstance(x, list):
+            return [scrub(v) for v in x]
+        return x
+
+    return scrub(DagSerialization.to_dict(dag))
+
+
+def _write_settings(dag: Any) -> dict[str, Any]:
+    write = dag.get_task("attempt_1.write")
+    return {k: write.partial_kwargs.get(k) for k in ("conn_id", "conf", "env_vars", "aws_conn_id", "retries",
+                                                      "retry_delay", "shard_url")}
+
+
+def _flat(build: Any, tmp_path: Path, flat: dict[str, Any]) -> Any:
+    with pytest.warns(FlatOptionWarning):
+        return build(tmp_path, **flat)
+
+
+def test_option_objects_build_the_same_dag_as_the_deprecated_flat_keywords(tmp_path: Path) -> None:
+    old, new = _flat(_ingest, tmp_path, FLAT), _ingest(tmp_path, **OPTIONS)
+    assert sorted(old.task_ids) == sorted(new.task_ids)
+    assert [t for t in new.task_ids if t.startswith("attempt_")][-1].startswith("attempt_3.")
+    assert _write_settings(old) == _write_settings(new) == {
+        "conn_id": "spark_other", "conf": {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2",
+                                           "spark.executor.memory": "2g"},
+        "env_vars": {"A": "1"}, "aws_conn_id": "aws_lake", "retries": 4, "retry_delay": timedelta(seconds=7),
+        "shard_url": (tmp_path / "shard").as_uri()}
+    assert _serialized(old) == _serialized(new)
+
+    old_view, new_view = _flat(_view, tmp_path, VIEW_ONLY_FLAT), _view(tmp_path, **VIEW_OPTIONS)
+    assert sorted(old_view.task_ids) == sorted(new_view.task_ids)
+    assert _write_settings(old_view) == _write_settings(new_view)
+    assert _write_settings(new_view)["conf"]["spark.sql.session.timeZone"] == "UTC"
+    assert _serialized(old_view) == _serialized(new_view)
+
+
+def test_defaults_are_the_same_with_and_without_option_objects(tmp_path: Path) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FlatOptionWarning)  # no option given: nothing deprecated used
+        bare, explicit = _ingest(tmp_path), _ingest(tmp_path, spark=SparkOptions(), shard=ShardOptions(),
+                                                    attempts=AttemptOptions())
+    assert _serialized(bare) == _serialized(explicit)
+    assert len([t for t in bare.task_ids if t.endswith(".mint")]) == 5
+
+
+def test_a_deprecated_keyword_warns_naming_the_option_object_and_field(tmp_path: Path) -> None:
+    with pytest.warns(FlatOptionWarning, match=r"ingest_dag\(retry_backoff=\.\.\.\) is deprecated.*"
+                                                r"use attempts=AttemptOptions\(backoff=\.\.\.\)") as got:
+        _ingest(tmp_path, retry_backoff=0.5)
+    assert got[0].filename == __file__  # points at the DAG file's call, not at shardsink
+    with pytest.warns(FlatOptionWarning, match=r"view_dag\(spark_conf=\.\.\.\).*spark=SparkOptions\(conf=\.\.\.\)"):
+        _view(tmp_path, spark_conf={"x": "y"})
+    # A flat keyword next to its option object sets that field over it.
+    with pytest.warns(FlatOptionWarning, match=r"shard=ShardOptions\(max_span=\.\.\.\)"):
+        mixed = _ingest(tmp_path, shard=ShardOptions(aws_conn_id="aws_lake", max_span=1000), max_span=2000)
+    assert _serialized(mixed) == _serialized(_ingest(tmp_path, shard=ShardOptions(aws_conn_id="aws_lake",
+                                                                                  max_span=2000)))
+
+
+@pytest.mark.parametrize(("flat", "options", "named"), [
+    ({"max_span": 0}, {"shard": ShardOptions(max_span=0)}, "max_span 0"),
+    ({"initial_upper": -5}, {"shard": ShardOptions(initial_upper=-5)}, "-5"),
+    ({"max_attempts": 0}, {"attempts": AttemptOptions(max_attempts=0)}, "max_attempts (0) must be at least 1"),
+    ({"max_chain": 0}, {"attempts": AttemptOptions(max_chain=0)}, "max_chain 0"),
+    ({"poke_interval": timedelta(0)}, {"attempts": AttemptOptions(poke_interval=timedelta(0))}, "poke_interval"),
+    ({"retry_backoff_cap": float("inf")}, {"attempts": AttemptOptions(backoff_cap=float("inf"))}, "inf"),
+    ({"retention": "seven days"}, {"shard": ShardOptions(retention="seven days")}, "not a duration"),
+])
+def test_a_bad_value_is_refused_as_before(tmp_path: Path, flat: dict[str, Any], options: dict[str, Any],
+                                          named: str) -> None:
+    with pytest.raises(InvalidUsageError) as by_option:
+        _ingest(tmp_path, **options)
+    with pytest.warns(FlatOptionWarning), pytest.raises(InvalidUsageError) as by_flat:
+        _ingest(tmp_path, **flat)
+    assert named in str(by_option.value)
+    assert str(by_option.value) == str(by_flat.value)
+    with pytest.raises(InvalidUsageError, match=r"writers \(0\) and max_attempts \(5\) must be at least 1"):
+        _ingest(tmp_path, writers=0)
+
+
+def test_option_objects_are_frozen_and_keyword_only() -> None:
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        SparkOptions().conn_id = "x"  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        AttemptOptions(3)  # type: ignore[misc]
