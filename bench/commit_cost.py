@@ -8,8 +8,9 @@ client and an empty version cache, like an Airflow append task in a new process)
 
 Reported per shard: handle construction time (boto3 client; not part of the commit),
 commit latency p50/mean/p95 with and without the rollup maintenance that runs inside
-``Machine._committed`` on every 32nd commit, and S3 requests per commit (own requests
-vs maintenance). Ratios long/short; targets: latency ratio <= 1.2, requests <= 4.
+the commit on every 32nd commit, and S3 requests per commit (own requests vs
+maintenance), counted by the store's public request counter (``shard.blob.counter``).
+Ratios long/short; targets: latency ratio <= 1.2, requests <= 4.
 
 Building the long history: the library's own ``Shard.append`` runs against a local
 folder on tmpfs (same code path, same objects, only the backend differs), then every
@@ -42,6 +43,7 @@ import _path  # noqa: F401  (repo root on sys.path: shardsink_dev)
 import pyarrow as pa
 
 from shardsink import Shard, StagedBatch
+from shardsink.storage.retry import RequestCounter, RetryingBlob
 from shardsink.storage.s3 import make_client
 from shardsink_dev.testing import moto_server
 
@@ -113,6 +115,7 @@ def build_real(url: str, commits: int) -> float:
 
 
 _UUID = re.compile(r"[0-9a-f]{32}")
+_SEQNO = re.compile(r"\d{20}")
 
 
 def normalized_state(prefix: str, client: Any) -> dict[str, Any]:
@@ -148,33 +151,36 @@ def check_fast_path(client: Any, scratch: Path) -> dict[str, Any]:
 # --- measuring ------------------------------------------------------------------------
 
 
-class Probe:
-    """Counts the requests of one fresh handle, split into the commit's own and the rollup's."""
+class Probe(RequestCounter):
+    """The public request counter of one fresh handle's store (``shard.blob.counter``), which
+    also logs each request (method, key, time) in order.
+
+    A commit's own requests end with its hint update (the first ``replace`` of
+    ``state/LATEST.json``); a commit that writes a rollup (a ``put`` under ``state/rollup``)
+    then reads the batch list, puts the rollup and moves the hint again: those are the
+    rollup's requests, timed from the first of them to the end of the commit.
+    """
 
     def __init__(self, shard: Shard) -> None:
-        self.raw = shard.machine.raw
-        self.kinds: list[str] = []
-        self.rollup_requests = 0
-        self.rollup_s = 0.0
-        self.raw.client.meta.events.register("before-send.s3", self._record)
-        m = shard.machine
-        inner = m._write_rollup
+        super().__init__()
+        blob = shard.blob
+        assert isinstance(blob, RetryingBlob)
+        blob.counter = self
+        self.log: list[tuple[str, str, float]] = []
 
-        def wrapped(v: Any, etag: str) -> None:
-            r0, t0 = self.raw.requests, time.perf_counter()
-            try:
-                inner(v, etag)
-            finally:
-                self.rollup_requests += self.raw.requests - r0
-                self.rollup_s += time.perf_counter() - t0
+    def count(self, method: str, key: str) -> None:
+        super().count(method, key)
+        self.log.append((method, key, time.perf_counter()))
 
-        m._write_rollup = wrapped  # type: ignore[method-assign]
-
-    def _record(self, request: Any, **_: Any) -> None:
-        path = request.url.split("?", 1)[0]
-        key = path.split("/state/", 1)[-1] if "/state/" in path else path.rsplit("/", 1)[-1]
-        key = re.sub(r"\d{20}", "N", key)
-        self.kinds.append(f"{request.method} {key}")
+    def split(self, end: float) -> tuple[list[str], int, float]:
+        """The commit's own requests (``method key``, seqnos as N), the rollup's request count and time."""
+        own = len(self.log)
+        if self.by_kind[("put", "state/rollup")]:
+            own = next((i + 1 for i, (m, k, _) in enumerate(self.log) if (m, k) == ("replace", "state/LATEST.json")),
+                       own)
+        kinds = [f"{m} {_SEQNO.sub('N', k)}" for m, k, _ in self.log[:own]]
+        rollup = self.log[own:]
+        return kinds, len(rollup), (end - rollup[0][2]) if rollup else 0.0
 
 
 def stage_batches(url: str, start: int, n: int) -> list[StagedBatch]:
@@ -197,7 +203,6 @@ def measure(urls: dict[str, str], history: dict[str, int], n: int) -> dict[str, 
             shard = Shard(urls[name])  # fresh boto3 client, empty caches
             t1 = time.perf_counter()
             probe = Probe(shard)
-            r0 = shard.machine.raw.requests
             t2 = time.perf_counter()
             lower = history[name] + j
             res = shard.compare_and_append([staged[name][j]], expected_upper=lower, new_upper=lower + 1,
@@ -205,15 +210,15 @@ def measure(urls: dict[str, str], history: dict[str, int], n: int) -> dict[str, 
             t3 = time.perf_counter()
             if res.status != "committed":
                 raise SystemExit(f"{name}: commit {j} was {res.status}")
-            reqs = shard.machine.raw.requests - r0
+            kinds, rollup_requests, rollup_s = probe.split(t3)
             r = rec[name]
             r["construct"].append(t1 - t0)
             r["total"].append(t3 - t2)
-            r["own"].append(t3 - t2 - probe.rollup_s)
-            r["own_req"].append(reqs - probe.rollup_requests)
-            r["rollup_req"].append(probe.rollup_requests)
-            r["rollup_s"].append(probe.rollup_s)
-            r["kinds"].append(probe.kinds[: reqs - probe.rollup_requests])
+            r["own"].append(t3 - t2 - rollup_s)
+            r["own_req"].append(probe.total - rollup_requests)
+            r["rollup_req"].append(rollup_requests)
+            r["rollup_s"].append(rollup_s)
+            r["kinds"].append(kinds)
     out: dict[str, dict[str, Any]] = {}
     for name, r in rec.items():
         rollups = [x for x in r["rollup_req"] if x]

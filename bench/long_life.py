@@ -48,6 +48,7 @@ from shardsink.maintenance import MaintenanceOptions, compaction_pass, set_reten
 from shardsink.maintenance.gc import collect
 from shardsink.maintenance.gc_types import GcOptions, GcReport
 from shardsink.maintenance.history import list_state, referenced, retained_start
+from shardsink.storage.retry import RetryingBlob
 from shardsink.storage.s3 import make_client
 from shardsink_dev.testing import moto_server
 
@@ -188,6 +189,13 @@ def commit_latency(urls: dict[str, str], n: int) -> dict[str, dict[str, float]]:
             for name, xs in took.items()}
 
 
+def requests(shard: Shard) -> int:
+    """Requests the handle's store has sent (its public counter: every try, a LIST once)."""
+    blob = shard.blob
+    assert isinstance(blob, RetryingBlob)
+    return blob.requests
+
+
 def request_window(url: str, appends: int, every: int | None, *, fresh: bool = False) -> dict[str, Any]:
     """``appends`` one-row appends (stage + compare_and_append, a long-lived writer handle)
     with a maintenance pass every ``every`` (its own long-lived handle, like a separate
@@ -195,27 +203,27 @@ def request_window(url: str, appends: int, every: int | None, *, fresh: bool = F
     writer, maint = Shard(url), Shard(url)
     start = writer.info().upper
     assert start is not None
-    w0 = writer.machine.raw.requests  # type: ignore[attr-defined]
+    w0 = requests(writer)
     stage_req = commit_req = maint_req = 0
     t_maint = 0.0
     for j in range(appends):
         lo = start + j
-        r0 = writer.machine.raw.requests  # type: ignore[attr-defined]
+        r0 = requests(writer)
         staged = writer.stage(one_row(lo), lower=lo, upper=lo + 1, desc_id=f"win-{lo}", schema=SCHEMA)
-        r1 = writer.machine.raw.requests  # type: ignore[attr-defined]
+        r1 = requests(writer)
         res = writer.compare_and_append([staged], expected_upper=lo, new_upper=lo + 1, desc_id=f"win-{lo}",
                                         writer=WRITER)
         assert res.status == "committed", res
         stage_req += r1 - r0
-        commit_req += writer.machine.raw.requests - r1  # type: ignore[attr-defined]
+        commit_req += requests(writer) - r1
         if every and (j + 1) % every == 0:
             if fresh:
                 maint = Shard(url)
-            m0, t0 = maint.machine.raw.requests, time.perf_counter()  # type: ignore[attr-defined]
+            m0, t0 = requests(maint), time.perf_counter()
             maintenance_pass(maint)
-            maint_req += maint.machine.raw.requests - m0  # type: ignore[attr-defined]
+            maint_req += requests(maint) - m0
             t_maint += time.perf_counter() - t0
-    total = writer.machine.raw.requests - w0 + maint_req  # type: ignore[attr-defined]
+    total = requests(writer) - w0 + maint_req
     return {"appends": appends, "stage_per_append": stage_req / appends, "commit_per_append": commit_req / appends,
             "maintenance_per_append": maint_req / appends, "total_per_append": total / appends,
             "commit_and_maintenance_per_append": (commit_req + maint_req) / appends,

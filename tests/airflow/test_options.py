@@ -15,10 +15,13 @@ from typing import Any
 import pytest
 
 from shardsink.airflow import AttemptOptions, ShardOptions, SparkOptions, ingest_dag, view_dag
+from shardsink.airflow.credentials import connection_options
 from shardsink.airflow.deprecated import FlatOptionWarning
+from shardsink.airflow.settings import IngestSettings
 from shardsink.errors import InvalidUsageError
 from shardsink.sinks.materialize import view
 from shardsink.sources import LandingSource
+from shardsink.storage.options import StoreOptions
 
 START = datetime(2024, 1, 2, tzinfo=UTC)
 
@@ -146,3 +149,27 @@ def test_option_objects_are_frozen_and_keyword_only() -> None:
         SparkOptions().conn_id = "x"  # type: ignore[misc]
     with pytest.raises(TypeError):
         AttemptOptions(3)  # type: ignore[misc]
+
+
+def test_the_attempts_backoff_is_a_jittered_capped_retry_policy() -> None:
+    settings = IngestSettings(dag_id="d", shard_url="file:///tmp/never-opened", source_spec={}, writers=1,
+                              max_span=None, max_attempts=6, initial_upper=0, backoff_base=0.5, backoff_cap=3.0)
+    policy = settings.attempts_policy
+    assert (policy.name, policy.attempts, policy.first_wait, policy.max_wait) == ("attempts", 6, 0.5, 3.0)
+    for attempt in range(2, 12):
+        waits = [settings.backoff(attempt) for _ in range(200)]
+        assert all(0 <= w <= min(3.0, 0.5 * 2 ** (attempt - 2)) for w in waits), attempt  # capped
+        assert len(set(waits)) > 150, attempt  # full jitter
+    assert max(settings.backoff(30) for _ in range(200)) > 1.5, "capped at backoff_cap, not near 0"
+    assert not hasattr(settings, "sleep"), "the attempts never sleep: the next mint is rescheduled"
+
+
+def test_an_aws_connection_sets_the_store_timeouts_in_its_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SHARDSINK_S3_CONNECT_TIMEOUT", raising=False)
+    monkeypatch.setenv("SHARDSINK_S3_READ_TIMEOUT", "40")
+    assert connection_options({"region_name": "eu-west-1"}) is None, "no botocore settings: the environment's"
+    assert connection_options({"config_kwargs": {"signature_version": "s3v4"}}) is None
+    got = connection_options({"config_kwargs": {"connect_timeout": 2, "max_pool_connections": 8}})
+    assert got == StoreOptions(connect_timeout=2, read_timeout=40.0, max_pool=8)
+    with pytest.raises(InvalidUsageError, match="read_timeout"):
+        connection_options({"config_kwargs": {"read_timeout": -1}})

@@ -34,7 +34,7 @@ from shardsink import (
     UpperMismatchError,
 )
 from shardsink.core.machine import Machine
-from shardsink.core.retry import COMMIT, STORAGE
+from shardsink.storage.retry import COMMIT, STORAGE
 from shardsink.storage.s3 import S3Blob, make_client
 from shardsink_dev.testing import MotoServer
 

@@ -10,6 +10,7 @@ import pytest
 from shardsink.core import state as st
 from shardsink.core import state_codec as sc
 from shardsink.core import transitions as tr
+from shardsink.core.commands import AppendCommand
 from shardsink.errors import CorruptionError
 
 SCHEMA = pa.schema([("k", pa.string()), ("v", pa.int64())])
@@ -20,15 +21,15 @@ def part(key: str, rows: int = 3, size: int = 100, lo: int = 0, hi: int = 9) -> 
 
 
 def cmd(desc_id: str, lower: int, upper: int | None, *parts: st.PartMeta, writer: str = "w1",
-        nonce: str = "n") -> tr.AppendCommand:
-    return tr.AppendCommand(desc_id, lower, upper, tuple(parts), writer, "2024-01-01T00:00:00.000+00:00", nonce)
+        nonce: str = "n") -> AppendCommand:
+    return AppendCommand(desc_id, lower, upper, tuple(parts), writer, "2024-01-01T00:00:00.000+00:00", nonce)
 
 
 def v0(upper: int = 0) -> st.Version:
     return tr.initial_version(schema=SCHEMA, upper=upper, writer="creator", at="t0", nonce="n0")
 
 
-def commit(header: st.Header, c: tr.AppendCommand) -> st.Version:
+def commit(header: st.Header, c: AppendCommand) -> st.Version:
     out = tr.compare_and_append(header, c)
     assert isinstance(out, st.Version), out
     return out
@@ -165,7 +166,7 @@ def test_version_codec_round_trips_every_field() -> None:
 
 def test_append_props_reach_the_commit_info_and_versions_without_them_still_decode() -> None:
     props = (("view.basis", "full"), ("view.fingerprint", "f00"))
-    c = tr.AppendCommand("d1", 0, 10, (), "w1", "2024-01-01T00:00:00.000+00:00", "n", props)
+    c = AppendCommand("d1", 0, 10, (), "w1", "2024-01-01T00:00:00.000+00:00", "n", props)
     v1 = commit(v0().header, c)
     assert v1.commit.props == props
     assert sc.decode_version(sc.encode_version(v1), where="mem").commit.props == props

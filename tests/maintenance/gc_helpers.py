@@ -3,22 +3,21 @@
 ``small_windows`` (a fixture, re-exported by this folder's conftest.py) shrinks the
 idempotency window (4 descriptions) and the rollup cadence (every 4 versions) so that
 a few dozen commits exercise what takes thousands in production. ``compact_like``
-commits, through ``Machine.commit`` and the state codec, a version that replaces
-batches by one merged batch, as compaction does, so GC's handling of compacted-away
-parts is tested before the compaction module lands.
+commits, through ``Machine.commit`` (a ``CompactCommand``), a version that replaces
+batches by one merged batch staged from their changes, without the compaction module's
+planning and merging.
 """
 
 from __future__ import annotations
 
 import uuid
-from dataclasses import replace
 
 import pyarrow as pa
 import pytest
 
 from shardsink import Shard
 from shardsink.core import state as st
-from shardsink.core import transitions as tr
+from shardsink.core.commands import CompactCommand
 from shardsink.core.shard import StagedBatch
 
 SCHEMA = pa.schema([("k", pa.string())])
@@ -47,16 +46,9 @@ def compact_like(shard: Shard, ids: list[str], new_id: str) -> st.Version:
     lower, upper = live[ids[0]].lower, live[ids[-1]].upper
     merged = shard.changes(lower, upper if upper is not None else lower + 1)
     staged: StagedBatch = shard.stage(merged, lower=lower, upper=upper, desc_id=new_id)
-
-    def step(h: st.Header) -> st.Version:
-        seqno = h.seqno + 1
-        new = tr.with_removal(replace(h, seqno=seqno, recent=(*h.recent, (new_id, seqno))[-tr.RECENT_DESCS:]))
-        info = st.CommitInfo("append", "2026-01-01T00:00:00.000+00:00", "test-compactor", new_id, lower, upper,
-                             staged.rows, uuid.uuid4().hex)
-        return st.Version(new, (st.BatchMeta(new_id, lower, upper, seqno, staged.parts),), tuple(ids), info,
-                          tuple(live[i].lower for i in ids))
-
-    out = shard.machine.commit(step)
+    cmd = CompactCommand(new_id, tuple(ids), lower, upper, 0, staged.parts, "test-compactor",
+                         "2026-01-01T00:00:00.000+00:00", uuid.uuid4().hex)
+    out = shard.machine.commit(cmd)
     assert isinstance(out, st.Version)
     return out
 

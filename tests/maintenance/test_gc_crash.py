@@ -20,7 +20,6 @@ from gc_helpers import SCHEMA, append_days, compact_like, contents, rows
 
 from shardsink import Shard, ShardsinkError
 from shardsink.core.machine import Machine
-from shardsink.core.retry import COMMIT, STORAGE
 from shardsink.core.version_store import version_key
 from shardsink.errors import StorageError
 from shardsink.maintenance.gc import collect
@@ -28,6 +27,7 @@ from shardsink.maintenance.gc_types import GcOptions
 from shardsink.maintenance.history import list_state
 from shardsink.maintenance.verify import verify
 from shardsink.storage.base import Blob
+from shardsink.storage.retry import COMMIT, STORAGE
 from shardsink.storage.s3 import S3Blob, make_client
 from shardsink_dev.testing import MotoServer
 

@@ -13,6 +13,7 @@ import pytest
 from shardsink.errors import ConditionFailedError, InvalidUsageError
 from shardsink.storage import Blob, ShardUrl, open_blob, parse_url
 from shardsink.storage.local import LocalBlob
+from shardsink.storage.retry import RetryingBlob
 from shardsink.storage.s3 import S3Blob
 
 BUCKET = "shardsink-test"  # created by the session `moto` fixture in tests/conftest.py
@@ -278,7 +279,10 @@ def test_parse_url_refuses_empty_urls_and_file_urls_without_local_absolute_path(
 
 
 def test_open_blob_picks_the_backend_from_the_url(tmp_path: Path, moto: object) -> None:
-    local = open_blob(f"file://{tmp_path}/s")
-    assert isinstance(local, LocalBlob) and local.url == f"file://{tmp_path}/s"
-    s3 = open_blob(f"s3://{BUCKET}/team/s")
+    local = open_blob(f"file://{tmp_path}/s")  # every store from open_blob carries the retry wrapper
+    assert isinstance(local, RetryingBlob) and isinstance(local.inner, LocalBlob)
+    assert local.url == local.inner.url == f"file://{tmp_path}/s"
+    wrapped = open_blob(f"s3://{BUCKET}/team/s")
+    s3 = wrapped.inner
     assert isinstance(s3, S3Blob) and (s3.bucket, s3.prefix, s3.url) == (BUCKET, "team/s", f"s3://{BUCKET}/team/s")
+    assert wrapped.url == s3.url

@@ -4,7 +4,10 @@
 (:class:`~airflow.providers.amazon.aws.hooks.base_aws.AwsBaseHook`) resolves it: keys,
 session token, profiles, role assumption, region and ``endpoint_url`` (or
 ``service_config.s3.endpoint_url``) from the extra. shardsink never parses the
-connection itself and never writes credentials into ``os.environ``:
+connection itself and never writes credentials into ``os.environ``; it only reads the
+botocore settings it applies itself (``connect_timeout``, ``read_timeout``,
+``max_pool_connections`` of the extra's ``config_kwargs``, the provider's own key for
+them) into the store's :class:`~shardsink.storage.options.StoreOptions`:
 
 * tasks running in the worker (mint, append, the write operator's committed check) use
   an :class:`~shardsink.storage.s3.S3Access` built from the hook's boto3 session, made
@@ -21,6 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from shardsink.storage.options import ENV, StoreOptions
 from shardsink.storage.s3 import S3Access, using_s3_access
 
 
@@ -33,9 +37,11 @@ class AwsAccess:
     session: Any = field(repr=False)
     endpoint_url: str | None
     region: str | None
+    #: Timeouts and pool from the extra's ``config_kwargs`` over the environment's (None: the environment's).
+    options: StoreOptions | None = None
 
     def s3(self) -> S3Access:
-        return S3Access(self.session, self.endpoint_url)
+        return S3Access(self.session, self.endpoint_url, self.options)
 
     def spark_env(self) -> dict[str, str]:
         """Environment variables for the spark-submit process (driver and local executors).
@@ -51,6 +57,8 @@ class AwsAccess:
             env["AWS_DEFAULT_REGION"] = self.region
         if self.endpoint_url:
             env["AWS_ENDPOINT_URL"] = self.endpoint_url
+        if self.options is not None:  # the connection's timeouts reach the executors' stores too
+            env.update({var: str(getattr(self.options, f)) for f, var in ENV.items()})
         return env
 
 
@@ -63,7 +71,17 @@ def resolve_aws(conn_id: str) -> AwsAccess:
     session = hook.get_session(region_name=wrapper.region_name)
     return AwsAccess(conn_id=conn_id, hook=hook, session=session,
                      endpoint_url=wrapper.get_service_endpoint_url("s3"),
-                     region=wrapper.region_name or session.region_name)
+                     region=wrapper.region_name or session.region_name,
+                     options=connection_options(wrapper.extra_config))
+
+
+def connection_options(extra: dict[str, Any]) -> StoreOptions | None:
+    """The environment's store options with the timeouts and pool the extra's ``config_kwargs``
+    sets; None if it sets none (the environment's then apply, as without a connection)."""
+    env = StoreOptions.from_env()
+    botocore = extra.get("config_kwargs")
+    options = env.override(botocore) if isinstance(botocore, dict) else env
+    return None if options == env else options
 
 
 @contextmanager

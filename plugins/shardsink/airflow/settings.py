@@ -7,13 +7,12 @@ file with a bad value fails to parse, naming it (:class:`InvalidUsageError`).
 
 from __future__ import annotations
 
-import random
-import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass
 from typing import Any
 
 from shardsink.core import checks as ck
+from shardsink.storage.retry import RetryPolicy
 
 
 @dataclass(frozen=True)
@@ -24,7 +23,8 @@ class IngestSettings:
     ``max_attempts`` bounds the attempt groups of a run (each commits up to ``max_chain``
     descriptions); ``catch_up_after`` is how long a run whose earlier interval is not
     covered yet waits for the shard to progress before catching up itself; while waiting
-    it is rescheduled every ``poke_interval`` seconds (holding no worker slot).
+    it is rescheduled every ``poke_interval`` seconds (holding no worker slot). A lost race
+    reschedules the next attempt after :meth:`backoff` (the :attr:`attempts_policy`).
     """
 
     dag_id: str
@@ -36,7 +36,6 @@ class IngestSettings:
     initial_upper: int
     backoff_base: float = 2.0
     backoff_cap: float = 30.0
-    sleep: Callable[[float], None] = field(default=time.sleep, compare=False)
     #: The shard's retention to keep set (a duration spec, "none" = all history); None: unmanaged.
     retention: str | None = None
     #: Airflow ``aws`` connection for S3 stores (:mod:`shardsink.airflow.credentials`); None: the environment.
@@ -60,6 +59,14 @@ class IngestSettings:
                                       ("poke_interval", self.poke_interval, True)):
             ck.check_seconds(value, what=what, positive=positive)
 
+    @property
+    def attempts_policy(self) -> RetryPolicy:
+        """The attempt groups' backoff: ``max_attempts`` tries, full jitter from ``backoff_base``
+        up to ``backoff_cap``; no deadline of its own (the DAG run's timeouts bound it). Nothing
+        sleeps on it: the wait is the time the next mint is rescheduled to."""
+        return RetryPolicy("attempts", attempts=self.max_attempts, first_wait=self.backoff_base,
+                           max_wait=self.backoff_cap, deadline=math.inf)
+
     def backoff(self, attempt: int) -> float:
         """Full-jitter exponential backoff before attempt ``attempt`` (>= 2)."""
-        return random.uniform(0, min(self.backoff_cap, self.backoff_base * 2 ** (attempt - 2)))
+        return self.attempts_policy.backoff(attempt)

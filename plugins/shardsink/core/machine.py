@@ -20,7 +20,8 @@ create ``n+1`` (``If-None-Match: *``), replace hint (``If-Match``). A writer tha
 the hint already passes it as ``start`` and skips the first two: the create is the probe.
 A long-lived handle that committed or read the head moments ago starts from what it
 knows (:meth:`Machine.known_head`): 2 requests, as persist's writers commit from their
-cached state.
+cached state. Every command of :mod:`shardsink.core.commands` is committed by the same loop
+(:meth:`Machine.commit`), the create of a shard's version 0 included.
 """
 
 from __future__ import annotations
@@ -33,17 +34,17 @@ from dataclasses import dataclass
 from shardsink.core import state as st
 from shardsink.core import state_codec as sc
 from shardsink.core import transitions as tr
-from shardsink.core.retry import COMMIT, STORAGE, RetryingBlob, RetryPolicy
+from shardsink.core.commands import Command, CompactCommand, CreateCommand
 from shardsink.core.version_store import VersionStore, rollup_key, version_key
 from shardsink.errors import (
     ConditionFailedError,
     CorruptionError,
-    ShardExistsError,
     ShardsinkError,
     StorageError,
     UnknownOutcomeError,
 )
 from shardsink.storage.base import Blob
+from shardsink.storage.retry import COMMIT, STORAGE, RetryingBlob, RetryPolicy
 
 log = logging.getLogger(__name__)
 
@@ -64,9 +65,19 @@ class Head:
     hint_etag: str | None
 
 
-Step = Callable[[st.Header], "st.Version | tr.Refusal"]
-#: A step that also needs the live batch list at the header it is applied to (compaction).
-BatchStep = Callable[[st.Header, "tuple[st.BatchMeta, ...]"], "st.Version | tr.Refusal"]
+@dataclass
+class _Run:
+    """One :meth:`Machine.commit` call's progress: the command, the head it last decided on
+    (None: a create, before version 0 is read) and the hint's etag as read; whether that head
+    was known to be the newest when read (``probed``), our nonce once we tried a create, and
+    whether an earlier create of ours may have landed unseen (``unsure``)."""
+
+    cmd: Command
+    cur: st.Version | None
+    etag: str | None
+    probed: bool
+    nonce: str | None = None
+    unsure: bool = False
 
 
 class Machine(VersionStore):
@@ -80,8 +91,9 @@ class Machine(VersionStore):
         storage_policy: RetryPolicy = STORAGE,
         commit_policy: RetryPolicy = COMMIT,
     ) -> None:
-        self.raw = blob
-        super().__init__(RetryingBlob(blob, policy=storage_policy))
+        retrying = RetryingBlob(blob, policy=storage_policy)  # idempotent: never a wrapper of a wrapper
+        self.raw = retrying.inner  # the backend itself (tests and drills count its requests)
+        super().__init__(retrying)
         self.commit_policy = commit_policy
         self._known: tuple[Head, float] | None = None  # the newest head seen, and when
         self.clock: Callable[[], float] = time.monotonic
@@ -147,123 +159,108 @@ class Machine(VersionStore):
 
     # --- writing ------------------------------------------------------------------
 
-    def create(self, v0: st.Version) -> st.Version:
-        """Write version 0 of a new shard; ShardExistsError if anything is there.
-
-        SUBTLE: a lost answer to the create of version 0 is resolved like a commit's:
-        re-read version 0 and compare the nonce (ours ⇒ created; someone else's ⇒
-        ShardExistsError; missing ⇒ retry the identical create). Otherwise a retry of a
-        create that landed would report "already exists; left unchanged".
-        """
-        if self.blob.get(LATEST) is not None or any(True for _ in self.blob.list("state/v/")):
-            raise ShardExistsError(f"a shard already exists at {self.url}; it was left unchanged")
-        policy, unsure = self.commit_policy, False
-        for attempt in range(policy.attempts):
-            try:
-                self.blob.create(version_key(0), sc.encode_version(v0))
-                break
-            except (ConditionFailedError, UnknownOutcomeError) as e:
-                if isinstance(e, UnknownOutcomeError):
-                    unsure = True
-                    policy.sleep(min(policy.max_wait, policy.first_wait * 2**attempt))
-                try:
-                    landed = self.fetch(0) if unsure else None
-                except StorageError as read_failed:
-                    raise UnknownOutcomeError(f"{self.url}: create outcome unknown ({read_failed})") from read_failed
-                if landed is not None and landed.commit.nonce == v0.commit.nonce:
-                    break
-                if landed is None and isinstance(e, UnknownOutcomeError):
-                    continue  # not there: retrying the same create is safe
-                raise ShardExistsError(f"a shard already exists at {self.url}; it was left unchanged") from e
-        else:
-            raise UnknownOutcomeError(f"{self.url}: create did not settle after {policy.attempts} attempts")
-        self._publish_hint(v0, None)
-        return v0
-
-    def commit(self, step: Step, *, start: Head | None = None) -> st.Version | tr.Refusal:
-        """Apply ``step`` to the newest header and create the next version, exactly once.
+    def commit(self, cmd: Command, *, start: Head | None = None) -> st.Version | tr.Refusal:
+        """Apply ``cmd`` (:func:`transitions.apply`) to the newest header and create the next
+        version, exactly once: the one compare-and-set loop, for every kind of command.
 
         ``start``: a head the caller already read (e.g. :meth:`hinted_head`), saving the
         head read; if it is stale the create of its successor fails and the newer
         versions are probed, exactly as when another writer wins a race.
 
         This is the only place that performs the conditional put of a state version.
-        ``step`` must be pure and deterministic for a given header: after an unknown
-        outcome it is re-applied and must produce the same bytes. Any refusal other than
-        AlreadyCommitted is returned as is (nothing written).
+        :func:`transitions.apply` is pure and deterministic: after an unknown outcome it is
+        re-applied and produces the same bytes. Any refusal other than AlreadyCommitted and
+        AlreadyExists is returned as is (nothing written). A compaction is given the live
+        batches of exactly the version whose header it is applied to, on every attempt (after
+        a lost race, on the fresh head), so it re-checks that its inputs are live. Waits after
+        unknown outcomes are the commit policy's (:meth:`RetryPolicy.waits`: jittered, within
+        its attempts and deadline); a lost race re-reads at once.
+
+        A :class:`CreateCommand` (version 0) has no head: AlreadyExists when the hint or any
+        version is there, or when the create of version 0 is refused.
 
         SUBTLE: after an unknown outcome (timeout, 409, 5xx) the version may exist,
         written by us. We re-read it and compare the commit nonce before deciding; a
-        later refusal ``AlreadyCommitted`` is likewise checked against our nonce.
-        Once any attempt had an unknown outcome, a storage failure while re-reading
-        leaves the commit unknown, not failed: it is raised as UnknownOutcomeError, never
-        as StorageError (which tells callers the write definitely did not apply).
+        later refusal ``AlreadyCommitted`` (or ``AlreadyExists``) is likewise checked against
+        our nonce. Once any attempt had an unknown outcome, a storage failure while
+        re-reading leaves the commit unknown, not failed: it is raised as UnknownOutcomeError,
+        never as StorageError (which tells callers the write definitely did not apply).
+
+        SUBTLE: a lost answer to the create of version 0 is resolved like a commit's:
+        re-read version 0 and compare the nonce (ours ⇒ created; someone else's ⇒
+        AlreadyExists; missing ⇒ retry the identical create). Otherwise a retry of a
+        create that landed would report "already exists; left unchanged".
         """
-        head = start if start is not None else self.head()
-        cur = head.version
-        probed = start is None  # cur is known to have been the newest when read
-        nonce: str | None = None
-        unsure = False  # an earlier create of ours may have landed unseen
-        policy = self.commit_policy
+        creating = isinstance(cmd, CreateCommand)
+        if creating and (self.blob.get(LATEST) is not None or any(True for _ in self.blob.list("state/v/"))):
+            return tr.AlreadyExists()
+        head = None if creating else start if start is not None else self.head()
+        run = _Run(cmd, head.version if head is not None else None, head.hint_etag if head is not None else None,
+                   probed=start is None)
         try:
-            for attempt in range(policy.attempts):
-                out = step(cur.header)
-                if isinstance(out, tr.AlreadyCommitted):
-                    mine = self.fetch(out.seqno) if nonce is not None else None
-                    if mine is not None and mine.commit.nonce == nonce:
-                        return self._committed(mine, head.hint_etag)  # ours, landed unseen
-                    return out
-                if not isinstance(out, st.Version):
-                    if not probed:  # a stale start may refuse wrongly: decide on the newest
-                        cur, probed = self._advance(cur), True
-                        continue
-                    return out
-                nonce = out.commit.nonce
-                try:
-                    self.blob.create(version_key(out.seqno), sc.encode_version(out))
-                except ConditionFailedError:
-                    cur, probed = self._advance(cur), True
-                    continue
-                except UnknownOutcomeError as e:
-                    unsure = True
-                    log.warning("commit of seqno %d: %s; re-reading", out.seqno, e)
-                    policy.sleep(min(policy.max_wait, policy.first_wait * 2**attempt))
-                    landed = self.fetch(out.seqno)
-                    if landed is None:
-                        continue  # not there (yet): retrying the same create is safe
-                    if landed.commit.nonce == nonce:
-                        return self._committed(landed, head.hint_etag)
-                    cur, probed = self._advance(landed), True
-                    continue
-                self._versions[out.seqno] = out
-                return self._committed(out, head.hint_etag)
+            out = self._attempts(run)
         except StorageError as e:
-            if not unsure:
+            if not run.unsure:
                 raise
             raise UnknownOutcomeError(
+                f"{self.url}: create outcome unknown ({e})" if creating else
                 f"{self.url}: commit outcome unknown: an attempt may have landed and re-reading failed ({e}); "
                 "re-read state before retrying"
             ) from e
+        if out is not None:
+            return out
         raise UnknownOutcomeError(
-            f"{self.url}: commit did not settle after {policy.attempts} attempts "
-            f"(last seen seqno {cur.seqno}); re-read state before retrying"
+            f"{self.url}: create did not settle after {self.commit_policy.attempts} attempts" if run.cur is None else
+            f"{self.url}: commit did not settle after {self.commit_policy.attempts} attempts "
+            f"(last seen seqno {run.cur.seqno}); re-read state before retrying"
         )
 
-    def commit_with_batches(self, step: BatchStep) -> st.Version | tr.Refusal:
-        """:meth:`commit` for a step that needs the live batches at the header it sees.
-
-        Each attempt (after a lost race, on the fresh head) recomputes the batch list of
-        exactly the version whose header the step receives, so the step can re-check
-        what it depends on (a compaction's inputs being live).
-        """
-        seen: dict[int, tuple[st.BatchMeta, ...]] = {}
-
-        def with_batches(header: st.Header) -> st.Version | tr.Refusal:
-            if header.seqno not in seen:
-                seen[header.seqno] = self.batches_at(header)
-            return step(header, seen[header.seqno])
-
-        return self.commit(with_batches)
+    def _attempts(self, run: _Run) -> st.Version | tr.Refusal | None:
+        """:meth:`commit`'s loop: the committed version, a refusal, or None (did not settle)."""
+        policy, waits = self.commit_policy, self.commit_policy.waits()
+        for _ in range(policy.attempts):
+            header = run.cur.header if run.cur is not None else None
+            live = self.batches_at(header) if isinstance(run.cmd, CompactCommand) and header is not None else ()
+            out = tr.apply(header, live, run.cmd)
+            if isinstance(out, tr.AlreadyCommitted | tr.AlreadyExists):
+                seqno = out.seqno if isinstance(out, tr.AlreadyCommitted) else 0
+                mine = self.fetch(seqno) if run.nonce is not None else None
+                if mine is not None and mine.commit.nonce == run.nonce:
+                    return self._committed(mine, run.etag)  # ours, landed unseen
+                return out
+            if not isinstance(out, st.Version):
+                if not run.probed and run.cur is not None:  # a stale start may refuse wrongly: decide on the newest
+                    run.cur, run.probed = self._advance(run.cur), True
+                    continue
+                return out
+            run.nonce = out.commit.nonce
+            try:
+                self.blob.create(version_key(out.seqno), sc.encode_version(out))
+            except ConditionFailedError:
+                # Another writer won (or an own unseen create landed): decide on what is there.
+                run.cur = self._advance(run.cur) if run.cur is not None else self.fetch(0)  # a create: version 0
+                if run.cur is None:
+                    return tr.AlreadyExists()
+                run.probed = True
+                continue
+            except UnknownOutcomeError as e:
+                run.unsure = True
+                log.warning("commit of seqno %d: %s; re-reading", out.seqno, e)
+                wait = next(waits, None)
+                if wait is not None:
+                    policy.sleep(wait)
+                landed = self.fetch(out.seqno)
+                if landed is None:
+                    if wait is None:
+                        return None  # the policy's deadline is spent
+                    continue  # not there (yet): retrying the same create is safe
+                if landed.commit.nonce == run.nonce:
+                    return self._committed(landed, run.etag)
+                run.cur, run.probed = self._advance(landed), True
+                continue
+            self._versions[out.seqno] = out
+            return self._committed(out, run.etag)
+        return None
 
     def rollup_now(self) -> int | None:
         """Maintenance: snapshot the head's batch list now (readers then fetch no diffs).

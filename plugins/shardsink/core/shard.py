@@ -25,6 +25,7 @@ from shardsink.core import state as st
 from shardsink.core import transitions as tr
 from shardsink.core import verdicts as vd
 from shardsink.core.checks import check_as_of, check_changes
+from shardsink.core.commands import AppendCommand, CreateCommand
 from shardsink.core.consolidate import consolidate
 from shardsink.core.machine import Head, Machine
 from shardsink.core.part_io import read_parts, stage_parts
@@ -34,6 +35,7 @@ from shardsink.errors import (
     InvalidUsageError,
     ReadFrontierError,
     ShardClosedError,
+    ShardExistsError,
     UpperMismatchError,
 )
 from shardsink.storage.base import Blob, ObjectInfo
@@ -108,8 +110,9 @@ class Shard:
         ck.check_time(upper, what="initial upper")
         writer = ck.check_writer(writer if writer is not None else default_writer())
         shard = cls(url, blob=blob)
-        v0 = tr.initial_version(schema=schema, upper=upper, writer=writer, at=_now(), nonce=uuid.uuid4().hex)
-        shard.machine.create(v0)
+        out = shard.machine.commit(CreateCommand(schema, upper, writer, _now(), uuid.uuid4().hex))
+        if not isinstance(out, st.Version):
+            raise ShardExistsError(f"a shard already exists at {shard.machine.url}; it was left unchanged")
         return shard
 
     @classmethod
@@ -181,9 +184,9 @@ class Shard:
                 props: Mapping[str, str] | None = None) -> AppendResult:
         all_parts = tuple(p for s in staged for p in s.parts)
         pairs = tuple(sorted((str(k), str(v)) for k, v in (props or {}).items()))
-        cmd = tr.AppendCommand(desc_id, expected_upper, new_upper, all_parts, writer or default_writer(),
-                               _now(), uuid.uuid4().hex, pairs)
-        out = self.machine.commit(lambda header: tr.compare_and_append(header, cmd), start=start)
+        cmd = AppendCommand(desc_id, expected_upper, new_upper, all_parts, writer or default_writer(),
+                            _now(), uuid.uuid4().hex, pairs)
+        out = self.machine.commit(cmd, start=start)
         rows = sum(p.rows for p in all_parts)
         if isinstance(out, st.Version):
             return AppendResult("committed", desc_id, out.seqno, expected_upper, new_upper, rows)

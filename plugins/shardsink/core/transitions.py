@@ -1,31 +1,40 @@
 """The pure transitions between shard states: the commit rule and the maintenance rules. No I/O.
 
-:func:`compare_and_append` is the commit rule of DESIGN.md as a pure function:
-(header, command) → the next version, or a typed refusal. The maintenance
+:func:`apply` is the one entry point: (header, live batches, command) → the next
+version, or a typed refusal (:data:`Refusal`), dispatching on the command's kind
+(:mod:`shardsink.core.commands`) to the rules below. :func:`compare_and_append` is the
+commit rule of DESIGN.md; :func:`initial_version` creates a shard. The maintenance
 transitions sit beside it, equally pure: :func:`apply_compaction` (replace live
 input batches by their merge; refused unless every input is still live),
 :func:`advance_since` and :func:`set_retention`. All of them are committed by the same
 conditional put (``Machine.commit``), so maintenance never blocks appends: a lost race
-re-applies the step on the fresh head. :func:`apply_diffs` rebuilds the live batch list
+re-applies the command on the fresh head. :func:`apply_diffs` rebuilds the live batch list
 from a rollup and the diffs after it. The values they work on are in
 :mod:`shardsink.core.state`.
 """
-
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
+from typing import assert_never
 
 import pyarrow as pa
 
+from shardsink.core.commands import (
+    AppendCommand,
+    Command,
+    CompactCommand,
+    CreateCommand,
+    RetentionCommand,
+    SinceCommand,
+)
 from shardsink.core.state import (
     BatchMeta,
     CommitInfo,
     CommitKind,
     Header,
     MergedDesc,
-    PartMeta,
     Stats,
     Version,
     WriterRecord,
@@ -42,26 +51,7 @@ LINEAGE_MAX = 1024
 COMPACTION_ID = re.compile(r"compact-[0-9a-f]{32}")
 
 
-# --- commands and refusals ---------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class AppendCommand:
-    """Append ``parts`` as the batch ``[lower, upper)`` named ``desc_id``.
-
-    ``upper=None`` closes the shard. ``nonce`` identifies this one call, so that an
-    unknown outcome can be resolved by recognising our own version. ``props`` go to the
-    version's :class:`CommitInfo` unchanged.
-    """
-
-    desc_id: str
-    lower: int
-    upper: int | None
-    parts: tuple[PartMeta, ...]
-    writer: str
-    at: str
-    nonce: str
-    props: tuple[tuple[str, str], ...] = ()
+# --- refusals ---------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -90,56 +80,37 @@ class Unchanged:
     reason: str
 
 
-Refusal = AlreadyCommitted | UpperMismatch | InputsGone | Unchanged
-
-
 @dataclass(frozen=True)
-class CompactCommand:
-    """Replace the live, adjacent batches ``inputs`` by one batch of ``parts``.
+class AlreadyExists:
+    """A create refused: a shard (some state version, or the hint) is already there."""
 
-    ``compaction_id`` names the output (its parts live under ``parts/<compaction_id>/``)
-    and is recorded in ``header.recent`` like a description id, so the compaction's fate
-    is decidable (``core.fate``). ``since`` is the frontier the output was consolidated
-    at: every time below it was advanced to it; it must not exceed the shard's since.
-    ``lower``/``upper`` are the merged bounds (the first input's lower, the last's upper).
+
+Refusal = AlreadyCommitted | UpperMismatch | InputsGone | Unchanged | AlreadyExists
+
+
+def apply(header: Header | None, batches: Sequence[BatchMeta], cmd: Command) -> Version | Refusal:
+    """The next version after ``header`` under ``cmd``, or why not. Pure and deterministic.
+
+    ``header`` is the newest version's (None: no version exists, only a create applies);
+    ``batches`` the live batches at it, needed by a compaction only (others ignore them).
     """
-
-    compaction_id: str
-    inputs: tuple[str, ...]
-    lower: int
-    upper: int | None
-    since: int
-    parts: tuple[PartMeta, ...]
-    writer: str
-    at: str
-    nonce: str
-
-
-@dataclass(frozen=True)
-class SinceCommand:
-    """Advance ``since`` to ``min(upper - retention, lease_cap, target)`` (never backwards).
-
-    ``lease_cap`` is the lowest ``as_of`` of the live leases listed just before the
-    commit (None: no lease). ``target`` is an explicit ceiling (None: retention only).
-    With no retention and no target nothing moves. ``since`` never passes ``upper - 1``
-    while the shard is open, so the newest time stays readable.
-    """
-
-    lease_cap: int | None
-    target: int | None
-    writer: str
-    at: str
-    nonce: str
-
-
-@dataclass(frozen=True)
-class RetentionCommand:
-    """Set the shard's time-travel window to ``retention`` ms (None: keep all history)."""
-
-    retention: int | None
-    writer: str
-    at: str
-    nonce: str
+    if isinstance(cmd, CreateCommand):
+        if header is not None:
+            return AlreadyExists()
+        return initial_version(schema=cmd.schema, upper=cmd.upper, writer=cmd.writer, at=cmd.at, nonce=cmd.nonce)
+    if header is None:
+        raise InvalidUsageError(f"{type(cmd).__name__} needs an existing shard")
+    match cmd:
+        case AppendCommand():
+            return compare_and_append(header, cmd)
+        case CompactCommand():
+            return apply_compaction(header, batches, cmd)
+        case SinceCommand():
+            return advance_since(header, cmd)
+        case RetentionCommand():
+            return set_retention(header, cmd)
+        case _:
+            assert_never(cmd)
 
 
 def initial_version(*, schema: pa.Schema, upper: int, writer: str, at: str, nonce: str) -> Version:

@@ -22,8 +22,8 @@ from concurrent.futures import ThreadPoolExecutor
 from shardsink.core import state as st
 from shardsink.core import state_codec as sc
 from shardsink.core import transitions as tr
-from shardsink.core.retry import RetryingBlob
 from shardsink.errors import CorruptionError, ShardNotFoundError, StorageError
+from shardsink.storage.retry import RetryingBlob
 
 _VKEY = re.compile(r"^state/v/(\d{20})\.json$")
 

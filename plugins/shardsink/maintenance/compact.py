@@ -4,7 +4,7 @@ One compaction of inputs ``B1..Bk`` (adjacent, live)::
 
     1. write staging/<cid>/compaction.json   (its inputs: lets a later sweep decide its fate)
     2. merge their parts (streaming, bounded memory) into parts/<cid>/…, times < since → since
-    3. commit transitions.apply_compaction by the one conditional put (Machine.commit_with_batches);
+    3. commit a CompactCommand (transitions.apply_compaction) by the one conditional put (Machine.commit);
        a lost race re-applies it on the fresh head, re-checking that every input is live
     4. applied ⇒ delete the manifest; refused (an input is gone) ⇒ delete its output;
        both through core.fate.delete_staged, which re-derives the fate first
@@ -36,6 +36,7 @@ from shardsink.core import fate as ft
 from shardsink.core import manifests as mf
 from shardsink.core import state as st
 from shardsink.core import transitions as tr
+from shardsink.core.commands import CompactCommand
 from shardsink.core.shard import Shard, default_writer
 from shardsink.errors import CorruptionError, ShardsinkError, UnknownOutcomeError
 from shardsink.maintenance.merge import MergeOptions, MergeStats, OnBatch, merge_parts
@@ -169,9 +170,9 @@ def compact_batches(shard: Shard, inputs: Sequence[st.BatchMeta], *, since: int,
         return Merge(cid, tuple(b.desc_id for b in inputs), "refused", None, 0, 0, n_in, 0, gone.parts, False)
     options.hooks.call("after_outputs", cid)
     upper = inputs[-1].upper
-    cmd = tr.CompactCommand(cid, tuple(b.desc_id for b in inputs), inputs[0].lower, upper, since,
-                            tuple(stats.parts), options.writer or default_writer(), _now(), uuid.uuid4().hex)
-    out = m.commit_with_batches(lambda header, live: tr.apply_compaction(header, live, cmd))
+    cmd = CompactCommand(cid, tuple(b.desc_id for b in inputs), inputs[0].lower, upper, since,
+                         tuple(stats.parts), options.writer or default_writer(), _now(), uuid.uuid4().hex)
+    out = m.commit(cmd)
     if isinstance(out, st.Version | tr.AlreadyCommitted):
         options.hooks.call("after_commit", cid)
     deleted = 0

@@ -19,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 from shardsink.core import checks as ck
 from shardsink.core import leases
 from shardsink.core import state as st
-from shardsink.core import transitions as tr
+from shardsink.core.commands import RetentionCommand, SinceCommand
 from shardsink.core.shard import Shard, default_writer
 from shardsink.errors import InvalidUsageError
 
@@ -85,8 +85,8 @@ def advance_since(shard: Shard, *, target: int | None = None, writer: str | None
         ck.check_writer(writer)
     before = shard.machine.head().version.header.since
     cap = leases.min_leased_as_of(shard, now=now)  # immediately before the conditional put
-    cmd = tr.SinceCommand(cap, target, writer or default_writer(), _now(), uuid.uuid4().hex)
-    out = shard.machine.commit(lambda header: tr.advance_since(header, cmd))
+    cmd = SinceCommand(cap, target, writer or default_writer(), _now(), uuid.uuid4().hex)
+    out = shard.machine.commit(cmd)
     if isinstance(out, st.Version):
         return SinceResult(before, out.header.since, out.seqno, cap)
     return SinceResult(before, shard.machine.head().version.header.since, None, cap)
@@ -97,8 +97,8 @@ def set_retention(shard: Shard, retention: str | int | timedelta | None, *, writ
     ms = parse_duration(retention)
     if writer is not None:
         ck.check_writer(writer)
-    cmd = tr.RetentionCommand(ms, writer or default_writer(), _now(), uuid.uuid4().hex)
-    out = shard.machine.commit(lambda header: tr.set_retention(header, cmd))
+    cmd = RetentionCommand(ms, writer or default_writer(), _now(), uuid.uuid4().hex)
+    out = shard.machine.commit(cmd)
     return isinstance(out, st.Version)
 
 

@@ -33,11 +33,11 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from shardsink.core.part_io import read_parts
-from shardsink.core.retry import RetryPolicy
 from shardsink.core.shard import Shard
 from shardsink.core.updates import DIFF, TIME
 from shardsink.errors import ShardExistsError, ShardNotFoundError, UnknownOutcomeError, UpperMismatchError
 from shardsink.reclock.bindings import Binding, Bindings, BoundFile, Frontier, binding_rows, check_monotonic, replay
+from shardsink.storage.retry import RetryPolicy
 
 log = logging.getLogger("shardsink.reclock")
 

@@ -217,13 +217,11 @@ class ShardReader(DataSourceReader):
 
     @carry_errors  # runs on executors: a missing part reaches the driver as a CorruptionError record
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
-        from shardsink.core.retry import RetryingBlob
-
         plan = self.plan
         parts: tuple[PartMeta, ...] = getattr(partition, "parts", ())
         if not parts:
             return
-        blob = RetryingBlob(open_blob(plan.url))
+        blob = open_blob(plan.url)  # retries idempotent reads (shardsink.storage.retry)
         wire = sty.arrow_wire_schema(plan.spark_schema())
         for part in parts:
             f = open_part(blob, part, referenced_by=f"state {plan.seqno}")

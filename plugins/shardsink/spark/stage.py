@@ -97,7 +97,7 @@ def stage_dataframe(
             return
         table = pa.Table.from_batches(got)
         updates = validate_updates(table, user, lower=lower, upper=upper)
-        blob: Any = _Discard() if dry_run else open_blob(shard_url)
+        blob: Any = _Discard() if dry_run else open_blob(shard_url)  # part uploads retried (fresh keys)
         written = stage_parts(blob, updates, [*user.names, TIME], prefix=prefix,
                                  target_bytes=target_part_bytes, encoding=encoding, threads=1)
         rows = [{"key": p.key, "rows": p.rows, "bytes": p.bytes, "min_time": p.min_time, "max_time": p.max_time}

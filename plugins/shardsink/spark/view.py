@@ -20,7 +20,10 @@ append step once the description's fate is known (see :mod:`shardsink.sinks.inge
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import itertools
+import math
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -47,9 +50,14 @@ from shardsink.spark.incremental import Basis
 from shardsink.spark.linear import row_wise_view, signed_views
 from shardsink.spark.read import ShardReads
 from shardsink.spark.stage import stage_dataframe
+from shardsink.storage.retry import RetryPolicy
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+#: :func:`refresh_view`'s fresh runs after lost races: jittered, bounded by ``max_attempts``
+#: (its ``attempts``), not by time (one attempt is a Spark job).
+REFRESH = RetryPolicy("view-refresh", attempts=5, first_wait=0.1, max_wait=2.0, deadline=math.inf)
 
 
 def desired_frame(reads: ShardReads, v: View, *, as_of: int) -> tuple[DataFrame, list[dict[str, Any]]]:
@@ -212,19 +220,20 @@ def refresh_view(spark: SparkSession, v: View, *, output_url: str, initial_upper
     descriptions after lost races (up to ``max_attempts``; the last LostRaceError propagates).
 
     For notebooks, scripts, tests and benchmarks; the Airflow DAG runs the same three steps.
+    Lost races back off by :data:`REFRESH` (full jitter) before the next fresh mint.
     """
     from shardsink.sinks.ingest import LostRaceError, append_from_manifests
     from shardsink.sinks.materialize import mint_view
 
-    for attempt in range(1, max_attempts + 1):
+    attempts = itertools.count(1)
+
+    def one_run() -> AppendResult | NoOp:
         desc = mint_view(v, output_url=output_url, initial_upper=initial_upper, interval_end=interval_end,
-                         max_span=max_span, dag_id=name, run_id=run_id, attempt=attempt)
+                         max_span=max_span, dag_id=name, run_id=run_id, attempt=next(attempts))
         if isinstance(desc, NoOp):
             return desc
         write_view(spark, v, output_url=output_url, desc=desc)
-        try:
-            return append_from_manifests(Shard.open(output_url), desc, 1, writer=f"{name}/{run_id}")
-        except LostRaceError:
-            if attempt == max_attempts:
-                raise
-    raise AssertionError("unreachable")  # pragma: no cover
+        return append_from_manifests(Shard.open(output_url), desc, 1, writer=f"{name}/{run_id}")
+
+    policy = dataclasses.replace(REFRESH, attempts=max_attempts)
+    return policy.call(one_run, retry_on=lambda e: isinstance(e, LostRaceError))

@@ -5,7 +5,8 @@ Endpoint and credentials come from the standard AWS environment (``AWS_ENDPOINT_
 (a boto3 session + endpoint, e.g. resolved from an Airflow connection) passed to
 :func:`make_client` or made the default for a block of code with :func:`using_s3_access`
 (a context variable: the process environment is never changed). Nothing is stored by
-shardsink.
+shardsink. Timeouts and the connection pool are :class:`~shardsink.storage.options.StoreOptions`:
+given explicitly, else the access's, else from the environment (:func:`store_options`).
 
 The conditional create is ``PutObject`` with ``If-None-Match: *``; the conditional
 replace is ``PutObject`` with ``If-Match: <etag>``. Answers are classified per
@@ -34,6 +35,7 @@ from botocore.config import Config
 
 from shardsink.errors import ConditionFailedError, StorageError, UnknownOutcomeError
 from shardsink.storage.base import Fetched, ObjectInfo, SourceObject, check_key, check_source_key
+from shardsink.storage.options import StoreOptions
 
 # Errors raised before a request could reach the server: definitely not applied.
 _NOT_SENT = (bexc.EndpointConnectionError, bexc.ConnectTimeoutError, bexc.NoCredentialsError)
@@ -49,13 +51,15 @@ _NOT_RETRYABLE_CODES = {"AccessDenied", "NoSuchBucket", "InvalidAccessKeyId", "S
 
 @dataclass(frozen=True)
 class S3Access:
-    """Explicit S3 access: a boto3 session (credentials, region) and an optional endpoint.
+    """Explicit S3 access: a boto3 session (credentials, region), an optional endpoint and
+    optional store options (None: from the environment).
 
-    ``repr`` shows neither: the session object holds the secrets and never prints them.
+    ``repr`` shows no secret: the session object holds them and never prints them.
     """
 
     session: Any = field(repr=False)
     endpoint_url: str | None = None
+    options: StoreOptions | None = None
 
 
 _ACCESS: ContextVar[S3Access | None] = ContextVar("shardsink_s3_access", default=None)
@@ -76,21 +80,31 @@ def using_s3_access(access: S3Access | None) -> Iterator[None]:
         _ACCESS.reset(token)
 
 
-def make_client(endpoint_url: str | None = None, *, access: S3Access | None = None) -> Any:
+def store_options(options: StoreOptions | None = None, access: S3Access | None = None) -> StoreOptions:
+    """``options``, else those of ``access`` (default: the one set by :func:`using_s3_access`),
+    else the environment's."""
+    access = access or _ACCESS.get()
+    return options or (access.options if access is not None else None) or StoreOptions.from_env()
+
+
+def make_client(endpoint_url: str | None = None, *, access: S3Access | None = None,
+                options: StoreOptions | None = None) -> Any:
     """A boto3 S3 client with botocore retries off and bounded timeouts.
 
     Credentials and endpoint: ``access``, else the one set by :func:`using_s3_access`,
-    else the standard AWS environment.
+    else the standard AWS environment. Timeouts and pool: ``options``, else the access's,
+    else :meth:`StoreOptions.from_env`.
     """
     access = access or _ACCESS.get()
     endpoint = (endpoint_url or (access.endpoint_url if access else None) or os.environ.get("AWS_ENDPOINT_URL_S3")
                 or os.environ.get("AWS_ENDPOINT_URL"))
+    opts = store_options(options, access)
     config = Config(
         retries={"total_max_attempts": 1},
-        connect_timeout=float(os.environ.get("SHARDSINK_S3_CONNECT_TIMEOUT", "5")),
-        read_timeout=float(os.environ.get("SHARDSINK_S3_READ_TIMEOUT", "30")),
+        connect_timeout=opts.connect_timeout,
+        read_timeout=opts.read_timeout,
         s3={"addressing_style": "path" if endpoint else "auto"},
-        max_pool_connections=32,
+        max_pool_connections=opts.max_pool,
     )
     session = access.session if access is not None else _session(*(os.environ.get(k) for k in _SESSION_ENV))
     return session.client("s3", endpoint_url=endpoint, config=config)

@@ -2,7 +2,8 @@
 
 A bare or relative path is accepted where a human types it (the CLI) and becomes a
 ``file://`` URL. ``..`` segments are refused outright so that no URL can address a
-folder outside the one it names.
+folder outside the one it names. :func:`open_blob` is the store factory: every store it
+opens retries.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from urllib.parse import unquote, urlparse
 
 from shardsink.errors import InvalidUsageError
 from shardsink.storage.base import Blob
+from shardsink.storage.options import StoreOptions
+from shardsink.storage.retry import STORAGE, RetryingBlob
 
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 
@@ -71,13 +74,22 @@ def parse_url(url: str) -> ShardUrl:
     raise InvalidUsageError(f"shard URL {url!r} has scheme {parsed.scheme!r}; expected file:// or s3://")
 
 
-def open_blob(url: str | ShardUrl) -> Blob:
-    """The backend for a shard URL (imports boto3 only for s3 URLs)."""
+def open_blob(url: str | ShardUrl, options: StoreOptions | None = None) -> RetryingBlob:
+    """The store of a shard URL, wrapped in its retry policy (imports boto3 only for s3 URLs).
+
+    Every store the library opens comes from here, so every caller (commits, executors'
+    part uploads, reclock documents, landing reads) retries idempotent requests the same
+    way (:mod:`shardsink.storage.retry`). ``options``: see :mod:`shardsink.storage.options`.
+    """
     u = url if isinstance(url, ShardUrl) else parse_url(url)
+    backend: Blob
     if u.scheme == "file":
         from shardsink.storage.local import LocalBlob
 
-        return LocalBlob(u.path)
-    from shardsink.storage.s3 import S3Blob
+        backend, policy = LocalBlob(u.path), (options.retry if options is not None else STORAGE)
+    else:
+        from shardsink.storage.s3 import S3Blob, make_client, store_options
 
-    return S3Blob(u.bucket, u.path)
+        opts = store_options(options)
+        backend, policy = S3Blob(u.bucket, u.path, client=make_client(options=opts)), opts.retry
+    return RetryingBlob(backend, policy=policy)

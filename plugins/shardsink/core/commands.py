@@ -1,0 +1,105 @@
+"""The commit as data: every kind of state transition a shard has, as one union of commands.
+
+A command is a frozen value describing one intended transition; nothing here reads or
+writes. :func:`shardsink.core.transitions.apply` turns (header, command) into the next
+version or a typed refusal, and ``Machine.commit`` is the one compare-and-set loop that
+commits any command. The kinds: :class:`CreateCommand` (version 0 of a new shard),
+:class:`AppendCommand` (an append, or a close with ``upper=None``),
+:class:`CompactCommand`, :class:`SinceCommand` and :class:`RetentionCommand`. Every
+command carries a ``nonce`` identifying the one call, so that an unknown outcome is
+resolved by recognising our own version.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from shardsink.core.state import PartMeta
+
+
+@dataclass(frozen=True)
+class CreateCommand:
+    """Create version 0 of a new shard with ``schema`` at ``upper`` (since 0, no batches).
+
+    Its precondition is that no version exists: the create of version 0 is the conditional put.
+    """
+
+    schema: pa.Schema
+    upper: int
+    writer: str
+    at: str
+    nonce: str
+
+
+@dataclass(frozen=True)
+class AppendCommand:
+    """Append ``parts`` as the batch ``[lower, upper)`` named ``desc_id``.
+
+    ``upper=None`` closes the shard. ``nonce`` identifies this one call, so that an
+    unknown outcome can be resolved by recognising our own version. ``props`` go to the
+    version's :class:`CommitInfo` unchanged.
+    """
+
+    desc_id: str
+    lower: int
+    upper: int | None
+    parts: tuple[PartMeta, ...]
+    writer: str
+    at: str
+    nonce: str
+    props: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class CompactCommand:
+    """Replace the live, adjacent batches ``inputs`` by one batch of ``parts``.
+
+    ``compaction_id`` names the output (its parts live under ``parts/<compaction_id>/``)
+    and is recorded in ``header.recent`` like a description id, so the compaction's fate
+    is decidable (``core.fate``). ``since`` is the frontier the output was consolidated
+    at: every time below it was advanced to it; it must not exceed the shard's since.
+    ``lower``/``upper`` are the merged bounds (the first input's lower, the last's upper).
+    """
+
+    compaction_id: str
+    inputs: tuple[str, ...]
+    lower: int
+    upper: int | None
+    since: int
+    parts: tuple[PartMeta, ...]
+    writer: str
+    at: str
+    nonce: str
+
+
+@dataclass(frozen=True)
+class SinceCommand:
+    """Advance ``since`` to ``min(upper - retention, lease_cap, target)`` (never backwards).
+
+    ``lease_cap`` is the lowest ``as_of`` of the live leases listed just before the
+    commit (None: no lease). ``target`` is an explicit ceiling (None: retention only).
+    With no retention and no target nothing moves. ``since`` never passes ``upper - 1``
+    while the shard is open, so the newest time stays readable.
+    """
+
+    lease_cap: int | None
+    target: int | None
+    writer: str
+    at: str
+    nonce: str
+
+
+@dataclass(frozen=True)
+class RetentionCommand:
+    """Set the shard's time-travel window to ``retention`` ms (None: keep all history)."""
+
+    retention: int | None
+    writer: str
+    at: str
+    nonce: str
+
+
+#: Every state transition: what ``transitions.apply`` dispatches on and ``Machine.commit`` commits.
+Command = CreateCommand | AppendCommand | CompactCommand | SinceCommand | RetentionCommand

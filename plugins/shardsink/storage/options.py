@@ -1,0 +1,63 @@
+"""The store configuration: :class:`StoreOptions` (S3 timeouts, connection pool, retry policy).
+
+Taken by :func:`shardsink.storage.url.open_blob` and :func:`shardsink.storage.s3.make_client`.
+When none is given, an S3 client uses the options of the :class:`~shardsink.storage.s3.S3Access`
+in effect (an Airflow connection's ``config_kwargs``, see :mod:`shardsink.airflow.credentials`),
+else :meth:`StoreOptions.from_env`: ``SHARDSINK_S3_CONNECT_TIMEOUT`` and
+``SHARDSINK_S3_READ_TIMEOUT`` (seconds; 5 and 30 when unset).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+from shardsink.errors import InvalidUsageError
+from shardsink.storage.retry import STORAGE, RetryPolicy
+
+#: Environment variable of each timeout field (read by :meth:`StoreOptions.from_env`).
+ENV = {"connect_timeout": "SHARDSINK_S3_CONNECT_TIMEOUT", "read_timeout": "SHARDSINK_S3_READ_TIMEOUT"}
+
+
+@dataclass(frozen=True)
+class StoreOptions:
+    """How a store is reached: botocore's timeouts (seconds) and connection pool for S3, and
+    the retry policy of idempotent requests (every store, :class:`~shardsink.storage.retry.RetryingBlob`)."""
+
+    connect_timeout: float = 5.0
+    read_timeout: float = 30.0
+    max_pool: int = 32
+    retry: RetryPolicy = STORAGE
+
+    def __post_init__(self) -> None:
+        for what in ("connect_timeout", "read_timeout"):
+            value = getattr(self, what)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+                raise InvalidUsageError(f"store option {what} {value!r} must be a positive number of seconds",
+                                        value=repr(value))
+        if isinstance(self.max_pool, bool) or not isinstance(self.max_pool, int) or self.max_pool < 1:
+            raise InvalidUsageError(f"store option max_pool {self.max_pool!r} must be a positive integer",
+                                    value=repr(self.max_pool))
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> StoreOptions:
+        """The defaults, with each timeout whose variable (:data:`ENV`) is set taken from it."""
+        env = os.environ if environ is None else environ
+        return cls().override({f: _seconds(env[var], var) for f, var in ENV.items() if env.get(var)})
+
+    def override(self, values: Mapping[str, object]) -> StoreOptions:
+        """These options with the given fields replaced (e.g. from a connection's botocore
+        ``config_kwargs``: ``connect_timeout``, ``read_timeout``, ``max_pool_connections``)."""
+        names = {"max_pool_connections": "max_pool"}
+        fields = {names.get(k, k): v for k, v in values.items()
+                  if names.get(k, k) in ("connect_timeout", "read_timeout", "max_pool")}
+        return replace(self, **fields) if fields else self  # type: ignore[arg-type]
+
+
+def _seconds(text: str, var: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise InvalidUsageError(f"{var}={text!r} is not a number of seconds", value=text) from None

@@ -1,0 +1,231 @@
+"""The commit as data (shardsink.core.commands, transitions.apply) and the one commit loop
+(Machine.commit): every command kind through one pure function and one conditional put.
+
+Faults are injected the way tests/maintenance/test_gc_crash.py does it, by a small store
+wrapper around a local folder (test_faults.py covers the same outcomes over HTTP against
+moto); backoff sleeps are injected (recorded, not slept) through the policy's ``with_sleep``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from shardsink import Shard, ShardExistsError, UnknownOutcomeError
+from shardsink.core import state as st
+from shardsink.core import transitions as tr
+from shardsink.core.commands import (
+    AppendCommand,
+    Command,
+    CompactCommand,
+    CreateCommand,
+    RetentionCommand,
+    SinceCommand,
+)
+from shardsink.core.machine import Machine
+from shardsink.errors import InvalidUsageError
+from shardsink.storage.base import Blob
+from shardsink.storage.local import LocalBlob
+from shardsink.storage.retry import COMMIT, STORAGE, RetryPolicy
+
+SCHEMA = pa.schema([("k", pa.string())])
+AT = "2026-01-01T00:00:00.000+00:00"
+
+
+def part(key: str, rows: int = 2) -> st.PartMeta:
+    return st.PartMeta(key, rows, 100, 0, 9)
+
+
+def create(nonce: str = "c0", upper: int = 0) -> CreateCommand:
+    return CreateCommand(SCHEMA, upper, "creator", AT, nonce)
+
+
+def append(desc_id: str, lower: int, upper: int | None, *parts: st.PartMeta, nonce: str = "n") -> AppendCommand:
+    return AppendCommand(desc_id, lower, upper, tuple(parts), "w", AT, nonce)
+
+
+def step(v: st.Version, batches: tuple[st.BatchMeta, ...], cmd: Command) -> st.Version:
+    out = tr.apply(v.header, batches, cmd)
+    assert isinstance(out, st.Version), out
+    return out
+
+
+def history() -> tuple[st.Version, tuple[st.BatchMeta, ...]]:
+    """Version 2 of a shard with two appended batches d1 [0, 10) and d2 [10, 20), and its live batches."""
+    v0 = tr.apply(None, (), create())
+    assert isinstance(v0, st.Version)
+    v1 = step(v0, (), append("d1", 0, 10, part("p1")))
+    v2 = step(v1, (), append("d2", 10, 20, part("p2")))
+    return v2, tr.apply_diffs((), [v1, v2])
+
+
+def compaction(cid: str = "cmp", inputs: tuple[str, ...] = ("d1", "d2")) -> CompactCommand:
+    return CompactCommand(cid, inputs, 0, 20, 0, (part("c", 4),), "compactor", AT, "nc")
+
+
+# --- (a) apply is pure -------------------------------------------------------------------------
+
+def test_apply_is_pure_for_every_command_kind() -> None:
+    head, live = history()
+    commands: list[tuple[st.Header | None, Command]] = [
+        (None, create()),
+        (head.header, append("d3", 20, 30, part("p3"))),
+        (head.header, append("close", 20, None)),
+        (head.header, compaction()),
+        (head.header, SinceCommand(None, 15, "w", AT, "ns")),
+        (head.header, RetentionCommand(5, "w", AT, "nr")),
+    ]
+    for header, cmd in commands:
+        first, second = tr.apply(header, live, cmd), tr.apply(header, live, cmd)
+        assert isinstance(first, st.Version), (cmd, first)
+        assert first == second, cmd
+        assert first.commit.nonce == cmd.nonce
+    assert head == history()[0], "applying changed nothing it was given"
+
+
+def test_apply_dispatches_to_the_rule_of_each_kind() -> None:
+    head, live = history()
+    assert tr.apply(None, (), create(upper=7)) == tr.initial_version(schema=SCHEMA, upper=7, writer="creator",
+                                                                     at=AT, nonce="c0")
+    c = append("d3", 20, 30, part("p3"))
+    assert tr.apply(head.header, live, c) == tr.compare_and_append(head.header, c)
+    assert tr.apply(head.header, live, compaction()) == tr.apply_compaction(head.header, live, compaction())
+    s = SinceCommand(None, 15, "w", AT, "ns")
+    assert tr.apply(head.header, live, s) == tr.advance_since(head.header, s)
+    r = RetentionCommand(5, "w", AT, "nr")
+    assert tr.apply(head.header, live, r) == tr.set_retention(head.header, r)
+    assert [v.commit.kind for v in (step(head, live, c), step(head, live, append("x", 20, None)),
+                                    step(head, live, compaction()), step(head, live, s), step(head, live, r))] == [
+        "append", "close", "compact", "since", "retention"]
+
+
+# --- (b) every kind's refusal is typed -------------------------------------------------------
+
+def test_each_command_kind_refuses_with_a_typed_refusal() -> None:
+    head, live = history()
+    h = head.header
+    assert tr.apply(h, live, create()) == tr.AlreadyExists()
+    assert tr.apply(h, live, append("d1", 0, 10)) == tr.AlreadyCommitted(1)
+    assert tr.apply(h, live, append("d3", 10, 30)) == tr.UpperMismatch(20)
+    assert tr.apply(h, live, compaction(inputs=("d1", "gone"))) == tr.InputsGone(("gone",))
+    merged = step(head, live, compaction())
+    assert tr.apply(merged.header, tr.apply_diffs(live, [merged]), compaction()) == tr.AlreadyCommitted(3)
+    assert isinstance(tr.apply(h, live, SinceCommand(None, None, "w", AT, "ns")), tr.Unchanged)
+    assert isinstance(tr.apply(h, live, RetentionCommand(None, "w", AT, "nr")), tr.Unchanged)
+    with pytest.raises(InvalidUsageError, match="needs an existing shard"):
+        tr.apply(None, (), append("d1", 0, 10))
+
+
+# --- (c) creating a shard goes through the one loop ------------------------------------------
+
+class _LostCreates:
+    """A store whose creates of ``key`` lose their answer: the first ``lost`` creates apply
+    and then raise UnknownOutcomeError; ``before`` more raise it without applying;
+    ``rival`` (if set) is written at ``key`` by "someone else" just before our first create."""
+
+    def __init__(self, inner: Blob, key: str, *, lost: int = 0, before: int = 0, rival: bytes | None = None) -> None:
+        self.inner, self.url, self.key = inner, inner.url, key
+        self.lost, self.before, self.rival = lost, before, rival
+        self.creates = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def create(self, key: str, data: bytes) -> str:
+        if key != self.key:
+            return self.inner.create(key, data)
+        self.creates += 1
+        if self.rival is not None:
+            self.inner.create(key, self.rival)
+            self.rival = None
+            raise UnknownOutcomeError(f"PUT {key}: read timeout")
+        if self.before > 0:
+            self.before -= 1
+            raise UnknownOutcomeError(f"PUT {key}: 503 before forwarding")
+        etag = self.inner.create(key, data)
+        if self.lost > 0:
+            self.lost -= 1
+            raise UnknownOutcomeError(f"PUT {key}: answer dropped")
+        return etag
+
+
+def _machine(blob: Any, sleeps: list[float], policy: RetryPolicy = COMMIT) -> Machine:
+    return Machine(blob, storage_policy=STORAGE.with_sleep(sleeps.append),
+                   commit_policy=policy.with_sleep(sleeps.append))
+
+
+V0 = "state/v/00000000000000000000.json"
+
+
+def test_a_second_create_is_refused_and_changes_nothing(tmp_path: Path) -> None:
+    blob = LocalBlob(tmp_path)
+    first = Machine(blob).commit(create("mine"))
+    assert isinstance(first, st.Version) and first.seqno == 0
+    assert Machine(blob).commit(create("other")) == tr.AlreadyExists()
+    with pytest.raises(ShardExistsError, match="already exists"):
+        Shard.create(tmp_path.as_uri(), SCHEMA, blob=blob)
+    assert Shard.open(tmp_path.as_uri(), blob=blob).info().last_commit.nonce == "mine"
+
+
+def test_a_create_whose_answer_is_lost_is_recognised_as_ours(tmp_path: Path) -> None:
+    sleeps: list[float] = []
+    lossy = _LostCreates(LocalBlob(tmp_path), V0, lost=1)
+    out = _machine(lossy, sleeps).commit(create("mine"))
+    assert isinstance(out, st.Version) and out.commit.nonce == "mine"
+    assert lossy.creates == 1, "version 0 was read back and recognised by its nonce: no second create"
+    assert len(sleeps) == 1 and 0 <= sleeps[0] <= COMMIT.first_wait
+    assert Shard.open(tmp_path.as_uri()).info().last_commit.nonce == "mine"
+
+
+def test_a_create_whose_answer_is_lost_through_shard_create_is_created(tmp_path: Path) -> None:
+    lossy = _LostCreates(LocalBlob(tmp_path), V0, lost=1)
+    shard = Shard.create(tmp_path.as_uri(), SCHEMA, upper=5, blob=lossy)  # type: ignore[arg-type]
+    assert (shard.info().seqno, shard.info().upper) == (0, 5)
+
+
+def test_a_create_that_did_not_apply_is_retried_identically(tmp_path: Path) -> None:
+    sleeps: list[float] = []
+    lossy = _LostCreates(LocalBlob(tmp_path), V0, before=2)
+    out = _machine(lossy, sleeps).commit(create("mine"))
+    assert isinstance(out, st.Version) and out.commit.nonce == "mine"
+    assert lossy.creates == 3 and len(sleeps) == 2
+
+
+def test_a_lost_create_that_finds_someone_elses_version_0_is_refused(tmp_path: Path) -> None:
+    rival = tr.apply(None, (), create("theirs"))
+    assert isinstance(rival, st.Version)
+    from shardsink.core.state_codec import encode_version
+
+    lossy = _LostCreates(LocalBlob(tmp_path), V0, rival=encode_version(rival))
+    assert _machine(lossy, []).commit(create("mine")) == tr.AlreadyExists()
+    assert Shard.open(tmp_path.as_uri()).info().last_commit.nonce == "theirs"
+
+
+# --- (d) the loop's waits: the policy's, jittered, within its deadline -----------------------
+
+def test_the_commit_loops_waits_are_jittered_and_bounded_by_the_policys_deadline(tmp_path: Path) -> None:
+    Shard.create(tmp_path.as_uri(), SCHEMA)
+    policy = RetryPolicy("test", attempts=50, first_wait=0.5, max_wait=2.0, deadline=6.0)
+    sleeps: list[float] = []
+    never = _LostCreates(LocalBlob(tmp_path), "state/v/00000000000000000001.json", before=10**6)
+    with pytest.raises(UnknownOutcomeError, match="did not settle"):
+        _machine(never, sleeps, policy).commit(append("d1", 0, 10))
+    assert sum(sleeps) <= policy.deadline + 1e-9, "the deadline bounds the time waited"
+    assert 0 < len(sleeps) < policy.attempts, "the deadline, not the attempts, ended it"
+    assert never.creates == len(sleeps) + 1, "after the last wait, one more identical create, then give up"
+    caps = [min(policy.max_wait, policy.first_wait * 2**i) for i in range(len(sleeps))]
+    assert all(0 <= s <= c for s, c in zip(sleeps, caps, strict=True)), (sleeps, caps)
+    assert sleeps != caps and len(set(sleeps)) == len(sleeps), "full jitter, not a fixed exponential"
+
+
+def test_policy_waits_stop_at_attempts_or_at_the_deadline_on_the_clock() -> None:
+    assert len(list(RetryPolicy("n", attempts=5, first_wait=0.01, max_wait=0.02, deadline=60.0).waits())) == 5
+    ticks = itertools.count(0.0, 4.0)  # each look at the clock: 4 s later
+    clock: Callable[[], float] = lambda: next(ticks)  # noqa: E731
+    waits = list(RetryPolicy("c", attempts=50, first_wait=0.01, max_wait=0.02, deadline=10.0).waits(clock=clock))
+    assert len(waits) == 2, "started at 0, looked at 4 and 8, then 12 is past the deadline"
