@@ -229,3 +229,43 @@ def test_policy_waits_stop_at_attempts_or_at_the_deadline_on_the_clock() -> None
     clock: Callable[[], float] = lambda: next(ticks)  # noqa: E731
     waits = list(RetryPolicy("c", attempts=50, first_wait=0.01, max_wait=0.02, deadline=10.0).waits(clock=clock))
     assert len(waits) == 2, "started at 0, looked at 4 and 8, then 12 is past the deadline"
+
+
+class _LateCreates:
+    """A store whose first create of ``key`` loses its answer WITHOUT applying, and then lands
+    late: just after the writer's re-read of ``key`` (which finds nothing)."""
+
+    def __init__(self, inner: Blob, key: str) -> None:
+        self.inner, self.url, self.key = inner, inner.url, key
+        self.pending: bytes | None = None
+        self.armed = True
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def get(self, key: str) -> Any:
+        got = self.inner.get(key)
+        if key == self.key and self.pending is not None:
+            self.inner.create(key, self.pending)  # lands after the read saw nothing
+            self.pending = None
+        return got
+
+    def create(self, key: str, data: bytes) -> str:
+        if key == self.key and self.armed:
+            self.armed, self.pending = False, data
+            raise UnknownOutcomeError(f"PUT {key}: read timeout")
+        return self.inner.create(key, data)
+
+
+def test_an_own_create_that_lands_after_the_re_read_is_committed_not_refused(tmp_path: Path) -> None:
+    """A retention commit (not idempotent: re-applied on its own version it is Unchanged) whose
+    create lands only after the re-read: the retried create is refused by OUR version, which
+    must be recognised by its nonce and reported committed, never 'unchanged'."""
+    blob = LocalBlob(tmp_path)
+    assert isinstance(Machine(blob).commit(create("c0")), st.Version)
+    late = _LateCreates(blob, "state/v/00000000000000000001.json")
+    sleeps: list[float] = []
+    out = _machine(late, sleeps).commit(RetentionCommand(1000, "w", AT, "ret-1"))
+    assert isinstance(out, st.Version) and (out.seqno, out.commit.nonce) == (1, "ret-1"), out
+    assert out.header.retention == 1000
+    assert Shard.open(tmp_path.as_uri(), blob=blob).info().last_commit.nonce == "ret-1"

@@ -189,3 +189,17 @@ def test_store_options_from_the_environment_and_explicit_reach_the_client(
 def test_store_options_refuse_values_no_client_could_use(bad: dict[str, Any]) -> None:
     with pytest.raises(InvalidUsageError, match=next(iter(bad))):
         StoreOptions(**bad)
+
+
+def test_a_shard_handle_keeps_the_retry_policy_of_its_store_options(tmp_path: Path) -> None:
+    mine = RetryPolicy("mine", attempts=2, first_wait=0.01, max_wait=0.01, deadline=1.0)
+    url = f"file://{tmp_path}/s"
+    shard = Shard.create(url, pa.schema([("k", pa.string())]), blob=open_blob(url, StoreOptions(retry=mine)))
+    assert isinstance(shard.blob, RetryingBlob) and shard.blob.policy is mine
+    assert RetryingBlob(shard.blob, policy=STORAGE).policy is STORAGE, "an explicit policy still wins"
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "nan", "inf", "soon"])
+def test_a_bad_timeout_in_the_environment_is_refused_naming_the_variable(value: str) -> None:
+    with pytest.raises(InvalidUsageError, match="SHARDSINK_S3_READ_TIMEOUT"):
+        StoreOptions.from_env({"SHARDSINK_S3_READ_TIMEOUT": value})

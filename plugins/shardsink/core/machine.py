@@ -44,7 +44,7 @@ from shardsink.errors import (
     UnknownOutcomeError,
 )
 from shardsink.storage.base import Blob
-from shardsink.storage.retry import COMMIT, STORAGE, RetryingBlob, RetryPolicy
+from shardsink.storage.retry import COMMIT, RetryingBlob, RetryPolicy
 
 log = logging.getLogger(__name__)
 
@@ -88,10 +88,12 @@ class Machine(VersionStore):
         self,
         blob: Blob,
         *,
-        storage_policy: RetryPolicy = STORAGE,
+        storage_policy: RetryPolicy | None = None,
         commit_policy: RetryPolicy = COMMIT,
     ) -> None:
-        retrying = RetryingBlob(blob, policy=storage_policy)  # idempotent: never a wrapper of a wrapper
+        # Idempotent: never a wrapper of a wrapper. ``storage_policy`` None keeps the policy of
+        # a blob from ``open_blob`` (its ``StoreOptions.retry``), else STORAGE.
+        retrying = RetryingBlob(blob, policy=storage_policy)
         self.raw = retrying.inner  # the backend itself (tests and drills count its requests)
         super().__init__(retrying)
         self.commit_policy = commit_policy
@@ -215,6 +217,11 @@ class Machine(VersionStore):
             f"(last seen seqno {run.cur.seqno}); re-read state before retrying"
         )
 
+    def _own_landed(self, seqno: int, run: _Run) -> st.Version | None:
+        """Version ``seqno`` committed, if it is the one this run created (by its nonce)."""
+        landed = self.fetch(seqno)
+        return self._committed(landed, run.etag) if landed is not None and landed.commit.nonce == run.nonce else None
+
     def _attempts(self, run: _Run) -> st.Version | tr.Refusal | None:
         """:meth:`commit`'s loop: the committed version, a refusal, or None (did not settle)."""
         policy, waits = self.commit_policy, self.commit_policy.waits()
@@ -237,7 +244,13 @@ class Machine(VersionStore):
             try:
                 self.blob.create(version_key(out.seqno), sc.encode_version(out))
             except ConditionFailedError:
-                # Another writer won (or an own unseen create landed): decide on what is there.
+                # SUBTLE: after an unknown outcome, the one refusing this create may be OUR
+                # earlier create, landed after we re-read: a command whose rule is not
+                # idempotent (since, retention, compaction) would refuse on our own version
+                # ("unchanged", "inputs gone"), so check the nonce before deciding.
+                if run.unsure and (own := self._own_landed(out.seqno, run)) is not None:
+                    return own
+                # Another writer won: decide on what is there.
                 run.cur = self._advance(run.cur) if run.cur is not None else self.fetch(0)  # a create: version 0
                 if run.cur is None:
                     return tr.AlreadyExists()

@@ -58,6 +58,9 @@ class StoreOptions:
 
 def _seconds(text: str, var: str) -> float:
     try:
-        return float(text)
+        value = float(text)
     except ValueError:
         raise InvalidUsageError(f"{var}={text!r} is not a number of seconds", value=text) from None
+    if not math.isfinite(value) or value <= 0:
+        raise InvalidUsageError(f"{var}={text!r} must be a positive, finite number of seconds", value=text)
+    return value

@@ -16,6 +16,7 @@ after lost races) is a named :class:`RetryPolicy` too: nothing else sleeps.
 from __future__ import annotations
 
 import random
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -62,10 +63,14 @@ class RetryPolicy:
     def waits(self, *, clock: Callable[[], float] = time.monotonic) -> Iterator[float]:
         """The waits of a hand-written retry loop: at most ``attempts``, the i-th uniform in
         ``[0, min(max_wait, first_wait * 2**i)]`` (full jitter, as :meth:`call` waits), each
-        cut to what is left of ``deadline``; ends once the deadline is spent. The caller sleeps
-        them (``self.sleep``). Time spent is the clock's, or the sum of the waits if larger
-        (an injected sleep does not advance the clock)."""
-        start, waited = clock(), 0.0
+        cut to what is left of ``deadline`` counted from THIS call (not from the first wait);
+        ends once the deadline is spent. The caller sleeps them (``self.sleep``). Time spent
+        is the clock's, or the sum of the waits if larger (an injected sleep does not advance
+        the clock)."""
+        return self._waits(clock(), clock)
+
+    def _waits(self, start: float, clock: Callable[[], float]) -> Iterator[float]:
+        waited = 0.0
         for i in range(self.attempts):
             left = self.deadline - max(clock() - start, waited)
             if left <= 0:
@@ -109,10 +114,12 @@ class RequestCounter:
     def __init__(self) -> None:
         self.total = 0
         self.by_kind: Counter[tuple[str, str]] = Counter()
+        self._lock = threading.Lock()  # fetch_many sends GETs from a thread pool
 
     def count(self, method: str, key: str) -> None:
-        self.total += 1
-        self.by_kind[(method, key_class(key))] += 1
+        with self._lock:
+            self.total += 1
+            self.by_kind[(method, key_class(key))] += 1
 
 
 class RetryingBlob:
@@ -123,14 +130,17 @@ class RetryingBlob:
     two layers and every handle on the store sees one count.
     """
 
-    def __init__(self, inner: Blob, *, policy: RetryPolicy = STORAGE) -> None:
+    def __init__(self, inner: Blob, *, policy: RetryPolicy | None = None) -> None:
+        """``policy``: the idempotent requests' policy; None keeps the wrapped
+        :class:`RetryingBlob`'s own (e.g. ``StoreOptions.retry``), else :data:`STORAGE`."""
         counter: RequestCounter = RequestCounter()
         if isinstance(inner, RetryingBlob):
             counter = inner.counter
+            policy = policy if policy is not None else inner.policy
             inner = inner.inner
         self.inner: Blob = inner
         self.url = inner.url
-        self.policy = policy
+        self.policy: RetryPolicy = policy if policy is not None else STORAGE
         #: Public: benchmarks and tests read ``requests`` / ``requests_by_kind``, or set their own counter.
         self.counter: RequestCounter = counter
 
