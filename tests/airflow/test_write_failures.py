@@ -19,6 +19,7 @@ from support.faultproxy import fault_proxy
 
 from shardsink import Shard
 from shardsink.errors import ShardNotFoundError
+from shardsink.storage.retry import STORAGE
 from shardsink_dev.synthetic import SCHEMA, generate, land_file, landing_table, publish_watermark
 from shardsink_dev.testing import MotoServer
 
@@ -59,12 +60,14 @@ def test_storage_error_in_the_write_job_is_retried_and_commits_once(af: Env, mot
     generate(af.landing, start=START, days=1, files_per_day=2, rows_per_file=50)
     Shard.create(af.shard_url, SCHEMA, upper=START)  # mint then reads no landing file
     with fault_proxy(moto.endpoint) as proxy:
-        # The first GET of a landing file (by a Spark executor) gets a 503: a StorageError.
+        # Every try of the store's retry policy of one landing GET (by a Spark executor) gets a
+        # 503: a single transient 503 is absorbed inside the job (tests/storage/test_retry.py),
+        # this many fail it with a StorageError, which the Airflow task retries.
         rule = proxy.add("status_before_forward", method="GET", key=r"landing/day=000/events-1\.csv$", status=503,
-                         code="SlowDown", times=1)
+                         code="SlowDown", times=STORAGE.attempts)
         af.env["AWS_ENDPOINT_URL"] = proxy.url
         out = ok(af.dags_test("2024-01-02"))
-    assert rule.fired == 1
+    assert rule.fired == STORAGE.attempts
     assert out.count("write job failed: StorageError (StorageError)") == 1
     assert out.count(SUBMIT) == 2, "the storage error was not retried exactly once"
     info = Shard.open(af.shard_url).info()
