@@ -135,8 +135,10 @@ def _task_seconds(log: str) -> dict[str, float]:
 def dag_vs_bare(work: Path) -> dict[str, object]:
     from shardsink.sinks.description import Description
     from shardsink.sinks.ingest import mint_chain, open_or_create
+    from shardsink.sources import source_spec
     from shardsink.sources.landing import LandingSource
     from shardsink.spark import build_pyfiles_zip, job_path
+    from shardsink.spark.request import IngestWriteRequest, job_argv
     from shardsink_dev.synthetic import generate
 
     env = _env(work)
@@ -157,9 +159,8 @@ def dag_vs_bare(work: Path) -> dict[str, object]:
     d = chain[0]
     assert isinstance(d, Description)
     cmd = [str(BIN / "spark-submit"), "--master", "local[2]", "--conf", "spark.ui.enabled=false", "--conf",
-           "spark.sql.shuffle.partitions=2", "--py-files", build_pyfiles_zip(), job_path(), "--shard-url",
-           scratch.url, "--source", json.dumps(src.spec()), "--desc-id", d.desc_id, "--lower", str(d.lower),
-           "--upper", str(d.upper), "--slot", "0", "--slots", "1"]
+           "spark.sql.shuffle.partitions=2", "--py-files", build_pyfiles_zip(), job_path(),
+           *job_argv(IngestWriteRequest(shard_url=scratch.url, source=source_spec(src), desc=d, slot=0, slots=1))]
     t = time.perf_counter()
     subprocess.run(cmd, env=env, check=True, capture_output=True)
     bare = time.perf_counter() - t

@@ -121,9 +121,9 @@ def store_size(client: Any, prefix: str) -> dict[str, int]:
 def referenced_objects(shard: Shard) -> dict[str, int]:
     """What the retained versions ``[oldest, head]`` need: themselves, the rollups at or above
     the oldest, the hint, and every part any of them references."""
-    m = shard.machine
+    m = shard.admin()
     listing = list_state(m)
-    head = m.head().version.seqno
+    head = m.head().seqno
     oldest = retained_start(m, listing, head)
     versions = sum(1 for s in listing.versions if oldest <= s <= head)
     rollups = sum(1 for r in listing.rollups if r >= oldest)

@@ -10,11 +10,13 @@ row stamped with its binding time. Settings from the environment:
     SHARDSINK_REMAP         remap shard URL                            [<data shard>-remap]
     SHARDSINK_SETTLE_S      seconds a file must be unmodified before it is bound [30]
     SHARDSINK_COLUMNS       JSON {"column": "type"} of the files (default: the first file's)
+    SHARDSINK_MAX_ATTEMPTS, SHARDSINK_RETRY_BACKOFF, SHARDSINK_TASK_RETRIES, ...: the runs' attempts
+                            (shardsink.airflow.options.ATTEMPT_ENV; unset: AttemptOptions' defaults)
 """
 
 import json
 import os
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 
 from shardsink.airflow import AttemptOptions, SparkOptions, ingest_dag
@@ -36,11 +38,6 @@ dag = ingest_dag(
     writers=int(env("SHARDSINK_WRITERS", "2")),
     schedule="@daily",
     start_date=datetime.fromisoformat(env("SHARDSINK_START", "2024-01-01")).replace(tzinfo=UTC),
-    attempts=AttemptOptions(
-        max_attempts=int(env("SHARDSINK_MAX_ATTEMPTS", "5")),
-        backoff=float(env("SHARDSINK_RETRY_BACKOFF", "2")),
-        task_retries=int(env("SHARDSINK_TASK_RETRIES", "2")),
-        task_retry_delay=timedelta(seconds=float(env("SHARDSINK_TASK_RETRY_DELAY_S", "30"))),
-    ),
+    attempts=AttemptOptions.from_env(),  # SHARDSINK_MAX_ATTEMPTS, SHARDSINK_RETRY_BACKOFF, ...
     spark=SparkOptions(conf={"spark.sql.shuffle.partitions": "2"}),
 )

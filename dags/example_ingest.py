@@ -42,13 +42,6 @@ dag = ingest_dag(
         max_span=timedelta(hours=float(env("SHARDSINK_MAX_SPAN_H", "24"))),
         aws_conn_id=env("SHARDSINK_AWS_CONN_ID") or None,
     ),
-    attempts=AttemptOptions(
-        max_attempts=int(env("SHARDSINK_MAX_ATTEMPTS", "5")),
-        backoff=float(env("SHARDSINK_RETRY_BACKOFF", "2")),
-        task_retries=int(env("SHARDSINK_TASK_RETRIES", "2")),
-        task_retry_delay=timedelta(seconds=float(env("SHARDSINK_TASK_RETRY_DELAY_S", "30"))),
-        catch_up_after=timedelta(seconds=float(env("SHARDSINK_CATCH_UP_AFTER_S", "300"))),
-        poke_interval=timedelta(seconds=float(env("SHARDSINK_POKE_S", "15"))),
-    ),
+    attempts=AttemptOptions.from_env(),  # SHARDSINK_MAX_ATTEMPTS, SHARDSINK_RETRY_BACKOFF, ... (ATTEMPT_ENV)
     spark=SparkOptions(conf={"spark.sql.shuffle.partitions": "2"}),
 )

@@ -11,11 +11,13 @@ consumer group's offsets. Settings from the environment:
     SHARDSINK_KAFKA_SHARD      data shard URL                       [<root>/shards/kafka]
     SHARDSINK_KAFKA_REMAP      remap shard URL                      [<data shard>-remap]
     SHARDSINK_COLUMNS          JSON {"column": "type"} of the records [{"id": "int64", "v": "string"}]
+    SHARDSINK_MAX_ATTEMPTS, SHARDSINK_RETRY_BACKOFF, SHARDSINK_TASK_RETRIES, ...: the runs' attempts
+                            (shardsink.airflow.options.ATTEMPT_ENV; unset: AttemptOptions' defaults)
 """
 
 import json
 import os
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 
 from shardsink.airflow import AttemptOptions, SparkOptions, ingest_dag
@@ -38,11 +40,6 @@ dag = ingest_dag(
     writers=int(env("SHARDSINK_WRITERS", "2")),
     schedule="@daily",
     start_date=datetime.fromisoformat(env("SHARDSINK_START", "2024-01-01")).replace(tzinfo=UTC),
-    attempts=AttemptOptions(
-        max_attempts=int(env("SHARDSINK_MAX_ATTEMPTS", "5")),
-        backoff=float(env("SHARDSINK_RETRY_BACKOFF", "2")),
-        task_retries=int(env("SHARDSINK_TASK_RETRIES", "2")),
-        task_retry_delay=timedelta(seconds=float(env("SHARDSINK_TASK_RETRY_DELAY_S", "30"))),
-    ),
+    attempts=AttemptOptions.from_env(),  # SHARDSINK_MAX_ATTEMPTS, SHARDSINK_RETRY_BACKOFF, ...
     spark=SparkOptions(conf={"spark.sql.shuffle.partitions": "2"}),
 )

@@ -13,7 +13,7 @@ embedded defaults (the same convention as example_ingest.py):
 """
 
 import os
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 
 from shardsink.airflow import AttemptOptions, ShardOptions, view_dag
@@ -36,11 +36,6 @@ dag = view_dag(
               sql=EVENTS_PER_USER_DAY),
     schedule="inputs",
     start_date=datetime.fromisoformat(env("SHARDSINK_START", "2024-01-01")).replace(tzinfo=UTC),
-    attempts=AttemptOptions(
-        max_attempts=int(env("SHARDSINK_MAX_ATTEMPTS", "5")),
-        backoff=float(env("SHARDSINK_RETRY_BACKOFF", "2")),
-        task_retries=int(env("SHARDSINK_TASK_RETRIES", "2")),
-        task_retry_delay=timedelta(seconds=float(env("SHARDSINK_TASK_RETRY_DELAY_S", "30"))),
-    ),
+    attempts=AttemptOptions.from_env(),  # SHARDSINK_MAX_ATTEMPTS, SHARDSINK_RETRY_BACKOFF, ... (ATTEMPT_ENV)
     shard=ShardOptions(aws_conn_id=env("SHARDSINK_AWS_CONN_ID") or None),
 )

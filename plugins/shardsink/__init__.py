@@ -6,11 +6,16 @@ Public handles::
     shard = Shard.create("file:///data/events", schema)
     shard.append(table, lower=0, upper=1000)
     shard.snapshot(as_of=999)
+
+    shard.writer()   # WriteHandle: batch builder, stage, compare_and_append, fate, delete_staged
+    shard.reader()   # ReadHandle: head, versions, batches, parts, snapshot, changes, leases, log
 """
 
 from __future__ import annotations
 
+from shardsink.core.read import ReadHandle
 from shardsink.core.shard import AppendResult, Shard, ShardInfo, StagedBatch
+from shardsink.core.write import WriteHandle
 from shardsink.errors import (
     ConditionFailedError,
     CorruptionError,
@@ -39,6 +44,7 @@ __all__ = [
     "InvalidUsageError",
     "LeaseLostError",
     "ReadFrontierError",
+    "ReadHandle",
     "Shard",
     "ShardClosedError",
     "ShardExistsError",
@@ -49,4 +55,5 @@ __all__ = [
     "StorageError",
     "UnknownOutcomeError",
     "UpperMismatchError",
+    "WriteHandle",
 ]

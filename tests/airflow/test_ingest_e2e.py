@@ -51,6 +51,12 @@ def test_runs_ingest_exactly_once_and_rerun_changes_nothing(af: Env) -> None:
 
 
 def test_watermark_that_does_not_move_skips_without_a_jvm(af: Env, tmp_path: Path) -> None:
+    """Two no-op runs (their own interval, then a later one) start no spark-submit; once half a day
+    completes, the next run takes just that.
+
+    One writer slot: the day has one file, so a second slot would stage nothing and only start a
+    second JVM (most of this test's time). Multi-slot ingest is covered by the exactly-once test."""
+    af.env["SHARDSINK_WRITERS"] = "1"
     generate(af.landing, start=START, days=1, files_per_day=1, rows_per_file=10, watermark=START)
     fake = tmp_path / "fakebin"
     fake.mkdir()
@@ -71,6 +77,8 @@ def test_watermark_that_does_not_move_skips_without_a_jvm(af: Env, tmp_path: Pat
 
 
 def test_s3_landing_and_shard_over_moto(af: Env, moto: object) -> None:
+    """One writer slot: this proves the S3 paths (landing reads, staging, commit); several slots
+    per description are the exactly-once test's, and each slot is a spark-submit."""
     from shardsink_dev.testing import MotoServer
 
     assert isinstance(moto, MotoServer)
@@ -79,6 +87,7 @@ def test_s3_landing_and_shard_over_moto(af: Env, moto: object) -> None:
     af.env.update(moto.env())
     af.env["SHARDSINK_LANDING"] = f"s3://{bucket}/landing"
     af.env["SHARDSINK_SHARD"] = f"s3://{bucket}/shards/events"
+    af.env["SHARDSINK_WRITERS"] = "1"
     generate(af.landing, start=START, days=1, files_per_day=3, rows_per_file=100)
     ok(af.dags_test("2024-01-02"))
     assert Shard.open(af.shard_url).info().upper == START + DAY

@@ -29,7 +29,10 @@ def test_two_runs_race_loser_deletes_its_parts_and_its_next_description_still_co
     """Run A (interval Jan 2, catching up at once) mints the chain [Jan 1, Jan 2), [Jan 2, Jan 3);
     run B (interval Jan 1) mints [Jan 1, Jan 2). A's appends are held until B has committed, so
     A's first description loses (its parts go) and its second, whose lower is now the shard's
-    upper, commits in the same attempt. Both runs end green with their intervals covered."""
+    upper, commits in the same attempt. Both runs end green with their intervals covered.
+
+    One writer slot per run: the race is between descriptions, not slots, and each slot of each
+    description is a spark-submit (a killed slot among two is the next test)."""
     generate(af.landing, start=START, days=2, files_per_day=2, rows_per_file=100)
     go = tmp_path / "go"
     faults = {"append_wait": {"attempt": 1, "until": str(go), "timeout": 600}}
@@ -39,7 +42,8 @@ def test_two_runs_race_loser_deletes_its_parts_and_its_next_description_still_co
 
     log_a = tmp_path / "run-a.log"
     run_a = af.popen_dags_test("2024-01-03", log=log_a,
-                               extra={**fault_env(faults, af.env), "SHARDSINK_CATCH_UP_AFTER_S": "0"})
+                               extra={**fault_env(faults, af.env), "SHARDSINK_CATCH_UP_AFTER_S": "0",
+                                      "SHARDSINK_WRITERS": "1"})
     parts = Path(af.root / "shards" / "events" / "parts")
     staging = Path(af.root / "shards" / "events" / "staging")
     try:

@@ -35,6 +35,7 @@ def test_maintenance_dag_cleans_two_shards_and_reports_their_lineage_and_metrics
     local_url = (af.root / "shards" / "a").as_uri()
     s3_url = f"s3://shardsink-test/maint-{uuid.uuid4().hex[:10]}"
     shards = [_shard_with_leftovers(u) for u in (local_url, s3_url)]
+    heads = {u: Shard.open(u).info().seqno for u in (local_url, s3_url)}
     af.env.update({"SHARDSINK_MAINTENANCE_SHARDS": f"{local_url},{s3_url}", "SHARDSINK_GC_GRACE_S": "0"})
     af.env.update(lineage_env(af.home / "lineage.jsonl"))
     statsd = UdpListener()
@@ -47,12 +48,19 @@ def test_maintenance_dag_cleans_two_shards_and_reports_their_lineage_and_metrics
     out = ok(r)
     summaries = [ln for ln in out.splitlines() if "SHARDSINK_MAINTENANCE" in ln]
     assert len(summaries) == 2, out[-4000:]
+    # rendered for operators: every step as text, never a Python repr
+    assert all("compact: " in ln and "verify: ok" in ln and "Result(" not in ln and "{" not in ln
+               for ln in summaries), summaries
     for (shard, leftovers, _), url in zip(shards, (local_url, s3_url), strict=True):
         present = {o.key for o in shard.blob.list("")}
         assert not (leftovers & present), f"{url}: leftovers {sorted(leftovers & present)} survived"
         assert any(str(Shard(url).url) in ln and "deleted 2" in ln for ln in summaries), summaries
         assert verify(Shard.open(url)).ok
         assert Shard.open(url).snapshot().num_rows == 4
+        # the pass's commits name the DAG run, as an append's do
+        new = [c for seqno, c in Shard.open(url).log(limit=50) if seqno > heads[url]]
+        writers = {c.writer for c in new}
+        assert new and len(writers) == 1 and writers.pop().startswith("airflow:example_maintenance/"), new
 
     # Lineage: each map index names its own shard as input and output, with the schema and,
     # on completion, the rows and bytes of the live batches after the pass.

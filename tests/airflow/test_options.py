@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from shardsink.airflow import AttemptOptions, ShardOptions, SparkOptions, ingest_dag, view_dag
-from shardsink.airflow.credentials import connection_options
+from shardsink.airflow.credentials import AwsAccess, connection_options
 from shardsink.airflow.deprecated import FlatOptionWarning
 from shardsink.airflow.settings import IngestSettings
 from shardsink.errors import InvalidUsageError
@@ -173,3 +173,38 @@ def test_an_aws_connection_sets_the_store_timeouts_in_its_extra(monkeypatch: pyt
     assert got == StoreOptions(connect_timeout=2, read_timeout=40.0, max_pool=8)
     with pytest.raises(InvalidUsageError, match="read_timeout"):
         connection_options({"config_kwargs": {"read_timeout": -1}})
+
+
+def test_a_timeout_set_in_the_spark_env_wins_over_the_connections(monkeypatch: pytest.MonkeyPatch) -> None:
+    """spark-submit's environment: an explicit SHARDSINK_S3_* of the Spark env is never overridden
+    by the connection's config_kwargs; the ones it leaves unset come from the connection."""
+
+    class Creds:  # what AwsBaseHook.get_credentials returns (botocore's ReadOnlyCredentials)
+        access_key, secret_key, token = "AK", "SK", None
+
+    class Hook:
+        def get_credentials(self, region_name: str | None = None) -> Creds:
+            return Creds()
+
+    monkeypatch.delenv("SHARDSINK_S3_CONNECT_TIMEOUT", raising=False)
+    monkeypatch.delenv("SHARDSINK_S3_READ_TIMEOUT", raising=False)
+    options = connection_options({"config_kwargs": {"connect_timeout": 2, "read_timeout": 9}})
+    access = AwsAccess(conn_id="c", hook=Hook(), session=None, endpoint_url=None, region=None, options=options)
+    assert access.spark_env()["SHARDSINK_S3_READ_TIMEOUT"] == "9"
+    env = access.spark_env(explicit={"SHARDSINK_S3_READ_TIMEOUT": "60", "A": "1"})
+    assert "SHARDSINK_S3_READ_TIMEOUT" not in env  # the Spark env's 60 stands (merged over by nothing)
+    assert float(env["SHARDSINK_S3_CONNECT_TIMEOUT"]) == 2 and env["AWS_ACCESS_KEY_ID"] == "AK" and "A" not in env
+
+
+def test_attempt_options_from_the_environment_are_the_example_dags_one_reading() -> None:
+    assert AttemptOptions.from_env({}) == AttemptOptions()
+    got = AttemptOptions.from_env({"SHARDSINK_MAX_ATTEMPTS": "3", "SHARDSINK_RETRY_BACKOFF": "0.2",
+                                   "SHARDSINK_TASK_RETRIES": "0", "SHARDSINK_TASK_RETRY_DELAY_S": "1",
+                                   "SHARDSINK_CATCH_UP_AFTER_S": "0", "SHARDSINK_POKE_S": "", "OTHER": "x"})
+    assert got == AttemptOptions(max_attempts=3, backoff=0.2, task_retries=0, task_retry_delay=timedelta(seconds=1),
+                                 catch_up_after=timedelta(0))
+    with pytest.raises(InvalidUsageError, match="SHARDSINK_MAX_ATTEMPTS='five'"):
+        AttemptOptions.from_env({"SHARDSINK_MAX_ATTEMPTS": "five"})
+    for name in ("example_arrivals.py", "example_kafka.py"):  # the shared reading, not a copy of it
+        text = (Path(__file__).resolve().parents[2] / "dags" / name).read_text()
+        assert "AttemptOptions.from_env()" in text and "SHARDSINK_TASK_RETRY_DELAY_S\"" not in text, name

@@ -20,8 +20,8 @@ import pytest
 
 from shardsink import CorruptionError, Shard
 from shardsink.core import state_codec as sc
-from shardsink.core.machine import LATEST, ROLLUP_EVERY
-from shardsink.core.version_store import rollup_key, version_key
+from shardsink.core.keys import LATEST, rollup_key, version_key
+from shardsink.core.machine import ROLLUP_EVERY
 from shardsink.storage import Blob, parse_url
 from shardsink_dev.testing import FAKE_ENV, MotoServer
 

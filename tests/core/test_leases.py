@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import pyarrow as pa
@@ -102,8 +103,21 @@ def test_no_lease_written_for_a_missing_shard(tmp_path: object) -> None:
 
 def test_unreadable_lease_is_corruption(shard: Shard) -> None:
     shard.blob.put("leases/bad.json", b"{not json")
-    with pytest.raises(CorruptionError, match=r"leases/bad\.json is unreadable"):
+    with pytest.raises(CorruptionError, match=r"leases/bad\.json: unreadable lease"):
         shard.leases()
+
+
+def test_leases_read_through_the_one_document_decoder(shard: Shard) -> None:
+    """A newer format is refused naming the object; unknown fields are ignored; a lease without
+    ``format`` (the struct's default) reads as format 1."""
+    doc = {"lease_id": "x", "as_of": 12, "seqno": 1, "holder": "h", "acquired_at": 1.0, "expires_at": 2.0}
+    shard.blob.put("leases/x.json", json.dumps({**doc, "later_field": [1]}).encode())
+    assert [(x.lease_id, x.format) for x in ls.all_leases(shard)] == [("x", 1)]
+    shard.blob.put("leases/x.json", json.dumps({**doc, "format": 1}).encode())
+    assert [x.as_of for x in ls.all_leases(shard)] == [12]
+    shard.blob.put("leases/x.json", json.dumps({**doc, "format": 2}).encode())
+    with pytest.raises(CorruptionError, match=r"leases/x\.json: unsupported lease format 2 .*upgrade"):
+        ls.all_leases(shard)
 
 
 def test_keeper_renews_and_releases(shard: Shard) -> None:

@@ -25,6 +25,7 @@ from shardsink import Shard
 from shardsink.core import fate as ft
 from shardsink.core import state as st
 from shardsink.core import transitions as tr
+from shardsink.core.admin import AdminHandle
 from shardsink.core.consolidate import consolidate
 from shardsink.core.part_io import read_parts, write_parts
 from shardsink.maintenance import (
@@ -240,6 +241,11 @@ def test_a_killed_compaction_leaves_a_readable_shard_and_its_leftovers_are_swept
     assert reads(fresh, 0, 6 * SPAN) == before
 
 
+def _admin(blob: Blob) -> AdminHandle:
+    """The maintenance handle over ``blob`` (no shard state needed to merge parts)."""
+    return Shard(blob.url, blob=blob).admin()
+
+
 def _parts_of(blob: Blob, n_inputs: int, rows: int, *, row_group_rows: int | None = None) -> list[st.PartMeta]:
     """Sorted, consolidated parts with overlapping keys, equal keys at several times (which
     advancing to since makes equal), and retractions that cancel across parts; written in
@@ -277,7 +283,8 @@ def test_streaming_merge_reads_inputs_batch_by_batch_in_bounded_memory(blob: Blo
         reads_seen.append((i, n))
         peak[0] = max(peak[0], pa.total_allocated_bytes() - base)
 
-    stats = merge_parts(blob, parts, SCHEMA, prefix="parts/out", since=since,
+    adm = _admin(blob)
+    stats = merge_parts(adm, parts, SCHEMA, into=adm.builder("out"), since=since,
                         options=MergeOptions(batch_rows=batch_rows, part_bytes=256 * 1024, small_bytes=0,
                                              row_group_rows=1_000),
                         on_batch=on_batch)
@@ -306,8 +313,9 @@ def test_streaming_merge_reads_inputs_batch_by_batch_in_bounded_memory(blob: Blo
 def test_one_shot_and_streaming_merges_write_the_same_updates(blob: Blob) -> None:
     parts = _parts_of(blob, 3, 2_000)
     streaming = MergeOptions(batch_rows=64, small_bytes=0)
-    a = merge_parts(blob, parts, SCHEMA, prefix="parts/a", since=300, options=streaming)
-    b = merge_parts(blob, parts, SCHEMA, prefix="parts/b", since=300, options=MergeOptions())
+    adm = _admin(blob)
+    a = merge_parts(adm, parts, SCHEMA, into=adm.builder("a"), since=300, options=streaming)
+    b = merge_parts(adm, parts, SCHEMA, into=adm.builder("b"), since=300, options=MergeOptions())
     assert a.streamed and not b.streamed
     ta = pa.concat_tables([raw(blob, p.key) for p in a.parts])
     tb = pa.concat_tables([raw(blob, p.key) for p in b.parts])
@@ -317,7 +325,8 @@ def test_one_shot_and_streaming_merges_write_the_same_updates(blob: Blob) -> Non
 def test_compacted_part_is_plain_parquet(blob: Blob) -> None:
     """Readers need nothing special: an output part round-trips through plain pyarrow."""
     parts = _parts_of(blob, 2, 50)
-    stats = merge_parts(blob, parts, SCHEMA, prefix="parts/p", since=0)
+    adm = _admin(blob)
+    stats = merge_parts(adm, parts, SCHEMA, into=adm.builder("p"), since=0)
     got = blob.get(stats.parts[0].key)
     assert got is not None
     assert pq.read_table(io.BytesIO(got.data)).schema.names == ["k", "n", "_time", "_diff"]

@@ -14,7 +14,7 @@ from shardsink import Shard
 from shardsink.cli import main
 from shardsink.core import fate as ft
 from shardsink.core import leases as ls
-from shardsink.core.version_store import rollup_key, version_key
+from shardsink.core.keys import rollup_key, version_key
 from shardsink.maintenance.gc import collect
 from shardsink.maintenance.gc_types import GcOptions
 from shardsink.maintenance.history import list_state
@@ -30,7 +30,7 @@ def _manifest(shard: Shard, desc_id: str, lower: int, upper: int) -> str:
 
 
 def _versions(shard: Shard) -> list[int]:
-    return sorted(list_state(shard.machine).versions)
+    return sorted(list_state(shard.admin()).versions)
 
 
 

@@ -19,8 +19,8 @@ import pytest
 from gc_helpers import SCHEMA, append_days, compact_like, contents, rows
 
 from shardsink import Shard, ShardsinkError
+from shardsink.core.keys import version_key
 from shardsink.core.machine import Machine
-from shardsink.core.version_store import version_key
 from shardsink.errors import StorageError
 from shardsink.maintenance.gc import collect
 from shardsink.maintenance.gc_types import GcOptions
@@ -90,7 +90,7 @@ def test_gc_killed_after_any_step_leaves_a_verifiable_shard_and_the_next_run_fin
     _assert_whole(shard_url, before)
     done = verify(Shard.open(shard_url))
     assert [x.object for x in done.leaks] == []  # nothing left over
-    assert min(list_state(Shard.open(shard_url).machine).versions) == final.oldest_after == 24
+    assert min(list_state(Shard.open(shard_url).admin()).versions) == final.oldest_after == 24
 
 
 @pytest.fixture
@@ -115,7 +115,7 @@ def test_gc_failing_on_s3_mid_deletion_leaves_a_verifiable_shard(proxied: tuple[
               status=500, times=None)
     with pytest.raises(ShardsinkError):  # 500 on a DELETE: the outcome is unknown
         collect(Shard(url, machine=machine), GcOptions(grace_s=0, retention=20, delete_batch=1))
-    assert min(list_state(Shard.open(url).machine).versions) == 7  # 0..6 deleted, then the 500s
+    assert min(list_state(Shard.open(url).admin()).versions) == 7  # 0..6 deleted, then the 500s
     _assert_whole(url, before)
     proxy.clear_rules()  # type: ignore[attr-defined]
     collect(Shard.open(url), GcOptions(grace_s=0, retention=20))
@@ -151,7 +151,7 @@ def test_a_multi_object_delete_cut_short_leaves_stragglers_that_verify_lists_and
     cut = Machine(_HalfDeletes(shard.machine.raw), storage_policy=STORAGE.with_sleep(lambda _s: None))
     with pytest.raises(ShardsinkError):
         collect(Shard(shard_url, machine=cut), GcOptions(grace_s=0, retention=20))
-    listed = sorted(list_state(Shard.open(shard_url).machine).versions)
+    listed = sorted(list_state(Shard.open(shard_url).admin()).versions)
     assert listed[0] == 0 and 1 not in listed and 24 in listed, "versions 1, 3, ... gone, 0, 2, ... left"
     report = verify(Shard.open(shard_url))
     assert report.ok, report.problems
@@ -165,7 +165,7 @@ def test_a_multi_object_delete_cut_short_leaves_stragglers_that_verify_lists_and
     assert final.versions_deleted >= len([s for s in listed if s < 24])
     _assert_whole(shard_url, before)
     assert verify(Shard.open(shard_url)).leaks == ()
-    assert min(list_state(Shard.open(shard_url).machine).versions) == 24
+    assert min(list_state(Shard.open(shard_url).admin()).versions) == 24
 
 
 def test_a_500_on_the_multi_object_delete_of_versions_leaves_a_verifiable_shard(

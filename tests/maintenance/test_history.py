@@ -49,10 +49,10 @@ def _history(url: str) -> Shard:
 
 def test_the_removal_chain_protects_exactly_what_reading_every_retained_version_does(shard_url: str) -> None:
     shard = _history(shard_url)
-    m = shard.machine
+    m = shard.admin()
     listing = list_state(m)
-    head = m.head().version
-    every_part = {o.key for o in m.blob.list("parts/")}
+    head = m.head()
+    every_part = {o.key for o in m.list_parts()}
     for oldest in range(head.seqno + 1):
         full = referenced(m, oldest, head.seqno, listing)
         cheap = protected(m, oldest, head, listing)
@@ -92,12 +92,12 @@ def test_a_shard_written_before_the_removal_chain_is_collected_by_reading_its_hi
     root = tmp_path / "old"
     shutil.copytree(FIXTURE, root)
     shard = Shard.open(root.as_uri())
-    assert removals(shard.machine, shard.machine.head().version, above=0) is None
+    assert removals(shard.admin(), shard.machine.head().version, above=0) is None
     result = compact(shard, options=CompactOptions(plan=PlanOptions(fan_in=4)))
     assert result.applied >= 1
     # The chain is known from the first compaction on, unknown below it.
     head = shard.machine.head().version
-    assert head.header.removal is not None and removals(shard.machine, head, above=0) is None
+    assert head.header.removal is not None and removals(shard.admin(), head, above=0) is None
     for i in range(6):  # move on past the compaction, so that its inputs fall out of retention
         lo = 400 + 10 * i
         shard.append(pa.table({"k": [f"x{i}"], "n": [i], "_time": [lo]}), lower=lo, upper=lo + 10, desc_id=f"x{i}")
@@ -114,7 +114,7 @@ def test_a_shard_written_before_the_removal_chain_is_collected_by_reading_its_hi
     # Retained from the compaction on: its inputs are referenced by no retained version, and
     # the chain is known for everything retained (its unknown part lies below).
     assert report.oldest_after == head.seqno, (report.reason, report.oldest_after)
-    assert removals(shard.machine, shard.machine.head().version, above=report.oldest_after) is not None
+    assert removals(shard.admin(), shard.machine.head().version, above=report.oldest_after) is not None
     assert report.parts_deleted >= 40
     assert Shard.open(root.as_uri()).snapshot().sort_by("k").to_pylist() == before
     assert verify(Shard.open(root.as_uri())).ok

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from gc_helpers import SCHEMA, append_days, keys, rows
 
@@ -9,6 +11,7 @@ from shardsink import Shard
 from shardsink.maintenance.gc import collect
 from shardsink.maintenance.gc_types import GcOptions
 from shardsink.maintenance.run import MaintenanceOptions, maintain
+from shardsink.maintenance.since import set_retention
 from shardsink.maintenance.verify import verify
 
 pytestmark = pytest.mark.usefixtures("small_windows")
@@ -47,3 +50,25 @@ def test_gc_of_a_closed_shard_keeps_it_readable(shard_url: str) -> None:
     fresh = Shard.open(shard_url)
     assert fresh.info().upper is None and fresh.snapshot(139).num_rows == before
     assert verify(fresh).ok and keys(fresh, "state/v/")
+
+
+def test_a_pass_commits_under_the_callers_writer_and_renders_for_operators(shard_url: str) -> None:
+    """Since and compaction commits carry the pass's writer (an Airflow run names itself as an
+    append does); the summary renders as text and its XCom form is structured data."""
+    shard = Shard.create(shard_url, SCHEMA)
+    append_days(shard, 0, 3)
+    set_retention(shard, "10ms")
+    head = shard.info().seqno
+    summary = maintain(shard, MaintenanceOptions(gc=GcOptions(grace_s=0)), writer="airflow:maint/run-1")
+    commits = [c for seqno, c in shard.log(limit=50) if seqno > head]
+    assert {c.kind for c in commits} >= {"since", "compact"}, commits
+    assert {c.writer for c in commits} == {"airflow:maint/run-1"}
+    text = summary.render()
+    assert "Result(" not in text and "{" not in text and "since: 0 → " in text, text
+    assert "compact: 3 batches → 1, 3 parts → 1, 6 rows" in text, text
+    assert "verify: ok" in text and "gc: deleted " in text, text
+    d = summary.to_dict()
+    assert d["since"]["before"] == 0 and d["since"]["after"] > 0 and d["since"]["seqno"] is not None
+    assert (d["compaction"]["batches_before"], d["compaction"]["batches_after"]) == (3, 1)
+    assert [m["status"] for m in d["compaction"]["merges"]] == ["applied"] and d["swept"] == []
+    assert json.loads(json.dumps(d)) == json.loads(json.dumps(d, default=str))  # plain JSON values only

@@ -16,7 +16,7 @@ from shardsink import Shard
 from shardsink.cli import main
 from shardsink.core import state as st
 from shardsink.core import state_codec as sc
-from shardsink.core.version_store import version_key
+from shardsink.core.keys import version_key
 
 
 @pytest.fixture

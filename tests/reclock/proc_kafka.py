@@ -24,7 +24,7 @@ from typing import Any
 from rc_helpers import mint_desc
 
 from shardsink import Shard, hooks
-from shardsink.sinks.description import Description
+from shardsink.sinks.description import Description, to_builtins
 from shardsink.sinks.ingest import LostRaceError, append_from_manifests
 from shardsink.sinks.seals import seals
 from shardsink.sinks.staging import write_manifest
@@ -76,7 +76,7 @@ def mint_step(shard_url: str, spec: dict[str, Any], end: int, run_id: str, die: 
         d = mint_desc(shard_url, GrowingKafka.from_spec(spec), interval_end=end, run_id=run_id)
         if die:
             _die()
-        out.put(("minted", d.to_dict() if isinstance(d, Description) else None))
+        out.put(("minted", to_builtins(d) if isinstance(d, Description) else None))
 
     _reporting(out, body)
 
@@ -87,7 +87,7 @@ def write_and_die(shard_url: str, spec: dict[str, Any], desc: dict[str, Any], sl
     def body() -> None:
         from shardsink_dev.testing import local_spark
 
-        src, d, shard = GrowingKafka.from_spec(spec), Description.from_dict(desc), Shard.open(shard_url)
+        src, d, shard = GrowingKafka.from_spec(spec), Description.decode(desc), Shard.open(shard_url)
         with local_spark("kafka-write") as spark:
             df, inputs = src.read_slot(spark, lower=d.lower, upper=d.upper, slot=0, slots=slots, schema=shard.schema,
                                        seals=seals(shard))
@@ -119,7 +119,7 @@ def append_step(shard_url: str, spec: dict[str, Any], desc: dict[str, Any], slot
 
             GrowingKafka.after_commit = fail  # type: ignore[method-assign]
         try:
-            res = append_from_manifests(Shard.open(shard_url), Description.from_dict(desc), slots)
+            res = append_from_manifests(Shard.open(shard_url), Description.decode(desc), slots)
         except LostRaceError as e:
             out.put(("appended", f"lost: {e}"))
             return

@@ -13,7 +13,7 @@ import os
 import sys
 import time
 
-from shardsink.sinks.description import Description, NoOp
+from shardsink.sinks.description import Description, NoOp, to_builtins
 from shardsink.sinks.ingest import mint_chain, open_or_create
 from shardsink.sources.base import source_from_spec
 
@@ -31,7 +31,7 @@ def main() -> None:
     out = mint_chain(shard, src, interval_end=end, max_span=None, max_chain=1, dag_id="proc",
                      run_id=f"p{os.getpid()}", attempt=1)
     d = out if isinstance(out, NoOp) else out[0]
-    print(json.dumps(d.to_dict() if isinstance(d, Description) else {"noop": d.reason}), flush=True)
+    print(json.dumps(to_builtins(d) if isinstance(d, Description) else {"noop": d.reason}), flush=True)
     if "--die" in sys.argv:
         os._exit(137)
 

@@ -128,7 +128,7 @@ def test_a_run_sigkilled_after_binding_replays_exactly_once_and_group_offsets_eq
         (doc,) = expect(out, "minted")
     finally:
         kill_hard(child)
-    crashed = Description.from_dict(doc)
+    crashed = Description.decode(doc)
     assert RemapShard.open(remap).bindings().latest() == {"0": 15, "1": 15}, "the binding is durable"
     assert set(src.committed_offsets().values()) == {None}, "nothing was committed past the shard"
     ids += produce(kafka, topic, range(30, 50), partitions=2)  # after the crash: not in the crashed binding

@@ -19,13 +19,13 @@ import pytest
 from support import tick
 
 from shardsink import Shard
-from shardsink.core.documents import PLANS_PREFIX
 from shardsink.errors import CorruptionError
 from shardsink.maintenance.gc import collect
 from shardsink.maintenance.gc_types import GcOptions
 from shardsink.maintenance.verify import verify
 from shardsink.reclock import health, plan
 from shardsink.reclock.bindings import FILES, BoundFile, Span
+from shardsink.reclock.layout import PLANS_PREFIX
 from shardsink.reclock.remap import Proposal, RemapShard
 from shardsink.storage.url import open_blob
 

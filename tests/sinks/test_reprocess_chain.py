@@ -9,7 +9,7 @@ from test_ingest import FakeSource  # the same fake watermark source
 from shardsink import Shard
 from shardsink.core.state import PartMeta
 from shardsink.errors import InvalidUsageError
-from shardsink.sinks.description import Description, NoOp
+from shardsink.sinks.description import Description, NoOp, to_builtins
 from shardsink.sinks.ingest import mint_chain
 from shardsink.sinks.reprocess import corrected_range, correction_label, prior_corrections, requested_range
 from shardsink.sinks.seals import seals
@@ -43,7 +43,7 @@ def test_covered_target_is_a_no_op_unless_a_correction_needs_a_time(tmp_path: ob
     wait = _chain(shard, 2 * DAY, DAY, corrects=(0, DAY))
     assert isinstance(wait, NoOp) and "watermark is not past the shard's upper" in wait.reason
     d = got[0]
-    assert Description.from_dict(d.to_dict()) == d
+    assert Description.decode(to_builtins(d)) == d
 
 
 def test_requested_range_from_params() -> None:

@@ -4,14 +4,16 @@ the Python data source gives, and skip consolidation only where no two parts can
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pyarrow as pa
+import pytest
 
-from shardsink import Shard
+from shardsink import CorruptionError, Shard
 from shardsink.core.state import PartMeta
 from shardsink.spark.datasource import isolated_parts
-from shardsink.spark.read import ShardReads
+from shardsink.spark.read import ShardReads, _failed_part
 
 SCHEMA = pa.schema([("k", pa.string()), ("x", pa.float64())])
 
@@ -74,3 +76,43 @@ def test_spark_reads_use_the_one_float_equality(spark: Any, tmp_path: Any) -> No
             assert len(_rows(reads.snapshot(s.url, 5))) == 3
             feed = _rows(reads.changes(s.url, 0, 20))
             assert len(feed) == 5 and {r[0] for r in feed} == {"z", "n", "keep"}
+
+
+def _one_part_shard(tmp_path: Any, name: str) -> tuple[Shard, str]:
+    s = Shard.create(f"file://{tmp_path}/{name}", SCHEMA)
+    s.append(pa.table({"k": ["a"], "x": [1.0], "_time": [1], "_diff": [1]}), lower=0, upper=10)
+    return s, s.batches()[0].parts[0].key
+
+
+def test_a_part_vanishing_or_undecodable_in_a_native_job_is_corruption_naming_it(spark: Any, tmp_path: Any) -> None:
+    """Classified by Spark's error condition (FAILED_READ_FILE.*) and its path parameter."""
+    for name, damage in [("gone", "delete"), ("garbage", "overwrite")]:
+        s, key = _one_part_shard(tmp_path, name)
+        named = rf"part {re.escape(s.url)}/{re.escape(key)} is missing or unreadable"
+        with pytest.raises(CorruptionError, match=named), ShardReads(spark, native="always") as reads:
+            df = reads.changes(s.url, 0, 10, consolidate=False)  # planned: the part exists
+            if damage == "delete":
+                s.blob.delete(key)
+            else:
+                s.blob.put(key, b"not parquet at all, not even close")
+            df.collect()
+
+
+def test_a_failure_merely_mentioning_a_part_is_not_corruption(spark: Any, tmp_path: Any) -> None:
+    """Text is not the classifier: a failure with another error condition passes through unchanged."""
+    from pyspark.errors import PySparkException
+    from pyspark.sql import functions as F
+
+    s, key = _one_part_shard(tmp_path, "text")
+    text = f"java.io.FileNotFoundException FAILED_READ_FILE {s.url}/{key}"
+    with pytest.raises(PySparkException) as got, ShardReads(spark, native="always") as reads:
+        reads.changes(s.url, 0, 10, consolidate=False).select(F.raise_error(F.lit(text))).collect()
+    assert not isinstance(got.value, CorruptionError)
+
+
+def test_only_a_failure_without_any_error_condition_is_read_as_text() -> None:
+    """Spark's bare java.io.FileNotFoundException (no condition anywhere) is the one text fallback."""
+    bare = RuntimeError("java.io.FileNotFoundException: File file:/data/s/parts/d1/u.parquet does not exist")
+    assert _failed_part(bare, ["file:///data/s"]) == "file:///data/s/parts/d1/u.parquet"
+    assert _failed_part(bare, ["file:///data/other"]) is None
+    assert _failed_part(RuntimeError("FAILED_READ_FILE file:/data/s/parts/d1/u.parquet"), ["file:///data/s"]) is None

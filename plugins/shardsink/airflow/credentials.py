@@ -15,11 +15,17 @@ them) into the store's :class:`~shardsink.storage.options.StoreOptions`:
 * spark-submit gets the hook's frozen credentials in ITS process environment only
   (:meth:`AwsAccess.spark_env`), never on its command line, in XCom, in a rendered
   template, in state or in a manifest.
+
+Precedence of the store timeouts (most specific first). In a task: explicit
+``StoreOptions`` > the connection's ``config_kwargs`` > ``SHARDSINK_S3_*`` in the worker's
+environment > the defaults (:mod:`shardsink.storage.options`). In spark-submit: a
+``SHARDSINK_S3_*`` set explicitly in the Spark environment (``SparkOptions(env=...)``) >
+the connection's ``config_kwargs`` > the worker's environment > the defaults.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,11 +49,13 @@ class AwsAccess:
     def s3(self) -> S3Access:
         return S3Access(self.session, self.endpoint_url, self.options)
 
-    def spark_env(self) -> dict[str, str]:
+    def spark_env(self, *, explicit: Mapping[str, str] | None = None) -> dict[str, str]:
         """Environment variables for the spark-submit process (driver and local executors).
 
         Frozen credentials: an assumed role's are valid for the session's duration, which
-        bounds how long one write job may run.
+        bounds how long one write job may run. ``explicit``: the environment the operator was
+        given for Spark; a ``SHARDSINK_S3_*`` timeout set there wins over the connection's
+        (module docstring), so it is left out here.
         """
         creds = self.hook.get_credentials(region_name=self.region)  # the hook masks the secrets in logs
         env = {"AWS_ACCESS_KEY_ID": creds.access_key, "AWS_SECRET_ACCESS_KEY": creds.secret_key}
@@ -57,8 +65,9 @@ class AwsAccess:
             env["AWS_DEFAULT_REGION"] = self.region
         if self.endpoint_url:
             env["AWS_ENDPOINT_URL"] = self.endpoint_url
-        if self.options is not None:  # the connection's timeouts reach the executors' stores too
-            env.update({var: str(getattr(self.options, f)) for f, var in ENV.items()})
+        if self.options is not None:  # the connection's timeouts reach the executors' stores too,
+            given = explicit or {}  # unless the Spark environment sets them itself
+            env.update({var: str(getattr(self.options, f)) for f, var in ENV.items() if var not in given})
         return env
 
 

@@ -1,7 +1,8 @@
 """The gates of a sink DAG run: whether a task goes on now, waits (rescheduled, holding no
 worker slot), or ends the run's work (skipping the rest but the ``report``).
 
-Every decision is taken from the shard state and the run's context; a wait raises
+Every decision is taken from the shard state as the task read it (once: the gates are handed
+the facts, they read nothing themselves) and the run's context; a wait raises
 ``AirflowRescheduleException``, an end raises ``DownstreamTasksSkipped`` /
 ``AirflowSkipException``, so callers push their XComs before calling.
 """
@@ -17,7 +18,7 @@ from airflow.sdk.exceptions import AirflowSkipException, DownstreamTasksSkipped
 
 from shardsink.airflow.run_context import earlier_appends
 from shardsink.airflow.settings import IngestSettings
-from shardsink.core.shard import Shard
+from shardsink.core.shard import ShardInfo
 
 log = logging.getLogger("shardsink.airflow")
 
@@ -71,17 +72,17 @@ def retry_gate(settings: IngestSettings, attempt: int, context: dict[str, Any]) 
     whether an earlier attempt of this run already committed its correction.
     """
     earlier = earlier_appends(context, attempt)
-    corrected = any(c.get("corrects") for r in earlier for c in r.get("committed", []))
+    corrected = any(c.corrects for r in earlier for c in r.committed)
     if attempt <= 1 or not earlier:
         return corrected
     prev = earlier[-1]
-    retry_at = prev.get("retry_at")
-    if prev.get("lost") and isinstance(retry_at, (int, float)) and time.time() < retry_at:
-        reschedule(settings, f"attempt {attempt - 1} lost its race; backing off before minting afresh", at=retry_at)
+    if prev.lost and prev.retry_at is not None and time.time() < prev.retry_at:
+        reschedule(settings, f"attempt {attempt - 1} lost its race; backing off before minting afresh",
+                   at=prev.retry_at)
     return corrected
 
 
-def wait_for_earlier_intervals(settings: IngestSettings, shard: Shard, interval_start: int | None,
+def wait_for_earlier_intervals(settings: IngestSettings, info: ShardInfo, interval_start: int | None,
                                context: dict[str, Any]) -> None:
     """Reschedule while an earlier interval is not covered yet and the shard is progressing.
 
@@ -89,12 +90,12 @@ def wait_for_earlier_intervals(settings: IngestSettings, shard: Shard, interval_
     make runs race. But their owner may never come (``--run-backwards`` with one active
     run, a backfill starting above the upper, a failed run): once neither this run's start
     nor the shard's last commit is within ``catch_up_after`` seconds, the run returns and
-    catches up itself.
+    catches up itself. ``info``: the shard's head as the task read it (no read here).
     """
-    upper = shard.info().upper
+    upper = info.upper
     if interval_start is None or upper is None or upper >= interval_start:
         return
-    last = shard.info().last_commit
+    last = info.last_commit
     started = getattr(context.get("dag_run"), "start_date", None)
     marks = [datetime.fromisoformat(last.at).timestamp()]
     if isinstance(started, datetime):
@@ -104,7 +105,7 @@ def wait_for_earlier_intervals(settings: IngestSettings, shard: Shard, interval_
         reschedule(settings, f"earlier intervals are not covered yet (shard upper {upper} < this run's interval "
                              f"start {interval_start}); waiting for their runs ({idle:.0f}s of "
                              f"{settings.catch_up_after:.0f}s without progress before catching up)")
-    log.info("no progress on %s for %.0fs: this run catches up from upper %d itself", shard.url, idle, upper)
+    log.info("no progress on %s for %.0fs: this run catches up from upper %d itself", info.url, idle, upper)
 
 
 def covered(settings: IngestSettings, context: dict[str, Any], target: int | None, *, upper: int | None) -> bool:

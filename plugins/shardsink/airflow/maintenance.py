@@ -21,9 +21,10 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from airflow.sdk import DAG
+from airflow.sdk import DAG, get_current_context
 from airflow.sdk.exceptions import AirflowFailException
 
+from shardsink.airflow.run_context import run_writer
 from shardsink.errors import InvalidUsageError
 from shardsink.provider.operators import shard_task
 from shardsink.storage.url import parse_url
@@ -31,19 +32,23 @@ from shardsink.storage.url import parse_url
 log = logging.getLogger("shardsink.maintenance")
 
 
-def maintain_task(url: str, *, grace_s: float, compact: bool, advance_since: bool) -> dict[str, Any]:
-    """The body of one mapped task (also callable outside Airflow)."""
+def maintain_task(url: str, *, grace_s: float, compact: bool, advance_since: bool,
+                  context: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The body of one mapped task (also callable outside Airflow). ``context``: the task's Airflow
+    context; its commits then carry the DAG run's writer (``airflow:<dag_id>/<run_id>``) as an
+    append's do (None: host:pid). Returns the summary as structured data (the XCom)."""
     from shardsink.core.shard import Shard
     from shardsink.maintenance.gc_types import GcOptions
     from shardsink.maintenance.run import MaintenanceOptions, maintain
 
+    writer = run_writer(context) if context is not None else None
     summary = maintain(Shard.open(url), MaintenanceOptions(compact=compact, advance_since=advance_since,
-                                                            gc=GcOptions(grace_s=grace_s)))
+                                                            gc=GcOptions(grace_s=grace_s)), writer=writer)
     out = summary.to_dict()
     b, a = summary.before, summary.after
-    log.info("SHARDSINK_MAINTENANCE %s: batches %d -> %d, parts %d -> %d, bytes %d -> %d, objects %d -> %d, "
-             "deleted %d; steps %s", url, b.batches, a.batches, b.parts, a.parts, b.bytes, a.bytes, b.objects,
-             a.objects, out["objects_deleted"], summary.steps)
+    log.info("SHARDSINK_MAINTENANCE %s: batches %d → %d, parts %d → %d, bytes %s → %s, objects %d → %d, "
+             "deleted %d; %s", url, b.batches, a.batches, b.parts, a.parts, f"{b.bytes:,}", f"{a.bytes:,}",
+             b.objects, a.objects, out["objects_deleted"], summary.render())
     if not summary.ok:
         problems = "; ".join(f"{p['object']}: {p['message']}" for p in out["problems"][:10])
         raise AirflowFailException(f"verify found {len(out['problems'])} problems on {url}: {problems}")
@@ -96,7 +101,8 @@ def maintenance_dag(
         @shard_task(task_id="maintain", shard_role="maintain", shard_url_arg="url", retries=task_retries,
                     retry_delay=task_retry_delay)
         def maintain(url: str) -> dict[str, Any]:
-            return maintain_task(url, grace_s=grace_s, compact=compact, advance_since=advance_since)
+            return maintain_task(url, grace_s=grace_s, compact=compact, advance_since=advance_since,
+                                 context=dict(get_current_context()))
 
         maintain.expand(url=urls)
     return dag

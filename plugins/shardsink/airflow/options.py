@@ -13,9 +13,12 @@ deprecated aliases (:mod:`shardsink.airflow.deprecated`).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
+
+from shardsink.errors import InvalidUsageError
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,3 +75,31 @@ class AttemptOptions:
     max_chain: int = 16
     catch_up_after: timedelta = timedelta(minutes=5)
     poke_interval: timedelta = timedelta(seconds=15)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> AttemptOptions:
+        """The defaults, with each option whose variable (:data:`ATTEMPT_ENV`) is set taken from it
+        (seconds for the durations): one reading for every example DAG and deployment that
+        configures its runs from the environment. InvalidUsageError names a malformed variable."""
+        env = os.environ if environ is None else environ
+        values: dict[str, object] = {}
+        for name, var in ATTEMPT_ENV.items():
+            text = env.get(var)
+            if not text:
+                continue
+            kind = type(getattr(cls(), name))
+            try:
+                number = float(text) if kind is not int else int(text)
+            except ValueError:
+                raise InvalidUsageError(f"{var}={text!r} is not a number", value=text) from None
+            values[name] = timedelta(seconds=number) if kind is timedelta else number
+        return cls(**values)  # type: ignore[arg-type]
+
+
+#: The environment variable of each :class:`AttemptOptions` field read by :meth:`AttemptOptions.from_env`.
+ATTEMPT_ENV = {
+    "max_attempts": "SHARDSINK_MAX_ATTEMPTS", "backoff": "SHARDSINK_RETRY_BACKOFF",
+    "backoff_cap": "SHARDSINK_RETRY_BACKOFF_CAP", "task_retries": "SHARDSINK_TASK_RETRIES",
+    "task_retry_delay": "SHARDSINK_TASK_RETRY_DELAY_S", "max_chain": "SHARDSINK_MAX_CHAIN",
+    "catch_up_after": "SHARDSINK_CATCH_UP_AFTER_S", "poke_interval": "SHARDSINK_POKE_S",
+}

@@ -13,7 +13,6 @@ Params (DAG params, overridden by a run's conf, e.g. ``airflow dags trigger -c``
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from airflow.sdk import Param
@@ -21,6 +20,8 @@ from airflow.sdk.exceptions import AirflowSkipException
 
 from shardsink.airflow.write_operator import ShardWriteOperator
 from shardsink.sinks.description import Description
+from shardsink.spark.request import IngestCorrectRequest, JobRequest
+from shardsink.specs import spec_from_builtins
 
 
 def run_params(*, reprocess: bool) -> dict[str, Param]:
@@ -53,16 +54,13 @@ class IngestWriteOperator(ShardWriteOperator):
 
     stages_corrections = True
 
-    def job_args(self, d: Description) -> list[str]:
+    def job_request(self, d: Description) -> JobRequest:
         if d.corrects is None:
-            return super().job_args(d)
-        return ["--shard-url", self.shard_url, "--source", json.dumps(self.source_spec, sort_keys=True),
-                "--desc-id", d.desc_id, "--lower", str(d.lower), "--upper", str(d.upper),
-                "--attempt", str(d.attempt), "--corrects-from", str(d.corrects[0]),
-                "--corrects-to", str(d.corrects[1]), "--slot", "0", "--slots", "1"]
+            return super().job_request(d)
+        return IngestCorrectRequest(shard_url=self.shard_url, source=spec_from_builtins(self.source_spec), desc=d)
 
     def execute(self, context: Any) -> None:
-        if self.desc and Description.from_dict(self.desc).corrects is not None:
+        if self.desc and Description.decode(self.desc).corrects is not None:
             if self.slot != 0:
                 raise AirflowSkipException("slot 0 stages this correcting description whole")
             self.application = correction_job_path()

@@ -2,7 +2,8 @@
 interval, its params (``dry_run``, ``reprocess*``), when it started, the mint's plan XCom
 and the append results of the run's earlier attempts.
 
-Pure reads of the context dict (plus the one plan push); no shard or source I/O.
+Pure reads of the context dict (plus the one plan push); no shard or source I/O. XCom values
+are decoded here, once and typed (:mod:`shardsink.airflow.results`).
 """
 
 from __future__ import annotations
@@ -11,6 +12,9 @@ import time
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+
+from shardsink.airflow.results import AppendReport, Plan
+from shardsink.sinks.description import decode, to_builtins
 
 
 def _millis(value: Any) -> int | None:
@@ -52,16 +56,35 @@ def run_started(context: dict[str, Any]) -> float:
     return started.timestamp() if isinstance(started, datetime) else time.time()
 
 
-def push_plan(context: dict[str, Any], **plan: Any) -> None:
-    context["ti"].xcom_push(key="plan", value=plan)
+def run_writer(context: dict[str, Any], *, dag_id: str | None = None) -> str:
+    """The writer every commit of this DAG run carries (appends and maintenance alike):
+    ``airflow:<dag_id>/<run_id>``, so ``shardsink log`` maps each commit to its run.
+    ``dag_id``: the DAG's id when the caller knows it (else the DAG run's)."""
+    run = context["dag_run"]
+    return f"airflow:{dag_id if dag_id is not None else run.dag_id}/{run.run_id}"
 
 
-def earlier_appends(context: dict[str, Any], attempt: int) -> list[dict[str, Any]]:
+def push_plan(context: dict[str, Any], plan: Plan) -> None:
+    context["ti"].xcom_push(key="plan", value=to_builtins(plan))
+
+
+def plan_of(context: dict[str, Any], attempt: int) -> Plan | None:
+    """The plan attempt ``attempt``'s mint pushed (None if it pushed none)."""
+    got = context["ti"].xcom_pull(task_ids=f"attempt_{attempt}.mint", key="plan")
+    return None if got is None else decode(got, Plan, what=f"XCom plan of attempt_{attempt}.mint")
+
+
+def plans(context: dict[str, Any], attempts: int) -> list[Plan]:
+    """The plans of the mints of attempts 1..attempts of this run (those that pushed one)."""
+    return [p for k in range(1, attempts + 1) if (p := plan_of(context, k)) is not None]
+
+
+def earlier_appends(context: dict[str, Any], attempt: int) -> list[AppendReport]:
     """The append results of attempts 1..attempt-1 of this run (those that ran)."""
     ti = context["ti"]
     out = []
     for k in range(1, attempt):
         got = ti.xcom_pull(task_ids=f"attempt_{k}.append")
-        if isinstance(got, dict):
-            out.append(got)
+        if got is not None:
+            out.append(decode(got, AppendReport, what=f"XCom return_value of attempt_{k}.append"))
     return out

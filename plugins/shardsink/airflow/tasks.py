@@ -2,8 +2,11 @@
 (shared with the view DAG), and the dry-run report that ends a dry run.
 
 Tasks talk to the shard store and the source only; they never touch Airflow's metadata
-database. XCom carries a description (id, bounds, attempt) and small results, never
-data, paths of staged parts, or secrets. The gates they pass (wait, back off, end the
+database. XCom carries descriptions (id, bounds, attempt) and small results
+(:mod:`shardsink.airflow.results`), as plain JSON values of msgspec structs, never data,
+paths of staged parts, or secrets. Each task reads each fact once: the shard's head at most
+once (its facts are handed down to the gates and steps), a description's fate at most once
+before its commit attempt, the source's watermark once per mint. The gates they pass (wait, back off, end the
 run) are in :mod:`shardsink.airflow.gates`; the write operator is
 :mod:`shardsink.airflow.write_operator`.
 """
@@ -25,21 +28,34 @@ from shardsink.airflow.gates import (
     skip_rest,
     wait_for_earlier_intervals,
 )
-from shardsink.airflow.run_context import earlier_appends, interval_of, push_plan, run_options, run_started
+from shardsink.airflow.results import AppendReport, CommitRecord, RunReport
+from shardsink.airflow.run_context import (
+    earlier_appends,
+    interval_of,
+    plan_of,
+    plans,
+    push_plan,
+    run_options,
+    run_started,
+    run_writer,
+)
 from shardsink.airflow.settings import IngestSettings
-from shardsink.core.shard import AppendResult, Shard
+from shardsink.core.shard import Shard
 from shardsink.errors import (
     CorruptionError,
     InvalidUsageError,
     ShardClosedError,
+    ShardNotFoundError,
     ShardsinkError,
     UpperMismatchError,
 )
-from shardsink.sinks.description import Description, NoOp
+from shardsink.sinks.description import Description, NoOp, descriptions, to_builtins
 from shardsink.sinks.ingest import (
     LostRaceError,
-    append_from_manifests,
-    open_or_create,
+    Seen,
+    append_chain,
+    open_with_info,
+    read_watermark,
 )
 from shardsink.sinks.reprocess import check_range
 from shardsink.sources.base import source_from_spec
@@ -55,8 +71,10 @@ def mint_task(settings: IngestSettings, attempt: int, context: dict[str, Any]) -
     shard's upper reaches it (the ``report`` task checks). A covered target is a quick no-op.
     A run behind an uncovered earlier interval waits (rescheduled) for it, then catches up.
     Re-processing (``reprocess_from``/``reprocess_to`` or ``reprocess``) puts the correction
-    into the first description; ``dry_run`` computes and reports, then ends the run.
+    into the first description; ``dry_run`` computes and reports, then ends the run. Reads the
+    shard's head once and the source's watermark once; the gates and the chain decide from them.
     """
+    from shardsink.airflow.results import Plan
     from shardsink.sinks.ingest import mint_chain
 
     try:
@@ -67,24 +85,24 @@ def mint_task(settings: IngestSettings, attempt: int, context: dict[str, Any]) -
     run_id = context["dag_run"].run_id
     source = source_from_spec(settings.source_spec)
     start, interval_end = interval_of(context)
-    shard = open_or_create(settings.shard_url, source, initial_upper=settings.initial_upper)
+    shard, info = open_with_info(settings.shard_url, source, initial_upper=settings.initial_upper)
     corrects = None if corrected else opts.corrects
     if corrects is not None:
         try:
-            check_range(shard, *corrects)
+            check_range(shard, *corrects, info=info)
         except ShardsinkError as e:
             raise AirflowFailException(f"{type(e).__name__}: {e}") from e
-    wm = source.watermark()
+    wm = read_watermark(source)
     target = None if wm is None else min(b for b in (wm, interval_end) if b is not None)
     if corrects is None and not opts.dry_run and start is not None and wm is not None:
         # Only the part of the earlier intervals the source can fill is worth waiting for: a
         # run whose target is covered already (or whose interval lies past the watermark
         # and the shard reached it) ends at once.
-        wait_for_earlier_intervals(settings, shard, min(start, wm), context)
+        wait_for_earlier_intervals(settings, info, min(start, wm), context)
     out = mint_chain(shard, source, interval_end=interval_end, max_span=settings.max_span, max_chain=settings.max_chain,
-                     dag_id=settings.dag_id, run_id=run_id, attempt=attempt, corrects=corrects)
-    push_plan(context, target=target, watermark=wm, interval_end=interval_end, corrects=corrects,
-              dry_run=opts.dry_run)
+                     dag_id=settings.dag_id, run_id=run_id, attempt=attempt, corrects=corrects, seen=Seen(info, wm))
+    push_plan(context, Plan(target=target, watermark=wm, interval_end=interval_end, corrects=corrects,
+                            dry_run=opts.dry_run))
     if isinstance(out, NoOp):
         if corrects is not None:
             waited = time.time() - run_started(context)
@@ -98,7 +116,7 @@ def mint_task(settings: IngestSettings, attempt: int, context: dict[str, Any]) -
         log.info("minted description %s [%d, %d)%s for %d writer slots (attempt %d of %d)", d.desc_id, d.lower,
                  d.upper, f" correcting [{d.corrects[0]}, {d.corrects[1]})" if d.corrects else "", settings.writers,
                  attempt, settings.max_attempts)
-    return [d.to_dict() for d in out]
+    return list(to_builtins(out))
 
 
 def _dry_ingest(spark: Any, source: Any, shard: Shard, descs: list[Description],
@@ -125,15 +143,13 @@ def dry_run_report(context: dict[str, Any], settings: IngestSettings,
     raise AssertionError("unreachable")  # pragma: no cover - skip_rest always raises
 
 
-def _append_one(shard: Shard, d: Description, slots: int, writer: str) -> tuple[AppendResult | None, str | None]:
-    try:
-        return append_from_manifests(shard, d, 1 if d.corrects else slots, writer=writer), None
-    except LostRaceError as e:
-        return None, (f"lost the race at shard upper {e.current}: description {d.desc_id} [{d.lower}, {d.upper}) "
-                      f"was not committed and its {e.deleted} staged objects were deleted")
-    except UpperMismatchError as e:
-        return None, (f"description {d.desc_id} [{d.lower}, {d.upper}) cannot commit now (shard upper {e.current}); "
-                      "nothing was deleted (its staged parts go with GC once the upper passes it)")
+def _lost(d: Description, e: UpperMismatchError) -> str:
+    """Why ``d`` did not commit, for the log and the append's XCom."""
+    if isinstance(e, LostRaceError):
+        return (f"lost the race at shard upper {e.current}: description {d.desc_id} [{d.lower}, {d.upper}) "
+                f"was not committed and its {e.deleted} staged objects were deleted")
+    return (f"description {d.desc_id} [{d.lower}, {d.upper}) cannot commit now (shard upper {e.current}); "
+            "nothing was deleted (its staged parts go with GC once the upper passes it)")
 
 
 def append_task(settings: IngestSettings, attempt: int, descs: list[dict[str, Any]], context: dict[str, Any],
@@ -141,116 +157,110 @@ def append_task(settings: IngestSettings, attempt: int, descs: list[dict[str, An
     """Commit the attempt's descriptions in order; a lost one is skipped over (its objects deleted).
 
     A description whose lower is the shard's upper after an earlier one lost (a racing run
-    committed exactly the span before it) still commits. Result (XCom and log): the committed
-    ranges ``[{desc_id, lower, upper, seqno, rows, status, corrects}]``, the losses, the upper.
-    If anything committed, the shard's asset event carries the same (``lower``/``upper`` the
-    span of this attempt's commits). Covered target: the rest of the run is skipped. Nothing
-    committed: skipped (attempt k+1 retries fresh after a backoff) or, on the last attempt, failed.
-    UnknownOutcomeError propagates so that Airflow retries this task, which re-reads.
+    committed exactly the span before it) still commits. Result (XCom and log,
+    :class:`AppendReport`): the committed ranges ``[{desc_id, lower, upper, seqno, rows, status,
+    corrects}]``, the losses, the upper as last seen. If anything committed, the shard's asset
+    event carries the same (``lower``/``upper`` the span of this attempt's commits). Covered
+    target: the rest of the run is skipped. Nothing committed: skipped (attempt k+1 retries
+    fresh after a backoff) or, on the last attempt, failed. UnknownOutcomeError propagates so
+    that Airflow retries this task, which re-reads.
+
+    Reads: the first description's fate is the task's one head read; each later one's fate is
+    the version that committed the one before it (:func:`shardsink.sinks.ingest.append_chain`).
     """
     if not descs:
         raise AirflowSkipException("no description was minted for this attempt; nothing to append")
-    shard = Shard.open(settings.shard_url)
-    writer = f"airflow:{settings.dag_id}/{context['dag_run'].run_id}"
-    done: list[dict[str, Any]] = []
+    chain = descriptions(descs, what=f"XCom descriptions of attempt_{attempt}.mint")
+    shard = Shard(settings.shard_url)  # no read here: the first fate read is the head read
+    writer = run_writer(context, dag_id=settings.dag_id)
+    done: list[CommitRecord] = []
     lost: list[str] = []
-    for raw in descs:
-        d = Description.from_dict(raw)
-        try:
-            r, why = _append_one(shard, d, settings.writers, writer)
-        except (CorruptionError, ShardClosedError) as e:
-            raise AirflowFailException(str(e)) from e
-        if r is None:
-            assert why is not None
-            log.info("%s", why)
-            lost.append(why)
-            continue
-        log.info("%s: description %s [%d, %d) at seqno %d, %d rows%s", r.status.replace("_", " "), r.desc_id,
-                 r.lower, r.upper, r.seqno, r.rows,
-                 f" (with the correction of [{d.corrects[0]}, {d.corrects[1]}))" if d.corrects else "")
-        done.append({"desc_id": r.desc_id, "lower": r.lower, "upper": r.upper, "seqno": r.seqno, "rows": r.rows,
-                     "status": r.status, "corrects": list(d.corrects) if d.corrects else None})
+    upper: int | None = None
+    try:
+        for d, r in append_chain(shard, chain, settings.writers, writer=writer):
+            if isinstance(r, UpperMismatchError):
+                upper = r.current
+                lost.append(_lost(d, r))
+                log.info("%s", lost[-1])
+                continue
+            upper = r.upper
+            log.info("%s: description %s [%d, %d) at seqno %d, %d rows%s", r.status.replace("_", " "), r.desc_id,
+                     r.lower, r.upper, r.seqno, r.rows,
+                     f" (with the correction of [{d.corrects[0]}, {d.corrects[1]}))" if d.corrects else "")
+            done.append(CommitRecord(desc_id=r.desc_id, lower=r.lower, upper=r.upper, seqno=r.seqno, rows=r.rows,
+                                     status=r.status, corrects=d.corrects))
+    except (CorruptionError, ShardClosedError) as e:
+        raise AirflowFailException(str(e)) from e
     if done:
-        ensure_retention(shard, settings.retention)
+        ensure_retention(shard, settings.retention, writer=writer)
         after_commit(settings.source_spec, shard.url)  # reclocked sources publish their resumption frontier
-    upper = shard.info().upper
-    plan = context["ti"].xcom_pull(task_ids=f"attempt_{attempt}.mint", key="plan") or {}
-    result: dict[str, Any] = {"shard": shard.url, "committed": done, "lost": lost, "upper": upper}
-    if lost:
-        result["retry_at"] = time.time() + settings.backoff(attempt + 1)
-    context["ti"].xcom_push(key="return_value", value=result)
+    result = AppendReport(shard=shard.url, committed=tuple(done), lost=tuple(lost), upper=upper,
+                          retry_at=time.time() + settings.backoff(attempt + 1) if lost else None)
+    out: dict[str, Any] = to_builtins(result)
+    context["ti"].xcom_push(key="return_value", value=out)
     if done:
         context["outlet_events"][asset].extra = {
-            "shard": shard.url, "lower": done[0]["lower"], "upper": done[-1]["upper"], "seqno": done[-1]["seqno"],
-            "rows": sum(c["rows"] for c in done), "desc_id": done[-1]["desc_id"], "commits": done}
+            "shard": shard.url, "lower": done[0].lower, "upper": done[-1].upper, "seqno": done[-1].seqno,
+            "rows": sum(c.rows for c in done), "desc_id": done[-1].desc_id, "commits": out["committed"]}
     elif attempt < settings.max_attempts:
         raise AirflowSkipException(f"{lost[-1]}; attempt {attempt + 1} retries with a fresh description")
     else:
         raise AirflowFailException(f"{lost[-1]}; all {settings.max_attempts} attempts lost their races, giving up")
-    if covered(settings, context, plan.get("target"), upper=upper) and not (plan.get("corrects") and not any(
-            c["corrects"] for c in done)):
+    plan = plan_of(context, attempt)
+    if plan is not None and covered(settings, context, plan.target, upper=upper) and not (
+            plan.corrects and not any(c.corrects for c in done)):
         skip_rest(context, settings.writers)
-    return result
+    return out
 
 
 def report_task(settings: IngestSettings, context: dict[str, Any]) -> dict[str, Any]:
-    """The run's account: every range it committed (in order), and the check that makes a green
-    run mean "covered": the shard's upper is at least the run's target (``min(interval end,
-    watermark)`` as its mints saw it). A dry run reports what it would have written instead."""
-    ti = context["ti"]
-    commits = [c for r in earlier_appends(context, settings.max_attempts + 1) for c in r.get("committed", [])]
-    plans = [p for k in range(1, settings.max_attempts + 1)
-             if isinstance(p := ti.xcom_pull(task_ids=f"attempt_{k}.mint", key="plan"), dict)]
-    dry = ti.xcom_pull(task_ids="attempt_1.mint", key="dry_run")
-    targets = [p["target"] for p in plans if p.get("target") is not None]
+    """The run's account (:class:`RunReport`): every range it committed (in order), and the check
+    that makes a green run mean "covered": the shard's upper is at least the run's target
+    (``min(interval end, watermark)`` as its mints saw it). A dry run reports what it would have
+    written instead. One head read."""
+    commits = tuple(c for r in earlier_appends(context, settings.max_attempts + 1) for c in r.committed)
+    seen = plans(context, settings.max_attempts)
+    dry = context["ti"].xcom_pull(task_ids="attempt_1.mint", key="dry_run")
+    targets = [p.target for p in seen if p.target is not None]
     target = max(targets) if targets else None
-    shard = Shard.open(settings.shard_url) if _exists(settings.shard_url) else None
-    upper = shard.info().upper if shard is not None else None
-    out: dict[str, Any] = {"shard": settings.shard_url, "run_id": context["dag_run"].run_id,
-                           "writer": f"airflow:{settings.dag_id}/{context['dag_run'].run_id}",
-                           "committed": commits, "target": target, "upper": upper}
+    try:
+        upper = Shard(settings.shard_url).info().upper
+    except ShardNotFoundError:
+        upper = None
+    run_id = context["dag_run"].run_id
+    out = RunReport(shard=settings.shard_url, run_id=run_id, writer=run_writer(context, dag_id=settings.dag_id),
+                    committed=commits, target=target, upper=upper, dry_run=dry)
     if dry is not None:
-        out["dry_run"] = dry
         log.info("dry run: would write %d updates, %d bytes in %d descriptions; nothing was written",
                  dry["updates"], dry["bytes"], dry["descriptions"])
-        return out
+        return dict(to_builtins(out))
     for c in commits:
-        log.info("committed [%d, %d) as %s at seqno %d (%d rows)%s", c["lower"], c["upper"], c["desc_id"], c["seqno"],
-                 c["rows"], f", correcting [{c['corrects'][0]}, {c['corrects'][1]})" if c.get("corrects") else "")
+        log.info("committed [%d, %d) as %s at seqno %d (%d rows)%s", c.lower, c.upper, c.desc_id, c.seqno,
+                 c.rows, f", correcting [{c.corrects[0]}, {c.corrects[1]})" if c.corrects else "")
     if not commits:
         log.info("this run committed nothing")
-    wanted = [p["corrects"] for p in plans if p.get("corrects")]
-    if wanted and not any(c.get("corrects") for c in commits):
-        raise AirflowFailException(f"the correction of {wanted[0]} was not committed")
+    wanted = [p.corrects for p in seen if p.corrects]
+    if wanted and not any(c.corrects for c in commits):
+        raise AirflowFailException(f"the correction of {list(wanted[0])} was not committed")
     if target is not None and (upper is None or upper < target):
         raise AirflowFailException(
             f"the run's interval is not covered: shard upper {upper} < target {target} (min of interval end and "
             f"watermark) after {settings.max_attempts} attempts; clear the run to continue")
     log.info("covered: shard upper %s >= target %s", upper, target)
-    return out
+    return dict(to_builtins(out))
 
 
-def _exists(url: str) -> bool:
-    from shardsink.errors import ShardNotFoundError
-
-    try:
-        Shard.open(url)
-        return True
-    except ShardNotFoundError:
-        return False
-
-
-def ensure_retention(shard: Shard, retention: str | None) -> None:
+def ensure_retention(shard: Shard, retention: str | None, *, writer: str = "airflow") -> None:
     """Set the shard's retention to the DAG's ``retention=`` when it differs (a committed
-    state transition; a no-op read otherwise). Best effort after the append: a failure is
-    logged and the next run sets it."""
+    state transition; a no-op read otherwise), as ``writer`` (the DAG run's). Best effort
+    after the append: a failure is logged and the next run sets it."""
     if retention is None:
         return
     from shardsink import maintenance
     from shardsink.errors import ShardsinkError
 
     try:
-        if maintenance.set_retention(shard, retention, writer="airflow"):
+        if maintenance.set_retention(shard, retention, writer=writer):
             log.info("retention of %s set to %s", shard.url,
                      maintenance.format_duration(maintenance.parse_duration(retention)))
     except ShardsinkError as e:

@@ -8,21 +8,23 @@ event on success. Only mint and write differ; append is the ingest sink's, uncha
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 
 from airflow.sdk.exceptions import AirflowFailException
 
 from shardsink.airflow.gates import nothing_to_do, retry_gate
+from shardsink.airflow.results import Plan
 from shardsink.airflow.run_context import interval_of, push_plan, run_options
 from shardsink.airflow.settings import IngestSettings
 from shardsink.airflow.tasks import dry_run_report
 from shardsink.airflow.write_operator import ShardWriteOperator
-from shardsink.errors import InvalidUsageError
-from shardsink.sinks.description import Description, NoOp
+from shardsink.core.shard import Shard
+from shardsink.errors import InvalidUsageError, ShardNotFoundError
+from shardsink.sinks.description import Description, NoOp, to_builtins
 from shardsink.sinks.ingest import Committed, committed
-from shardsink.sinks.materialize import View, input_frontiers, mint_view, open_output
+from shardsink.sinks.materialize import View, input_frontiers, mint_view
+from shardsink.spark.request import JobRequest, ViewWriteRequest
 
 log = logging.getLogger("shardsink.airflow")
 
@@ -33,9 +35,9 @@ def mint_view_task(settings: IngestSettings, attempt: int, context: dict[str, An
     uppers)``; the run continues with further attempts until its output upper reaches it
     (each description at most ``max_span`` wide: a view's correction for ``[l, u)`` reads
     the output as of ``l - 1``, so descriptions of one view run cannot be staged in
-    parallel). Bad input (a missing input shard, an input compacted past the view's time)
-    fails the task without Airflow retries: retrying cannot fix it. ``dry_run``: compute
-    and report the correction, write nothing.
+    parallel). Reads the output's head and each input's head once. Bad input (a missing input
+    shard, an input compacted past the view's time) fails the task without Airflow retries:
+    retrying cannot fix it. ``dry_run``: compute and report the correction, write nothing.
     """
     try:
         opts = run_options(context)
@@ -45,14 +47,15 @@ def mint_view_task(settings: IngestSettings, attempt: int, context: dict[str, An
     v = View.from_spec(settings.source_spec)
     _, interval_end = interval_of(context)
     try:
+        frontiers = input_frontiers(v)
         out = mint_view(v, output_url=settings.shard_url, initial_upper=settings.initial_upper,
                         interval_end=interval_end, max_span=settings.max_span, dag_id=settings.dag_id,
-                        run_id=context["dag_run"].run_id, attempt=attempt)
+                        run_id=context["dag_run"].run_id, attempt=attempt, frontiers=frontiers)
     except InvalidUsageError as e:
         raise AirflowFailException(f"{type(e).__name__}: {e}") from e
-    frontiers = [f.upper for f in input_frontiers(v) if f.upper is not None]
-    bounds = [b for b in (min(frontiers) if frontiers else None, interval_end) if b is not None]
-    push_plan(context, target=min(bounds) if bounds else None, interval_end=interval_end, dry_run=opts.dry_run)
+    uppers = [f.upper for f in frontiers if f.upper is not None]
+    bounds = [b for b in (min(uppers) if uppers else None, interval_end) if b is not None]
+    push_plan(context, Plan(target=min(bounds) if bounds else None, interval_end=interval_end, dry_run=opts.dry_run))
     if isinstance(out, NoOp):
         nothing_to_do(context, out.reason, settings.writers)
     if opts.dry_run:
@@ -64,7 +67,7 @@ def mint_view_task(settings: IngestSettings, attempt: int, context: dict[str, An
     log.info("minted view description %s [%d, %d) (attempt %d of %d; %d triggering asset events, all "
              "covered by this run)", out.desc_id, out.lower, out.upper, attempt, settings.max_attempts,
              _count_events(context))
-    return [out.to_dict()]
+    return [to_builtins(out)]
 
 
 def _count_events(context: dict[str, Any]) -> int:
@@ -93,10 +96,10 @@ class ViewWriteOperator(ShardWriteOperator):
         super().__init__(source_spec=view_spec, slots=1, **kwargs)
 
     def committed_already(self, d: Description) -> Committed | None:
-        out = open_output(self.shard_url)
-        return committed(out, d) if out is not None else None
+        try:  # the fate's read is the one head read (no output shard yet: not committed)
+            return committed(Shard(self.shard_url), d)
+        except ShardNotFoundError:
+            return None
 
-    def job_args(self, d: Description) -> list[str]:
-        return ["--shard-url", self.shard_url, "--view", json.dumps(self.source_spec, sort_keys=True),
-                "--desc-id", d.desc_id, "--lower", str(d.lower), "--upper", str(d.upper),
-                "--attempt", str(d.attempt)]
+    def job_request(self, d: Description) -> JobRequest:
+        return ViewWriteRequest(shard_url=self.shard_url, view=dict(self.source_spec), desc=d)

@@ -3,16 +3,17 @@ write job for one writer slot of a minted description.
 
 Its contract: skip the JVM when the description is already committed, ship the library
 with ``--py-files``, and decide a failed job's outcome from the typed record the job
-wrote (:mod:`shardsink.outcome`, :mod:`shardsink.airflow.failures`). Subclasses change
-the job and its arguments through :meth:`ShardWriteOperator.committed_already` and
-:meth:`ShardWriteOperator.job_args`.
+wrote (:mod:`shardsink.outcome`, :mod:`shardsink.airflow.failures`). The job gets one
+typed request (:mod:`shardsink.spark.request`, ``--request``) and answers with one outcome
+record (``--result-path``). Subclasses change the job and its request through
+:meth:`ShardWriteOperator.committed_already` and :meth:`ShardWriteOperator.job_request`.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
@@ -22,6 +23,8 @@ from shardsink.core.shard import Shard
 from shardsink.provider.operators import ShardTaskMixin
 from shardsink.sinks.description import Description
 from shardsink.sinks.ingest import Committed, committed
+from shardsink.spark.request import IngestWriteRequest, JobRequest, job_argv
+from shardsink.specs import SourceSpec, spec_from_builtins, spec_to_builtins
 
 
 class ShardWriteOperator(ShardTaskMixin, SparkSubmitOperator):
@@ -51,8 +54,8 @@ class ShardWriteOperator(ShardTaskMixin, SparkSubmitOperator):
     #: Whether this operator stages descriptions that carry a re-processing correction.
     stages_corrections = False
 
-    def __init__(self, *, shard_url: str, source_spec: dict[str, Any], slots: int, desc: Any, slot: int,
-                 aws_conn_id: str | None = None, **kwargs: Any) -> None:
+    def __init__(self, *, shard_url: str, source_spec: Mapping[str, Any] | SourceSpec, slots: int, desc: Any,
+                 slot: int, aws_conn_id: str | None = None, **kwargs: Any) -> None:
         from shardsink.spark import job_path
 
         if "application" not in kwargs:
@@ -60,7 +63,7 @@ class ShardWriteOperator(ShardTaskMixin, SparkSubmitOperator):
         super().__init__(**kwargs)
         # Plain values only: mapped operators' partial arguments are serialized.
         self.shard_url = shard_url
-        self.source_spec = source_spec
+        self.source_spec = dict(source_spec) if isinstance(source_spec, Mapping) else spec_to_builtins(source_spec)
         self.slots = slots
         self.desc = desc
         self.slot = slot
@@ -69,17 +72,17 @@ class ShardWriteOperator(ShardTaskMixin, SparkSubmitOperator):
 
     def committed_already(self, d: Description) -> Committed | None:
         """The commit of ``d`` if it landed (then the JVM is skipped). Hook for subclasses."""
-        return committed(Shard.open(self.shard_url), d)
+        return committed(Shard(self.shard_url), d)  # the fate's read is the one head read
+
+    def job_request(self, d: Description) -> JobRequest:
+        """The job's request for description ``d`` (:mod:`shardsink.spark.request`). Hook for subclasses."""
+        return IngestWriteRequest(shard_url=self.shard_url, source=spec_from_builtins(self.source_spec), desc=d,
+                                  slot=self.slot, slots=self.slots)
 
     def job_args(self, d: Description) -> list[str]:
-        """The application's arguments for description ``d``. Hook for subclasses."""
-        import json
-
-        return [
-            "--shard-url", self.shard_url, "--source", json.dumps(self.source_spec, sort_keys=True),
-            "--desc-id", d.desc_id, "--lower", str(d.lower), "--upper", str(d.upper),
-            "--attempt", str(d.attempt), "--slot", str(self.slot), "--slots", str(self.slots),
-        ]
+        """The application's arguments for description ``d``: its encoded request (``execute`` adds
+        ``--result-path``)."""
+        return job_argv(self.job_request(d))
 
     def _get_hook(self) -> Any:
         """The provider's hook, with the connection's credentials added to spark-submit's environment."""
@@ -105,7 +108,7 @@ class ShardWriteOperator(ShardTaskMixin, SparkSubmitOperator):
 
         if not self.desc:
             raise AirflowSkipException("no description was minted for this attempt; nothing to write")
-        d = Description.from_dict(self.desc)
+        d = Description.decode(self.desc)
         if d.corrects is not None and not self.stages_corrections:
             raise AirflowSkipException("this description carries a correction: its correction job stages it")
         with store_access(self.aws_conn_id) as access:
@@ -114,7 +117,7 @@ class ShardWriteOperator(ShardTaskMixin, SparkSubmitOperator):
                 self.log.info("description %s is already committed (seqno %d); slot %d has nothing to write",
                               d.desc_id, done.seqno, self.slot)
                 return
-            self._secret_env = access.spark_env() if access is not None else {}
+            self._secret_env = access.spark_env(explicit=self.env_vars or {}) if access is not None else {}
         env = dict(self.env_vars or {})
         env.setdefault("PYSPARK_PYTHON", sys.executable)
         self.env_vars = env
@@ -124,7 +127,7 @@ class ShardWriteOperator(ShardTaskMixin, SparkSubmitOperator):
                       d.lower, d.upper)
         with tempfile.TemporaryDirectory(prefix="shardsink-outcome-") as tmp:
             result = os.path.join(tmp, "outcome.json")  # per try: a fresh folder each execute
-            self.application_args = [*self.job_args(d), "--result-path", result]
+            self.application_args = [*self.job_args(d), "--result-path", result]  # one request, one record
             try:
                 super().execute(context)
             except Exception as e:

@@ -1,5 +1,4 @@
-"""Stored JSON documents beside the state: one decoder, one canonical encoder, and the
-names of the objects layers above core keep in a shard's root.
+"""Stored JSON documents beside the state: one decoder and one canonical encoder.
 
 Every stored document is a msgspec Struct with a ``format`` field. Readers ignore
 unknown fields (msgspec's default), so a newer writer's additions do not break an older
@@ -17,14 +16,6 @@ from shardsink.errors import CorruptionError
 
 #: Canonical JSON: keys sorted at every level, no spaces.
 ENCODER = msgspec.json.Encoder(order="sorted")
-
-#: Root objects of a remap shard written by ``shardsink.reclock`` (never part of any state):
-#: ``plans/<lower>-<upper>.json`` read plans (caches: a missing one is rebuilt from the remap
-#: shard, so GC deletes them after its grace period) and ``health.json`` (the last failure).
-PLANS_PREFIX = "plans/"
-HEALTH_KEY = "health.json"
-#: In every data shard a reclocked source writes: its remap shard and source spec.
-SIDECAR_KEY = "reclock.json"
 
 D = TypeVar("D", bound=msgspec.Struct)
 

@@ -52,17 +52,17 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from shardsink.core import keys
 from shardsink.core import state as st
 from shardsink.core import transitions as tr
-from shardsink.errors import CorruptionError, InvalidUsageError
+from shardsink.core.evidence import Evidence, gather, gather_compaction, passed
+from shardsink.errors import InvalidUsageError
 
 if TYPE_CHECKING:
     from shardsink.core.machine import Machine
 
 log = logging.getLogger(__name__)
 
-#: Prefixes (under the shard root) of the objects a description stages; ``{}`` is its id.
-STAGED_PREFIXES = ("parts/{}/", "staging/{}/")
 
 
 @dataclass(frozen=True)
@@ -106,30 +106,8 @@ class Unknown:
 Fate = Committed | CannotCommit | StillPossible | Unknown
 
 
-@dataclass(frozen=True)
-class Evidence:
-    """What one read of the shard's state knows about one description.
-
-    ``head`` is the header read. ``crossing`` is the version that committed ``desc_id``
-    per ``head.recent``, else the first retained version whose upper is past ``lower``
-    (None if the upper has not passed it). ``horizon`` is the batch list at
-    ``crossing`` when the crossing is at the oldest retained version (the transition
-    itself may be older), else None.
-    """
-
-    head: st.Header
-    crossing: st.Version | None
-    horizon: tuple[st.BatchMeta, ...] | None = None
-    #: Compactions only: whether every input batch is live at ``head`` (None: a description).
-    inputs_live: bool | None = None
-
-
 class DeleteRefusedError(InvalidUsageError):
     """The description may still commit: nothing of it was deleted."""
-
-
-def _passed(upper: int | None, lower: int) -> bool:
-    return upper is None or upper > lower
 
 
 def decide(ev: Evidence, desc_id: str, lower: int) -> Fate:
@@ -147,7 +125,7 @@ def decide(ev: Evidence, desc_id: str, lower: int) -> Fate:
     upper = ev.head.upper
     if ev.inputs_live is not None:  # a compaction: it can apply only while every input is live
         return StillPossible(upper) if ev.inputs_live else CannotCommit(upper)
-    if not _passed(upper, lower):
+    if not passed(upper, lower):
         assert upper is not None
         return StillPossible(upper)
     if ev.horizon is None:  # the crossing version is retained: it alone could have committed desc_id
@@ -169,26 +147,12 @@ def _beyond_horizon(ev: Evidence, desc_id: str, lower: int) -> Fate:
     for m in records:  # first: an id names one description, wherever its record is
         if m.desc_id == desc_id:
             return Committed(m.seqno, frozenset(), m.rows, m.lower, m.upper)
-    if any(m.lower <= lower and _passed(m.upper, lower) for m in records):
+    if any(m.lower <= lower and passed(m.upper, lower) for m in records):
         return CannotCommit(ev.head.upper)
     return Unknown(ev.head.upper, ev.crossing.seqno)
 
 
-# --- reading the evidence ------------------------------------------------------------------
-
-
-def gather(machine: Machine, desc_id: str, lower: int, *, head: st.Version | None = None) -> Evidence:
-    """The evidence about ``desc_id`` from ONE head read (``head``, or a fresh one)."""
-    v = head if head is not None else machine.head().version
-    h = v.header
-    s = h.committed_seqno(desc_id)
-    if s is not None:
-        return Evidence(h, _must_fetch(machine, s, desc_id))
-    if not _passed(h.upper, lower):
-        return Evidence(h, None)
-    crossing, at_horizon = _find_crossing(machine, v, lower)
-    horizon = machine.full_batches(crossing) if at_horizon else None
-    return Evidence(h, crossing, horizon)
+# --- reading the evidence (gathered by :mod:`shardsink.core.evidence`) ------------------------
 
 
 def read_fate(machine: Machine, desc_id: str, lower: int, *,
@@ -200,92 +164,6 @@ def read_fate(machine: Machine, desc_id: str, lower: int, *,
     if inputs is not None:
         return decide(gather_compaction(machine, desc_id, inputs), desc_id, lower)
     return decide(gather(machine, desc_id, lower), desc_id, lower)
-
-
-def gather_compaction(machine: Machine, cid: str, inputs: Sequence[st.BatchMeta], *,
-                      head: st.Version | None = None) -> Evidence:
-    """The evidence about compaction ``cid`` of ``inputs`` from ONE head read."""
-    if not inputs:
-        raise InvalidUsageError(f"compaction {cid} has no inputs")
-    v = head if head is not None else machine.head().version
-    h = v.header
-    s = h.committed_seqno(cid)
-    if s is not None:
-        return Evidence(h, _must_fetch(machine, s, cid))
-    live = machine.full_batches(v)
-    ids = {b.desc_id for b in live}
-    if cid in ids or all(b.desc_id in ids for b in inputs):
-        return Evidence(h, None, live, inputs_live=cid not in ids)
-    gone = next(b for b in inputs if b.desc_id not in ids)
-    removal, at_horizon = _find_removal(machine, v, gone)
-    if at_horizon:
-        # Removed at or below the oldest retained version: committed iff its output is
-        # live there (if not, no retained version references the output at all).
-        return Evidence(h, None, machine.full_batches(removal), inputs_live=False)
-    return Evidence(h, removal, None, inputs_live=False)
-
-
-def _find_removal(machine: Machine, head: st.Version, batch: st.BatchMeta) -> tuple[st.Version, bool]:
-    """The version that removed ``batch`` (live from ``batch.seqno``, gone at ``head``), and
-    whether the removal may be older (the result is the oldest retained version)."""
-
-    def live_at(seqno: int) -> bool | None:
-        got = machine.fetch(seqno)
-        if got is None:
-            return None  # below the oldest retained version
-        return any(b.desc_id == batch.desc_id for b in machine.full_batches(got))
-
-    lo, hi = batch.seqno, head.seqno  # live at lo (unless GC'd), not live at hi
-    lo_known = live_at(lo) is True
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        got = live_at(mid)
-        if got is False:
-            hi = mid
-        else:  # live, or missing (then everything below is missing too)
-            lo, lo_known = mid, got is True
-    found = machine.fetch(hi)
-    if found is None:
-        raise CorruptionError(f"{machine.url}: state version {hi} is missing while looking for a removal")
-    return found, not lo_known
-
-
-def _must_fetch(machine: Machine, seqno: int, desc_id: str) -> st.Version:
-    got = machine.fetch(seqno)
-    if got is None:
-        raise CorruptionError(f"{machine.url}: state version {seqno} (commit of {desc_id}) is missing")
-    return got
-
-
-def _find_crossing(machine: Machine, head: st.Version, lower: int) -> tuple[st.Version, bool]:
-    """The first retained version whose upper is past ``lower`` (the head's is), and whether
-    it is the oldest retained one (so the actual crossing may be older).
-
-    Galloping back from the head, then bisecting: versions below the oldest retained are
-    missing (GC deletes oldest first), so "exists and passed" is monotone in seqno.
-    """
-    hi = head  # passed
-    step = 1
-    lo_seqno = -1  # a seqno known not passed (or missing); -1: below version 0
-    while True:
-        probe = hi.seqno - step
-        if probe < 0:
-            break
-        v = machine.fetch(probe)
-        if v is None or not _passed(v.header.upper, lower):
-            lo_seqno = probe
-            break
-        hi, step = v, step * 2
-    while hi.seqno - lo_seqno > 1:
-        mid = (lo_seqno + hi.seqno) // 2
-        v = machine.fetch(mid)
-        if v is None or not _passed(v.header.upper, lower):
-            lo_seqno = mid
-        else:
-            hi = v
-    # Version 0 (the creation) as the crossing is the real one: nothing is older than it.
-    below_retained = lo_seqno >= 0 and machine.fetch(lo_seqno) is None
-    return hi, below_retained
 
 
 # --- the one deletion path -----------------------------------------------------------------
@@ -314,10 +192,13 @@ class Condemned:
     only: frozenset[str] | None = None
     manifests: bool = True
     inputs: tuple[st.BatchMeta, ...] | None = None
+    #: A FINAL fate the caller already decided from a state version (see :func:`delete_staged`).
+    decided: Committed | CannotCommit | Unknown | None = None
 
 
 def delete_staged(machine: Machine, desc_id: str, lower: int, *, only: Collection[str] | None = None,
-                  manifests: bool = True, inputs: Sequence[st.BatchMeta] | None = None) -> Deleted:
+                  manifests: bool = True, inputs: Sequence[st.BatchMeta] | None = None,
+                  decided: Committed | CannotCommit | Unknown | None = None) -> Deleted:
     """Delete the objects ``desc_id`` staged that its fate lets go; the ONLY deleter of them.
 
     Re-derives the fate from one fresh state read first. StillPossible ⇒ raises
@@ -329,9 +210,21 @@ def delete_staged(machine: Machine, desc_id: str, lower: int, *, only: Collectio
     keys in ``only`` (GC passes exactly the objects it vetted as older than its grace).
     ``inputs`` given: ``desc_id`` is a compaction id and these its input batches (its
     output is deleted only if it can never apply).
+
+    ``decided``: a fate the caller already decided in this task from a state version (an
+    append task's one head read, or the version its own commit wrote: ``Committed`` with
+    exactly the parts it committed). Only final fates are accepted, and they are final in
+    the strict sense: uppers never move back, so a description that is committed, or whose
+    lower the upper has passed, stays so in every later version; deciding again from a
+    fresher read would give the same answer. A fate that may change (StillPossible) is
+    never taken: the primitive reads afresh. SUBTLE: the caller vouches that ``decided`` came
+    from the state (never from a guess): a Committed built from anything but the version
+    that committed it would keep or delete the wrong parts.
     """
+    if decided is not None and not isinstance(decided, Committed | CannotCommit | Unknown):
+        raise InvalidUsageError(f"delete_staged: decided must be a final fate, got {decided!r}")
     one = Condemned(desc_id, lower, frozenset(only) if only is not None else None, manifests,
-                    tuple(inputs) if inputs is not None else None)
+                    tuple(inputs) if inputs is not None else None, decided)
     got = delete_staged_many(machine, [one])[desc_id]
     if isinstance(got, DeleteRefusedError):
         raise got
@@ -356,14 +249,19 @@ def delete_staged_many(machine: Machine, condemned: Sequence[Condemned]) -> dict
     """
     if len({c.desc_id for c in condemned}) != len(condemned):
         raise InvalidUsageError("delete_staged_many: a description may be condemned once per call")
-    head = machine.head().version
+    head = machine.head().version if any(c.decided is None for c in condemned) else None
     out: dict[str, Deleted | DeleteRefusedError] = {}
     doomed_parts: list[str] = []
     doomed_manifests: list[str] = []
     for c in condemned:
-        if c.inputs is not None:
+        fate: Fate
+        if c.decided is not None:
+            fate = c.decided
+        elif c.inputs is not None:
+            assert head is not None
             fate = decide(gather_compaction(machine, c.desc_id, c.inputs, head=head), c.desc_id, c.lower)
         else:
+            assert head is not None
             fate = decide(gather(machine, c.desc_id, c.lower, head=head), c.desc_id, c.lower)
         if isinstance(fate, StillPossible):
             what = ("its inputs are all live" if c.inputs is not None
@@ -374,7 +272,7 @@ def delete_staged_many(machine: Machine, condemned: Sequence[Condemned]) -> dict
             )
             continue
         keep = fate.keys if isinstance(fate, Committed) else frozenset()
-        parts_prefix, staging_prefix = (p.format(c.desc_id) for p in STAGED_PREFIXES)
+        parts_prefix, staging_prefix = keys.staged_prefixes(c.desc_id)
         if c.only is None:
             candidates: Sequence[str] = [o.key for o in machine.blob.list(parts_prefix)]
         else:
@@ -394,6 +292,6 @@ def delete_staged_many(machine: Machine, condemned: Sequence[Condemned]) -> dict
             log.info("description %s: deleting %d staged parts %s", c.desc_id, len(doomed), why)
     # Parts before manifests: a crash in between leaves a manifest naming its description
     # (compaction sweeps find their leftovers by them).
-    for keys in (doomed_parts, doomed_manifests):
-        machine.blob.delete_many(keys)
+    for doomed in (doomed_parts, doomed_manifests):
+        machine.blob.delete_many(doomed)
     return out

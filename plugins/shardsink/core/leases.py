@@ -43,14 +43,15 @@ from typing import Protocol
 import msgspec
 
 from shardsink.core import checks as ck
-from shardsink.core.documents import ENCODER
+from shardsink.core import keys
+from shardsink.core.documents import ENCODER, decode_doc
 from shardsink.core.machine import Machine
-from shardsink.errors import CorruptionError, InvalidUsageError, LeaseLostError, ReadFrontierError, ShardsinkError
+from shardsink.errors import InvalidUsageError, LeaseLostError, ReadFrontierError, ShardsinkError
 from shardsink.storage.base import Blob
 
 log = logging.getLogger(__name__)
 
-PREFIX = "leases/"
+PREFIX = keys.LEASES_PREFIX
 FORMAT = 1
 DEFAULT_TTL_S = 300.0
 #: Maintenance keeps a lease for this long after its ``expires_at`` (clock skew margin).
@@ -91,7 +92,7 @@ class Lease(msgspec.Struct, frozen=True, kw_only=True):
 
     @property
     def key(self) -> str:
-        return f"{PREFIX}{self.lease_id}.json"
+        return keys.lease_key(self.lease_id)
 
 
 _ENCODER = ENCODER
@@ -102,13 +103,9 @@ def _encode(lease: Lease) -> bytes:
 
 
 def _decode(data: bytes, *, where: str) -> Lease:
-    try:
-        lease = msgspec.json.decode(data, type=Lease)
-    except msgspec.DecodeError as e:
-        raise CorruptionError(f"lease {where} is unreadable: {e}") from e
-    if lease.format > FORMAT:
-        raise CorruptionError(f"lease {where} has format {lease.format}; this shardsink reads up to {FORMAT}")
-    return lease
+    """The stored lease at ``where`` through the one document decoder: CorruptionError naming it
+    if unreadable or of a newer format. Leases always carried ``format`` (1); a missing one reads as 1."""
+    return decode_doc(data, Lease, what="lease", where=where, newest=FORMAT, default_format=1)
 
 
 def acquire(shard: LeaseHost, as_of: int, *, holder: str, ttl_s: float = DEFAULT_TTL_S,

@@ -6,6 +6,7 @@ Object layout under a shard root (versions and rollups are read through
     state/v/<seqno:020d>.json       immutable state versions (header + diff)
     state/rollup/<seqno:020d>.json  immutable batch lists (written every ROLLUP_EVERY)
     state/LATEST.json               hint: a copy of a recent version, replaced by CAS
+    (keys spelled once, in :mod:`shardsink.core.keys`)
     parts/<desc_id>/<uuid>.parquet  immutable parts
 
 **Finding the newest version** costs a constant number of requests: read the hint
@@ -35,7 +36,8 @@ from shardsink.core import state as st
 from shardsink.core import state_codec as sc
 from shardsink.core import transitions as tr
 from shardsink.core.commands import Command, CompactCommand, CreateCommand
-from shardsink.core.version_store import VersionStore, rollup_key, version_key
+from shardsink.core.keys import LATEST, VERSIONS_PREFIX, rollup_key, version_key
+from shardsink.core.version_store import VersionStore
 from shardsink.errors import (
     ConditionFailedError,
     CorruptionError,
@@ -48,7 +50,6 @@ from shardsink.storage.retry import COMMIT, RetryingBlob, RetryPolicy
 
 log = logging.getLogger(__name__)
 
-LATEST = "state/LATEST.json"
 ROLLUP_EVERY = 32
 #: How long a handle may start a commit from the head it last saw without reading the hint.
 #: SUBTLE: GC keeps every version that was the head within its grace period (default 1 h);
@@ -194,7 +195,7 @@ class Machine(VersionStore):
         create that landed would report "already exists; left unchanged".
         """
         creating = isinstance(cmd, CreateCommand)
-        if creating and (self.blob.get(LATEST) is not None or any(True for _ in self.blob.list("state/v/"))):
+        if creating and (self.blob.get(LATEST) is not None or any(True for _ in self.blob.list(VERSIONS_PREFIX))):
             return tr.AlreadyExists()
         head = None if creating else start if start is not None else self.head()
         run = _Run(cmd, head.version if head is not None else None, head.hint_etag if head is not None else None,

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import io
 import os
-import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal
@@ -22,6 +21,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from shardsink.core import floats as fl
+from shardsink.core import keys
 from shardsink.core.consolidate import consolidate, consolidate_fast, one_array
 from shardsink.core.state import PartMeta
 from shardsink.core.updates import DIFF, TIME
@@ -164,7 +164,7 @@ def _write_slices(blob: Blob, table: pa.Table, *, prefix: str, rows_per_part: in
         buf = io.BytesIO()
         write(piece, buf)
         data = buf.getvalue()
-        key = f"{prefix}/{uuid.uuid4().hex}.parquet"
+        key = keys.part_key(prefix)
         blob.put(key, data)
         mm = pc.min_max(piece[TIME])
         return PartMeta(key, piece.num_rows, len(data), mm["min"].as_py(), mm["max"].as_py())

@@ -1,10 +1,8 @@
 """The store of a shard's immutable state versions and rollups: cached reads, GC's rewrites.
 
-Object layout under a shard root (the hint ``state/LATEST.json`` belongs to
-:mod:`shardsink.core.machine`)::
-
-    state/v/<seqno:020d>.json       immutable state versions (header + diff)
-    state/rollup/<seqno:020d>.json  immutable batch lists (written every ROLLUP_EVERY)
+Objects (keys: :mod:`shardsink.core.keys`; the hint belongs to :mod:`shardsink.core.machine`):
+immutable state versions (header + diff) and immutable batch lists (rollups, written
+every ROLLUP_EVERY versions).
 
 A version or rollup never changes once written (GC's :meth:`VersionStore.anchor` only
 moves a rollup pointer, a cache), so every read is cached for the life of the handle.
@@ -15,25 +13,15 @@ The live batch list at a version is its rollup plus the diffs after it
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from shardsink.core import state as st
 from shardsink.core import state_codec as sc
 from shardsink.core import transitions as tr
+from shardsink.core.keys import VERSIONS_PREFIX, rollup_key, version_key, version_seqno
 from shardsink.errors import CorruptionError, ShardNotFoundError, StorageError
 from shardsink.storage.retry import RetryingBlob
-
-_VKEY = re.compile(r"^state/v/(\d{20})\.json$")
-
-
-def version_key(seqno: int) -> str:
-    return f"state/v/{seqno:020d}.json"
-
-
-def rollup_key(seqno: int) -> str:
-    return f"state/rollup/{seqno:020d}.json"
 
 
 class VersionStore:
@@ -74,7 +62,7 @@ class VersionStore:
         return v
 
     def _newest_by_listing(self) -> st.Version:
-        seqnos = [int(m.group(1)) for o in self.blob.list("state/v/") if (m := _VKEY.match(o.key))]
+        seqnos = [s for o in self.blob.list(VERSIONS_PREFIX) if (s := version_seqno(o.key)) is not None]
         if not seqnos:
             raise ShardNotFoundError(f"no shard at {self.url} (no state versions found)")
         v = self.fetch(max(seqnos))

@@ -10,8 +10,10 @@
     maintain(shard)                     # the whole pass: the above, then GC and verify
 
 Everything here is a client of core: the transitions are pure functions in
-``core/transitions.py`` committed by ``Machine.commit``; deletions go through
-``core.fate.delete_staged``.
+``core/transitions.py`` committed through the maintenance handle (``shard.admin()``,
+:mod:`shardsink.core.admin`: ``AdminHandle.commit``); deletions of staged data go through
+``AdminHandle.delete_staged`` (``core.fate``'s one deleter). Nothing here touches the commit
+machine, the blob or a raw key.
 """
 
 from __future__ import annotations

@@ -4,10 +4,13 @@ One compaction of inputs ``B1..Bk`` (adjacent, live)::
 
     1. write staging/<cid>/compaction.json   (its inputs: lets a later sweep decide its fate)
     2. merge their parts (streaming, bounded memory) into parts/<cid>/…, times < since → since
-    3. commit a CompactCommand (transitions.apply_compaction) by the one conditional put (Machine.commit);
+    3. commit a CompactCommand (transitions.apply_compaction) by the one conditional put (AdminHandle.commit);
        a lost race re-applies it on the fresh head, re-checking that every input is live
     4. applied ⇒ delete the manifest; refused (an input is gone) ⇒ delete its output;
-       both through core.fate.delete_staged, which re-derives the fate first
+       both through AdminHandle.delete_staged (core.fate's one deleter), which re-derives the fate first
+
+Everything goes through the maintenance handle (:mod:`shardsink.core.admin`): the manifest,
+the output parts (its batch builder), the commit and the deletes.
 
 It never blocks appends: appends racing it commit, and it re-applies on top of them
 (the upper is not touched). The inputs' parts stay referenced by older state versions;
@@ -33,9 +36,11 @@ from typing import Literal
 import pyarrow as pa
 
 from shardsink.core import fate as ft
+from shardsink.core import keys
 from shardsink.core import manifests as mf
 from shardsink.core import state as st
 from shardsink.core import transitions as tr
+from shardsink.core.admin import AdminHandle
 from shardsink.core.commands import CompactCommand
 from shardsink.core.shard import Shard, default_writer
 from shardsink.errors import CorruptionError, ShardsinkError, UnknownOutcomeError
@@ -44,7 +49,6 @@ from shardsink.maintenance.plan import PlanOptions, plan_merges
 
 log = logging.getLogger(__name__)
 
-MANIFEST = "compaction.json"
 #: Default age below which :func:`sweep` leaves a compaction's leftovers alone.
 GRACE_S = 3600.0
 
@@ -103,6 +107,19 @@ class CompactionResult:
     def applied(self) -> int:
         return sum(1 for m in self.merges if m.status == "applied")
 
+    def render(self) -> str:
+        """For operators: ``3 batches → 1, 12 parts → 2, 1,300 rows → 1,234`` (applied merges' parts and rows)."""
+        done = [m for m in self.merges if m.status == "applied"]
+        text = f"{self.batches_before} batch{'' if self.batches_before == 1 else 'es'} → {self.batches_after}"
+        if done:
+            rows_in, rows_out = sum(m.rows_in for m in done), sum(m.rows_out for m in done)
+            text += (f", {sum(m.parts_in for m in done)} parts → {sum(m.parts_out for m in done)}, "
+                     + (f"{rows_in:,} rows" if rows_in == rows_out else f"{rows_in:,} rows → {rows_out:,}"))
+        for status in ("refused", "unknown"):
+            if n := sum(1 for m in self.merges if m.status == status):
+                text += f", {n} {status}"
+        return text
+
 
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
@@ -125,8 +142,9 @@ def compact(shard: Shard, *, options: CompactOptions = CompactOptions()) -> Comp
     stays valid whatever happens meanwhile). Raises UnknownOutcomeError only after
     finishing what it could; refusals are normal (a racing compactor won).
     """
-    head = shard.machine.head().version
-    batches = shard.machine.full_batches(head)
+    admin = shard.admin()
+    head = admin.head()
+    batches = admin.full_batches(head)
     since = head.header.since
     merges = []
     unknown: UnknownOutcomeError | None = None
@@ -147,21 +165,21 @@ def compact_batches(shard: Shard, inputs: Sequence[st.BatchMeta], *, since: int,
 
     ``since`` must not exceed the shard's since (the outputs' times are advanced to it).
     """
-    m = shard.machine
-    cid = f"compact-{uuid.uuid4().hex}"
+    m = shard.admin()
+    cid = f"{keys.COMPACTION_ID_PREFIX}{uuid.uuid4().hex}"
     inputs = tuple(inputs)
     if schema is None:
-        schema = m.head().version.header.schema
-    m.blob.put(f"staging/{cid}/{MANIFEST}", _manifest(cid, inputs, since))
+        schema = m.head().header.schema
+    manifest = m.put_compaction_manifest(mf.compaction_manifest(cid, inputs, since))
     options.hooks.call("after_manifest", cid)
     parts = [p for b in inputs for p in b.parts]
     try:
-        stats: MergeStats = merge_parts(m.blob, parts, schema, prefix=f"parts/{cid}", since=since,
+        stats: MergeStats = merge_parts(m, parts, schema, into=m.builder(cid), since=since,
                                         options=options.merge, on_batch=options.hooks.on_batch)
     except CorruptionError:
         # SUBTLE: a missing input part is corruption only if the inputs are still live; a
         # rival compaction may have replaced them and GC collected their parts meanwhile.
-        gone = ft.delete_staged(m, cid, inputs[0].lower, inputs=inputs) if _replaced(shard, cid, inputs) else None
+        gone = m.delete_staged(cid, inputs[0].lower, inputs=inputs) if _replaced(m, cid, inputs) else None
         if gone is None:
             raise
         log.info("compaction %s: its inputs were replaced while it read them; deleted %d output parts",
@@ -179,8 +197,7 @@ def compact_batches(shard: Shard, inputs: Sequence[st.BatchMeta], *, since: int,
     try:
         # ``only`` names exactly our objects: the output parts and the manifest (restricted
         # like the parts, see delete_staged).
-        gone = ft.delete_staged(m, cid, inputs[0].lower, inputs=inputs,
-                                only=[*(p.key for p in stats.parts), f"staging/{cid}/{MANIFEST}"])
+        gone = m.delete_staged(cid, inputs[0].lower, inputs=inputs, only=[*(p.key for p in stats.parts), manifest])
         deleted = gone.parts
         status: Literal["applied", "refused", "unknown"] = (
             "applied" if isinstance(gone.fate, ft.Committed) else "refused"
@@ -194,8 +211,8 @@ def compact_batches(shard: Shard, inputs: Sequence[st.BatchMeta], *, since: int,
                  deleted, stats.streamed)
 
 
-def _replaced(shard: Shard, cid: str, inputs: Sequence[st.BatchMeta]) -> bool:
-    return isinstance(ft.read_fate(shard.machine, cid, inputs[0].lower, inputs=inputs), ft.CannotCommit)
+def _replaced(admin: AdminHandle, cid: str, inputs: Sequence[st.BatchMeta]) -> bool:
+    return isinstance(admin.fate(cid, inputs[0].lower, inputs=inputs), ft.CannotCommit)
 
 
 @dataclass(frozen=True)
@@ -213,18 +230,19 @@ def sweep(shard: Shard, *, grace_s: float = GRACE_S, now: float | None = None) -
     ``staging/`` plus, per old manifest, one fate read.
     """
     t = time.time() if now is None else now
+    admin = shard.admin()
     out = []
-    for o in list(shard.blob.list("staging/")):
-        if not o.key.endswith(f"/{MANIFEST}") or not o.key.startswith("staging/compact-") or o.modified > t - grace_s:
+    for o in admin.list_manifests():
+        if not keys.is_compaction_manifest(o.key) or o.modified > t - grace_s:
             continue
-        got = shard.blob.get(o.key)
+        got = admin.get(o.key)
         if got is None:
             continue
-        cid, inputs = _inputs_of(got.data, f"{shard.url}/{o.key}")
+        cid, inputs = _inputs_of(got, f"{shard.url}/{o.key}")
         if not inputs:
             continue
         try:
-            gone = ft.delete_staged(shard.machine, cid, inputs[0].lower, inputs=inputs)
+            gone = admin.delete_staged(cid, inputs[0].lower, inputs=inputs)
         except ft.DeleteRefusedError:
             continue
         except ShardsinkError as e:

@@ -30,7 +30,7 @@ oldest one's, which step 1 anchors).
 shard; the next run finishes the job).**
 
 1. *anchor*: write the rollup at ``oldest`` and point version ``oldest`` at it
-   (``Machine.anchor``), so it needs nothing older;
+   (``AdminHandle.anchor``), so it needs nothing older;
 2. delete versions below ``oldest``, oldest chunk first, 1,000 per multi-object delete
    (``GcOptions.delete_batch``). Inside one such request S3 deletes in no particular
    order, so a failure may leave condemned versions below a gap: the anchored
@@ -69,8 +69,10 @@ from __future__ import annotations
 
 import logging
 
-from shardsink.core import documents as docs
+import shardsink.reclock.layout  # noqa: F401  (registers reclock's expiring read plans)
+from shardsink.core import keys
 from shardsink.core import leases as ls
+from shardsink.core.admin import AdminHandle
 from shardsink.core.shard import Shard
 from shardsink.maintenance.gc_horizon import horizon
 from shardsink.maintenance.gc_parts import collect_parts
@@ -84,10 +86,10 @@ log = logging.getLogger("shardsink.maintenance.gc")
 def collect(shard: Shard, opts: GcOptions | None = None) -> GcReport:
     """Run GC once on ``shard`` (see the module docstring); returns what it did (or would do)."""
     opts = opts or GcOptions()
-    machine = shard.machine
+    admin = shard.admin()
     now = opts.clock()
     cutoff = now - opts.grace_s
-    listing = list_state(machine)
+    listing = list_state(admin)
     hz = horizon(shard, opts, now=now, listing=listing)
     hook = opts.after_step or (lambda _step: None)
     dry = opts.dry_run
@@ -98,7 +100,7 @@ def collect(shard: Shard, opts: GcOptions | None = None) -> GcReport:
                                 hook=hook)
     retained_from = versions.retained_from
 
-    rollups_deleted = collect_rollups(machine, listing, retained_from, cutoff=cutoff, dry=dry)
+    rollups_deleted = collect_rollups(admin, listing, retained_from, cutoff=cutoff, dry=dry)
     if not dry:
         hook("rollups")
 
@@ -110,7 +112,7 @@ def collect(shard: Shard, opts: GcOptions | None = None) -> GcReport:
     leases_expired = len(expired) if dry else ls.expire(shard, now=cutoff)
     if not dry:
         hook("leases")
-    plans_deleted = _collect_plans(shard, cutoff=cutoff, dry=dry, batch=opts.delete_batch)
+    plans_deleted = _collect_plans(admin, cutoff=cutoff, dry=dry, batch=opts.delete_batch)
 
     report = GcReport(
         url=shard.url, dry_run=dry, head=hz.head, oldest_before=hz.oldest_present, oldest_after=retained_from,
@@ -127,12 +129,14 @@ def collect(shard: Shard, opts: GcOptions | None = None) -> GcReport:
     return report
 
 
-def _collect_plans(shard: Shard, *, cutoff: float, dry: bool, batch: int) -> int:
-    """Step 6: reclock read plans (``plans/`` in a remap shard's root) older than the grace
-    period. They are caches, one per description: a writer slot that finds its plan gone
-    rebuilds the identical plan from the remap shard (``shardsink.reclock.plan.load``)."""
-    old = [o.key for o in shard.blob.list(docs.PLANS_PREFIX) if o.modified <= cutoff]
+def _collect_plans(admin: AdminHandle, *, cutoff: float, dry: bool, batch: int) -> int:
+    """Step 6: cache objects older than the grace period under the folders capabilities
+    registered as expiring (:func:`shardsink.core.keys.register_root`): today reclock's read
+    plans (``plans/`` in a remap shard's root), one per description; a writer slot that
+    finds its plan gone rebuilds the identical plan from the remap shard."""
+    old = [o.key for prefix in keys.expiring_prefixes() for o in admin.list_registered(prefix)
+           if o.modified <= cutoff]
     if not dry:
         for i in range(0, len(old), batch):
-            shard.blob.delete_many(old[i:i + batch])
+            admin.delete_registered(old[i:i + batch])
     return len(old)

@@ -14,10 +14,9 @@ from dataclasses import dataclass
 
 from shardsink.core import leases as ls
 from shardsink.core import state as st
-from shardsink.core.machine import LATEST, Machine
+from shardsink.core.admin import AdminHandle
+from shardsink.core.keys import version_key
 from shardsink.core.shard import Shard
-from shardsink.core.state_codec import decode_version
-from shardsink.core.version_store import version_key
 from shardsink.errors import CorruptionError
 from shardsink.maintenance.gc_types import GcOptions
 from shardsink.maintenance.history import Listing, list_state, retained_start
@@ -47,28 +46,28 @@ def _passed(upper: int | None, t: int) -> bool:
     return upper is None or upper > t
 
 
-def _first_past(machine: Machine, lo: int, head: st.Version, floor: int) -> int:
+def _first_past(admin: AdminHandle, lo: int, head: st.Version, floor: int) -> int:
     """The first version in ``[lo, head]`` whose upper is past ``floor`` (uppers are monotone)."""
     hi = head.seqno
-    if _passed(must_fetch(machine, lo).header.upper, floor):
+    if _passed(must_fetch(admin, lo).header.upper, floor):
         return lo
     while hi - lo > 1:  # invariant: lo not past, hi past
         mid = (lo + hi) // 2
-        if _passed(must_fetch(machine, mid).header.upper, floor):
+        if _passed(must_fetch(admin, mid).header.upper, floor):
             hi = mid
         else:
             lo = mid
     return hi
 
 
-def _last_upper(machine: Machine, oldest: int, head: st.Version) -> int:
+def _last_upper(admin: AdminHandle, oldest: int, head: st.Version) -> int:
     """The shard's upper, or for a closed shard the last finite one (the closing commit's lower)."""
     if head.header.upper is not None:
         return head.header.upper
-    closing = must_fetch(machine, _first_past(machine, oldest, head, _NEVER))
+    closing = must_fetch(admin, _first_past(admin, oldest, head, _NEVER))
     if closing.commit.lower is not None:
         return closing.commit.lower
-    before = machine.fetch(closing.seqno - 1)
+    before = admin.fetch(closing.seqno - 1)
     if before is not None and before.header.upper is not None:
         return before.header.upper
     return head.header.since  # nothing better is retained: keep everything since ``since``
@@ -77,11 +76,11 @@ def _last_upper(machine: Machine, oldest: int, head: st.Version) -> int:
 _NEVER = 2**63
 
 
-def must_fetch(machine: Machine, seqno: int) -> st.Version:
+def must_fetch(admin: AdminHandle, seqno: int) -> st.Version:
     """Version ``seqno``, which the retained history must hold (CorruptionError if it is missing)."""
-    v = machine.fetch(seqno)
+    v = admin.fetch(seqno)
     if v is None:
-        raise CorruptionError(f"{machine.url}/{version_key(seqno)} is missing from the retained history")
+        raise CorruptionError(f"{admin.url}/{version_key(seqno)} is missing from the retained history")
     return v
 
 
@@ -92,33 +91,34 @@ def horizon(shard: Shard, opts: GcOptions, *, now: float, listing: Listing | Non
     version its reader reads after writing it, which the grace bound protects until any
     later GC run lists the lease.
     """
-    machine = shard.machine
+    admin = shard.admin()
     leases = ls.live_leases(shard, now=now)
-    hint_got = machine.blob.get(LATEST)
-    head = machine.head().version
-    listing = listing or list_state(machine)
+    hint: st.Version | None = None
+    with contextlib.suppress(CorruptionError):
+        # An unreadable hint makes readers list versions to find the newest: nothing to protect.
+        hint = admin.hint()
+    head = admin.head()
+    listing = listing or list_state(admin)
     # Versions committed after the listing are not gaps (they are newer than it); condemned
     # versions an interrupted multi-object delete left below a gap are stragglers.
-    oldest_present = retained_start(machine, listing, min(head.seqno, max(listing.versions, default=head.seqno)))
+    oldest_present = retained_start(admin, listing, min(head.seqno, max(listing.versions, default=head.seqno)))
     stragglers = tuple(s for s in sorted(listing.versions) if s < oldest_present)
     cutoff = now - opts.grace_s
     old = [s for s, o in listing.versions.items() if o.modified <= cutoff and s <= head.seqno]
-    g = must_fetch(machine, max(old)) if old else must_fetch(machine, oldest_present)
+    g = must_fetch(admin, max(old)) if old else must_fetch(admin, oldest_present)
     bounds: dict[str, int] = {"head": head.header.rollup, "grace": g.header.rollup}
     if g.header.recent:
         bounds["idempotency"] = min(s for _, s in g.header.recent)
     for lease in leases:
-        pinned = machine.fetch(lease.seqno)
+        pinned = admin.fetch(lease.seqno)
         bounds[f"lease {lease.lease_id}"] = pinned.header.rollup if pinned is not None else oldest_present
-    if hint_got is not None:
-        # An unreadable hint makes readers list versions to find the newest: nothing to protect.
-        with contextlib.suppress(CorruptionError):
-            bounds["hint"] = decode_version(hint_got.data, where=f"{shard.url}/{LATEST}").seqno
+    if hint is not None:
+        bounds["hint"] = hint.seqno
     retention = _retention(opts, head.header)
     if retention is None:
         bounds["retention"] = oldest_present
     else:
-        bounds["retention"] = _first_past(machine, oldest_present, head, _last_upper(machine, oldest_present, head)
+        bounds["retention"] = _first_past(admin, oldest_present, head, _last_upper(admin, oldest_present, head)
                                           - retention)
     reason = min(bounds, key=lambda k: bounds[k])
     oldest = max(oldest_present, min(bounds.values()))
@@ -127,7 +127,7 @@ def horizon(shard: Shard, opts: GcOptions, *, now: float, listing: Listing | Non
     # never decrease with seqno, so it is enough that the version after ``oldest`` builds on
     # a rollup at or above it; if not, move back to its base (usually a no-op or one step).
     while oldest < head.seqno:
-        nxt = must_fetch(machine, oldest + 1).header.rollup
+        nxt = must_fetch(admin, oldest + 1).header.rollup
         if nxt >= oldest or nxt < oldest_present:
             break
         oldest, reason = nxt, f"{reason} (rounded down to rollup {nxt})"

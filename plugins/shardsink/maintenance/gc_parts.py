@@ -16,13 +16,12 @@ from dataclasses import dataclass, field
 
 from shardsink.core import fate as ft
 from shardsink.core import state as st
-from shardsink.core.machine import Machine
+from shardsink.core.admin import AdminHandle, StagedObject, is_manifest
 from shardsink.core.shard import Shard
 from shardsink.errors import CorruptionError, ShardsinkError
 from shardsink.maintenance.gc_staged import left_alone, manifest_lower, min_time
 from shardsink.maintenance.gc_types import StepHook
 from shardsink.maintenance.history import Listing, Protected, list_state, protected
-from shardsink.storage.base import ObjectInfo
 
 #: Descriptions per ``delete_staged_many`` call in GC.
 _CHUNK = 500
@@ -42,61 +41,56 @@ class PartsOutcome:
         for k in sorted(keys or ()):
             if k in keep:
                 continue
-            if k.startswith("staging/"):
+            if is_manifest(k):
                 self.manifests += 1
             else:
                 self.parts += 1
                 self.bytes += sizes[k]
 
 
-def _desc_of(key: str) -> str | None:
-    segs = key.split("/")
-    return segs[1] if len(segs) >= 3 else None
-
-
 def collect_parts(shard: Shard, retained_from: int, listing: Listing, *, cutoff: float, dry: bool,
                   hook: StepHook, lowers: dict[str, int]) -> PartsOutcome:
     """Step 4: unreferenced parts and manifests older than the grace period, via delete_staged.
     ``lowers``: batch lowers known from the versions this run deleted."""
-    machine = shard.machine
+    admin = shard.admin()
     out = PartsOutcome()
     # SUBTLE: list BEFORE reading what is referenced. A part committed after the listing
     # is referenced by the head read below; one committed after that read was staged by a
     # writer older than the grace period, which the protocol forbids (and fate re-checks).
-    listed_parts = list(machine.blob.list("parts/"))
-    listed_staging = list(machine.blob.list("staging/"))
-    head = machine.head().version
+    listed_parts = admin.list_parts()
+    listed_staging = admin.list_manifests()
+    head = admin.head()
     try:
-        refs = protected(machine, retained_from, head, listing if dry else list_state(machine))
+        refs = protected(admin, retained_from, head, listing if dry else list_state(admin))
     except CorruptionError as e:
         out.skipped.append(f"parts and manifests not collected: the retained history is unreadable ({e})")
         return out
 
     groups, manifests = _group_unreferenced(listed_parts, listed_staging, refs, cutoff=cutoff, out=out)
-    condemned, sizes = _condemn(machine, groups, manifests, refs, lowers, cutoff=cutoff, out=out)
-    _delete_condemned(machine, head, refs, condemned, sizes, dry=dry, hook=hook, out=out)
+    condemned, sizes = _condemn(admin, groups, manifests, refs, lowers, cutoff=cutoff, out=out)
+    _delete_condemned(admin, head, refs, condemned, sizes, dry=dry, hook=hook, out=out)
     return out
 
 
-def _group_unreferenced(listed_parts: list[ObjectInfo], listed_staging: list[ObjectInfo], refs: Protected, *,
+def _group_unreferenced(listed_parts: list[StagedObject], listed_staging: list[StagedObject], refs: Protected, *,
                         cutoff: float, out: PartsOutcome
-                        ) -> tuple[dict[str, list[ObjectInfo]], dict[str, list[ObjectInfo]]]:
+                        ) -> tuple[dict[str, list[StagedObject]], dict[str, list[StagedObject]]]:
     """The unreferenced parts older than the grace period and every manifest, by description."""
-    groups: dict[str, list[ObjectInfo]] = defaultdict(list)
-    manifests: dict[str, list[ObjectInfo]] = defaultdict(list)
+    groups: dict[str, list[StagedObject]] = defaultdict(list)
+    manifests: dict[str, list[StagedObject]] = defaultdict(list)
     for o in listed_parts:
         if refs.covers(o.key):
             continue
         if o.modified > cutoff:
             out.young += 1
             continue
-        d = _desc_of(o.key)
+        d = o.desc_id
         if d is None:
             out.skipped.append(f"{o.key}: not under parts/<description>/; left alone")
             continue
         groups[d].append(o)
     for o in listed_staging:
-        d = _desc_of(o.key)
+        d = o.desc_id
         if d is None:
             out.skipped.append(f"{o.key}: not under staging/<description>/; left alone")
             continue
@@ -104,14 +98,14 @@ def _group_unreferenced(listed_parts: list[ObjectInfo], listed_staging: list[Obj
     return groups, manifests
 
 
-def _condemn(machine: Machine, groups: dict[str, list[ObjectInfo]], manifests: dict[str, list[ObjectInfo]],
+def _condemn(admin: AdminHandle, groups: dict[str, list[StagedObject]], manifests: dict[str, list[StagedObject]],
              refs: Protected, lowers: dict[str, int], *, cutoff: float, out: PartsOutcome
              ) -> tuple[list[ft.Condemned], dict[str, int]]:
     """Each description's vetted keys with its lower, for ``delete_staged_many``; and the keys' sizes."""
     condemned: list[ft.Condemned] = []
     sizes: dict[str, int] = {}
     for d in sorted(set(groups) | set(manifests)):
-        why = left_alone(machine, manifests.get(d, []))
+        why = left_alone(admin, manifests.get(d, []))
         if why is not None:
             out.skipped.append(f"description {d}: {why}")
             continue
@@ -122,9 +116,9 @@ def _condemn(machine: Machine, groups: dict[str, list[ObjectInfo]], manifests: d
             continue
         lower = refs.lowers.get(d, lowers.get(d))
         if lower is None:
-            lower = manifest_lower(machine, manifests.get(d, []))
+            lower = manifest_lower(admin, manifests.get(d, []))
         if lower is None and groups.get(d):
-            lower = min_time(machine, groups[d])
+            lower = min_time(admin, groups[d])
         if lower is None:
             out.skipped.append(f"description {d}: lower unknown (no retained batch, manifest or readable part); kept")
             continue
@@ -133,7 +127,7 @@ def _condemn(machine: Machine, groups: dict[str, list[ObjectInfo]], manifests: d
     return condemned, sizes
 
 
-def _delete_condemned(machine: Machine, head: st.Version, refs: Protected, condemned: list[ft.Condemned],
+def _delete_condemned(admin: AdminHandle, head: st.Version, refs: Protected, condemned: list[ft.Condemned],
                       sizes: dict[str, int], *, dry: bool, hook: StepHook, out: PartsOutcome) -> None:
     """Delete (dry run: predict) the condemned descriptions' objects through ``delete_staged_many``."""
     # Descriptions in chunks: each chunk is one head read and one multi-object delete
@@ -143,12 +137,12 @@ def _delete_condemned(machine: Machine, head: st.Version, refs: Protected, conde
         if dry:
             for c in chunk:
                 try:
-                    out.count_gone(c.only, _predicted_keep(machine, head, refs, c.desc_id, c.lower), sizes)
+                    out.count_gone(c.only, _predicted_keep(admin, head, refs, c.desc_id, c.lower), sizes)
                 except ft.DeleteRefusedError:
                     out.still_possible.append(c.desc_id)
             continue
         try:
-            results = ft.delete_staged_many(machine, chunk)
+            results = admin.delete_staged_many(chunk)
         except ShardsinkError as e:
             out.skipped += [f"description {c.desc_id}: {e}" for c in chunk]
             continue
@@ -161,11 +155,11 @@ def _delete_condemned(machine: Machine, head: st.Version, refs: Protected, conde
         hook("desc")
 
 
-def _predicted_keep(machine: Machine, head: st.Version, refs: Protected, d: str, lower: int) -> frozenset[str]:
+def _predicted_keep(admin: AdminHandle, head: st.Version, refs: Protected, d: str, lower: int) -> frozenset[str]:
     """Dry run: what delete_staged would keep once the versions below the horizon are gone
     (DeleteRefusedError if the description may still commit)."""
     if head.header.committed_seqno(d) is not None:
-        fate = ft.read_fate(machine, d, lower)  # its commit version is retained: the real answer
+        fate = admin.fate(d, lower)  # its commit version is retained: the real answer
         if isinstance(fate, ft.Committed):
             return fate.keys
     if head.header.upper is not None and head.header.upper <= lower:

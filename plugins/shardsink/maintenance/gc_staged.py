@@ -13,24 +13,23 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from shardsink.core import manifests as mf
-from shardsink.core.machine import Machine
+from shardsink.core.admin import AdminHandle, StagedObject
 from shardsink.core.updates import TIME
 from shardsink.errors import CorruptionError
-from shardsink.storage.base import ObjectInfo
 
 log = logging.getLogger("shardsink.maintenance.gc")
 
 
-def left_alone(machine: Machine, objs: list[ObjectInfo]) -> str | None:
+def left_alone(admin: AdminHandle, objs: list[StagedObject]) -> str | None:
     """Why a description's staged objects are not GC's to decide (None: they are): it has a
     compaction manifest, or a manifest this shardsink cannot read (garbage, or a newer
     format whose meaning it does not know: never delete what is not understood)."""
     for o in objs:
-        got = machine.blob.get(o.key)
+        got = admin.get(o.key)
         if got is None:
             continue
         try:
-            head = mf.decode_head(got.data, where=f"{machine.url}/{o.key}")
+            head = mf.decode_head(got, where=f"{admin.url}/{o.key}")
         except CorruptionError as e:
             return f"{e}; left alone"
         if head.kind == "compaction":
@@ -40,30 +39,30 @@ def left_alone(machine: Machine, objs: list[ObjectInfo]) -> str | None:
     return None
 
 
-def manifest_lower(machine: Machine, objs: list[ObjectInfo]) -> int | None:
+def manifest_lower(admin: AdminHandle, objs: list[StagedObject]) -> int | None:
     """The ``lower`` all of a description's manifests agree on (None: none readable, or they disagree)."""
     lowers: set[int | None] = set()
     for o in objs:
-        got = machine.blob.get(o.key)
+        got = admin.get(o.key)
         if got is None:
             continue
         try:
-            lowers.add(mf.decode_head(got.data, where=f"{machine.url}/{o.key}").lower)
+            lowers.add(mf.decode_head(got, where=f"{admin.url}/{o.key}").lower)
         except CorruptionError:
             continue
     lowers.discard(None)
     return lowers.pop() if len(lowers) == 1 else None
 
 
-def min_time(machine: Machine, objs: list[ObjectInfo]) -> int | None:
+def min_time(admin: AdminHandle, objs: list[StagedObject]) -> int | None:
     """The smallest ``_time`` in the parts ``objs`` (each part's times are >= its batch's lower)."""
     best: int | None = None
     for o in objs:
-        got = machine.blob.get(o.key)
+        got = admin.get(o.key)
         if got is None:
             continue
         try:
-            col = pq.read_table(pa.BufferReader(got.data), columns=[TIME], use_threads=False)[TIME]
+            col = pq.read_table(pa.BufferReader(got), columns=[TIME], use_threads=False)[TIME]
         except (pa.ArrowException, OSError, KeyError) as e:
             log.warning("gc: part %s is unreadable (%s); its description is kept", o.key, e)
             return None

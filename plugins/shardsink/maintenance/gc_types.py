@@ -70,3 +70,15 @@ class GcReport:
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "still_possible": list(self.still_possible), "skipped": list(self.skipped),
                 "objects_deleted": self.objects_deleted}
+
+    def render(self) -> str:
+        """For operators: ``deleted 5 objects: 2 versions, 3 parts (1,234 bytes), keeps versions 7..12``."""
+        counts = [(self.versions_deleted, "version"), (self.rollups_deleted, "rollup"), (self.parts_deleted, "part"),
+                  (self.manifests_deleted, "manifest"), (self.leases_expired, "expired lease"),
+                  (self.plans_deleted, "plan")]
+        what = ", ".join(f"{n:,} {name}{'' if n == 1 else 's'}" + (f" ({self.part_bytes_deleted:,} bytes)"
+                                                                  if name == "part" else "")
+                         for n, name in counts if n)
+        verb, total = "would delete" if self.dry_run else "deleted", self.objects_deleted
+        return (f"{verb} {total:,} object{'' if total == 1 else 's'}{f': {what}' if what else ''}, "
+                f"keeps versions {self.oldest_after}..{self.head}")

@@ -3,7 +3,7 @@ delete the condemned versions (stragglers first, then oldest chunk first), then 
 below the oldest retained version.
 
 Every step is idempotent and leaves a readable, verifiable shard; versions and rollups
-are deleted only through ``Machine.delete_versions`` and ``Machine.delete_rollup``, and
+are deleted only through ``AdminHandle.delete_versions`` and ``AdminHandle.delete_rollup``, and
 never one younger than the grace period. Dry runs decide and count, writing nothing.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from shardsink.core.machine import Machine
+from shardsink.core.admin import AdminHandle
 from shardsink.core.shard import Shard
 from shardsink.errors import CorruptionError
 from shardsink.maintenance.gc_horizon import Horizon, must_fetch
@@ -37,7 +37,7 @@ def collect_versions(shard: Shard, hz: Horizon, listing: Listing, *, cutoff: flo
                      hook: StepHook) -> VersionsCollected:
     """Steps 1 and 2: anchor the horizon's oldest version, then delete the versions below it."""
     target, condemned = _anchor(shard, hz, listing, dry=dry, hook=hook)
-    versions_deleted, oldest_now = _delete_versions(shard.machine, hz, listing, target, cutoff=cutoff, dry=dry,
+    versions_deleted, oldest_now = _delete_versions(shard.admin(), hz, listing, target, cutoff=cutoff, dry=dry,
                                                     delete_batch=delete_batch, hook=hook)
     retained_from = target if dry else oldest_now
     return VersionsCollected(versions_deleted, retained_from, condemned)
@@ -46,12 +46,12 @@ def collect_versions(shard: Shard, hz: Horizon, listing: Listing, *, cutoff: flo
 def _anchor(shard: Shard, hz: Horizon, listing: Listing, *, dry: bool, hook: StepHook) -> tuple[int, dict[str, int]]:
     """Step 1: the version to anchor (the horizon's oldest, or the oldest present if its chain
     is unreadable) and the lowers of the batches removed below it; anchors it unless dry."""
-    machine = shard.machine
+    admin = shard.admin()
     target = hz.oldest
     condemned: dict[str, int] = {}
     if target > hz.oldest_present:
         try:
-            batches = batches_at(machine, target, listing)
+            batches = batches_at(admin, target, listing)
         except CorruptionError as e:
             # e.g. an interrupted run anchored a newer version and the bounds moved back:
             # its chain is gone, so keep every version this time (nothing is lost).
@@ -61,16 +61,16 @@ def _anchor(shard: Shard, hz: Horizon, listing: Listing, *, dry: bool, hook: Ste
             # The lowers of batches removed below the new oldest version, read before their
             # versions go (step 4's fate checks need them): from the removal chain (one
             # version per compaction), else from every condemned version.
-            chain = removals(machine, must_fetch(machine, hz.head), above=target, down_to=hz.oldest_present - 1)
-            condemned = chain.lowers if chain is not None else _lowers_below(machine, hz.oldest_present, target,
+            chain = removals(admin, must_fetch(admin, hz.head), above=target, down_to=hz.oldest_present - 1)
+            condemned = chain.lowers if chain is not None else _lowers_below(admin, hz.oldest_present, target,
                                                                              listing)
         if not dry and target > hz.oldest_present:
-            machine.anchor(target, batches)
+            admin.anchor(target, batches)
             hook("anchored")
     return target, condemned
 
 
-def _delete_versions(machine: Machine, hz: Horizon, listing: Listing, target: int, *, cutoff: float, dry: bool,
+def _delete_versions(admin: AdminHandle, hz: Horizon, listing: Listing, target: int, *, cutoff: float, dry: bool,
                      delete_batch: int, hook: StepHook) -> tuple[int, int]:
     """Step 2: delete the stragglers, then the versions below ``target``; returns how many
     versions went (or would go) and the oldest version left."""
@@ -85,7 +85,7 @@ def _delete_versions(machine: Machine, hz: Horizon, listing: Listing, target: in
     for i in range(0, len(doomed), delete_batch):
         chunk = doomed[i:i + delete_batch]
         if not dry:
-            machine.delete_versions(chunk)
+            admin.delete_versions(chunk)
             hook("version")
         versions_deleted += len(chunk)
         oldest_now = max(oldest_now, chunk[-1] + 1)
@@ -94,35 +94,35 @@ def _delete_versions(machine: Machine, hz: Horizon, listing: Listing, target: in
     return versions_deleted, oldest_now
 
 
-def collect_rollups(machine: Machine, listing: Listing, retained_from: int, *, cutoff: float, dry: bool) -> int:
+def collect_rollups(admin: AdminHandle, listing: Listing, retained_from: int, *, cutoff: float, dry: bool) -> int:
     """Step 3: delete the rollups below the oldest retained version; returns how many."""
     # Rollups below the oldest retained version are garbage once it needs none of them:
     # it is anchored (carries a rollup at itself) or is version 0.
     rollups_deleted = 0
-    if retained_from == 0 or dry or _anchored(machine, retained_from):
+    if retained_from == 0 or dry or _anchored(admin, retained_from):
         for r, o in sorted(listing.rollups.items()):
             if r < retained_from and o.modified <= cutoff:
                 if not dry:
-                    machine.delete_rollup(r)
+                    admin.delete_rollup(r)
                 rollups_deleted += 1
     return rollups_deleted
 
 
-def _anchored(machine: Machine, seqno: int) -> bool:
-    v = machine.fetch(seqno)
+def _anchored(admin: AdminHandle, seqno: int) -> bool:
+    v = admin.fetch(seqno)
     return v is not None and v.header.rollup == seqno
 
 
-def _lowers_below(machine: Machine, lo: int, hi: int, listing: Listing) -> dict[str, int]:
+def _lowers_below(admin: AdminHandle, lo: int, hi: int, listing: Listing) -> dict[str, int]:
     """The lowers of the batches versions ``lo .. hi-1`` knew, read before they are deleted, so
     that step 4 need not read parts to learn the lower of a batch compacted away in them."""
     out: dict[str, int] = {}
     try:
-        for b in batches_at(machine, lo, listing):
+        for b in batches_at(admin, lo, listing):
             out.setdefault(b.desc_id, b.lower)
     except CorruptionError:
         pass  # an interrupted run left lo without its chain: its added batches still help
-    for v in machine.fetch_many(range(lo + 1, hi)):
+    for v in admin.fetch_many(range(lo + 1, hi)):
         for b in v.added:
             out.setdefault(b.desc_id, b.lower)
     return out

@@ -3,23 +3,19 @@
 The retained state versions are the contiguous range ``[oldest, head]`` (GC deletes
 oldest first). The batch list at any retained version is computed from the newest
 rollup object at or below it whose later diffs are all present: after GC, the oldest
-retained version carries a rollup at itself (``Machine.anchor``), and any rollup object
+retained version carries a rollup at itself (``AdminHandle.anchor``), and any rollup object
 is by construction the exact batch list at its seqno.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from shardsink.core import state as st
-from shardsink.core.machine import Machine
-from shardsink.core.version_store import version_key
+from shardsink.core.admin import AdminHandle, staged_desc_id
+from shardsink.core.keys import version_key
 from shardsink.errors import CorruptionError
 from shardsink.storage.base import ObjectInfo
-
-_VKEY = re.compile(r"^state/v/(\d{20})\.json$")
-_RKEY = re.compile(r"^state/rollup/(\d{20})\.json$")
 
 
 @dataclass(frozen=True)
@@ -41,47 +37,42 @@ class Listing:
         return [s for s in range(lo, head + 1) if s not in self.versions]
 
 
-def list_state(machine: Machine) -> Listing:
-    versions: dict[int, ObjectInfo] = {}
-    rollups: dict[int, ObjectInfo] = {}
-    for o in machine.blob.list("state/"):
-        if m := _VKEY.match(o.key):
-            versions[int(m.group(1))] = o
-        elif m := _RKEY.match(o.key):
-            rollups[int(m.group(1))] = o
-    return Listing(versions, rollups)
+def list_state(admin: AdminHandle) -> Listing:
+    """One listing of the state objects (:meth:`AdminHandle.list_state`)."""
+    got = admin.list_state()
+    return Listing(got.versions, got.rollups)
 
 
-def retained_start(machine: Machine, listing: Listing, head: int) -> int:
+def retained_start(admin: AdminHandle, listing: Listing, head: int) -> int:
     """The oldest version of the retained chain ``[start, head]`` (all present).
 
     Without gaps, the oldest listed version. GC deletes condemned versions with
     multi-object deletes, in which S3 removes keys in no particular order: a failed or
     interrupted one can leave condemned versions below a gap. They lie below the version
-    GC anchored first (:meth:`Machine.anchor`: rollup pointer at itself, rollup object
+    GC anchored first (:meth:`AdminHandle.anchor`: rollup pointer at itself, rollup object
     written), so the chain starts at the oldest anchored version above the highest gap;
     older versions are leftovers for the next GC. CorruptionError if there is none: a
     real hole in the history.
     """
     oldest = listing.oldest
     if oldest is None:
-        raise CorruptionError(f"{machine.url}: no state versions listed")
+        raise CorruptionError(f"{admin.url}: no state versions listed")
     gaps = listing.gaps(head)
     if not gaps:
         return oldest
     for s in range(max(gaps) + 1, head + 1):
-        v = machine.fetch(s)
+        v = admin.fetch(s)
         if v is None:
             break
         if v.header.rollup == s and s in listing.rollups:
             return s
     raise CorruptionError(
-        f"{machine.url}: retained history has gaps ({version_key(gaps[0])} is missing) with no anchored "
+        f"{admin.url}: retained history has gaps ({version_key(gaps[0])} is missing) with no anchored "
         "version above them; refusing to treat it as collectable (run `shardsink verify`)"
     )
 
 
-def batches_at(machine: Machine, seqno: int, listing: Listing) -> tuple[st.BatchMeta, ...]:
+def batches_at(admin: AdminHandle, seqno: int, listing: Listing) -> tuple[st.BatchMeta, ...]:
     """The live batches at retained version ``seqno``, from the newest usable rollup.
 
     Usable: a rollup object ``r <= seqno`` (or the empty list at ``r = 0``) such that
@@ -94,10 +85,10 @@ def batches_at(machine: Machine, seqno: int, listing: Listing) -> tuple[st.Batch
         r -= 1
     if r > 0 and r not in listing.rollups:
         raise CorruptionError(
-            f"{machine.url}: no rollup at or below version {seqno} with a complete chain after it "
+            f"{admin.url}: no rollup at or below version {seqno} with a complete chain after it "
             f"(version {version_key(r)} is missing and no rollup covers it)"
         )
-    return machine.batches_from(r, seqno)
+    return admin.batches_from(r, seqno)
 
 
 @dataclass(frozen=True)
@@ -109,7 +100,7 @@ class Referenced:
     keys: dict[str, frozenset[str]]  # desc id -> its batch's part keys
 
 
-def referenced(machine: Machine, oldest: int, head: int, listing: Listing) -> Referenced:
+def referenced(admin: AdminHandle, oldest: int, head: int, listing: Listing) -> Referenced:
     """Union over versions ``oldest..head``: the batches at ``oldest`` plus every batch added after."""
     parts: dict[str, tuple[st.PartMeta, int]] = {}
     lowers: dict[str, int] = {}
@@ -121,9 +112,9 @@ def referenced(machine: Machine, oldest: int, head: int, listing: Listing) -> Re
         for p in b.parts:
             parts.setdefault(p.key, (p, seqno))
 
-    for b in batches_at(machine, oldest, listing):
+    for b in batches_at(admin, oldest, listing):
         add(b, oldest)
-    for v in machine.fetch_many(range(oldest + 1, head + 1)):
+    for v in admin.fetch_many(range(oldest + 1, head + 1)):
         for b in v.added:
             add(b, v.seqno)
     return Referenced(parts, lowers, keys)
@@ -137,7 +128,7 @@ class Removals:
     lowers: dict[str, int]  # desc id -> lower, for every removal walked (down to ``down_to``)
 
 
-def removals(machine: Machine, head: st.Version, *, above: int, down_to: int | None = None) -> Removals | None:
+def removals(admin: AdminHandle, head: st.Version, *, above: int, down_to: int | None = None) -> Removals | None:
     """Walk the removal chain from ``head``: the batches removed by versions in ``(above, head]``
     (and the lowers of those removed in ``(down_to, head]``, for fate checks), reading one
     version per removal (compactions), not every version. None if the chain is unknown
@@ -149,11 +140,11 @@ def removals(machine: Machine, head: st.Version, *, above: int, down_to: int | N
     last = head.seqno
     r = head.header.removal
     while r is not None and r > floor:
-        v = machine.fetch(r)
+        v = admin.fetch(r)
         if v is None:
             if r > above:
                 raise CorruptionError(
-                    f"{machine.url}/{version_key(r)} (a removal inside the retained history) is missing")
+                    f"{admin.url}/{version_key(r)} (a removal inside the retained history) is missing")
             break  # already collected: nothing older is needed
         if r > above:
             ids.update(v.removed)
@@ -175,12 +166,11 @@ class Protected:
     lowers: dict[str, int]  # desc id -> lower of its batch
 
     def covers(self, key: str) -> bool:
-        segs = key.split("/")
-        d = segs[1] if len(segs) >= 3 else ""
+        d = staged_desc_id(key) or ""
         return d in self.descs or key in self.keys.get(d, frozenset())
 
 
-def protected(machine: Machine, oldest: int, head: st.Version, listing: Listing) -> Protected:
+def protected(admin: AdminHandle, oldest: int, head: st.Version, listing: Listing) -> Protected:
     """Everything the retained versions ``[oldest, head]`` reference, cheaply when it can be.
 
     A batch referenced by a retained version ``v`` is live at ``head`` or was removed by a
@@ -188,13 +178,13 @@ def protected(machine: Machine, oldest: int, head: st.Version, listing: Listing)
     the removal chain names in ``(oldest, head]``: a rollup and a few diffs, and one
     version per compaction. Without a known chain: every retained version (:func:`referenced`).
     """
-    chain = removals(machine, head, above=oldest)
+    chain = removals(admin, head, above=oldest)
     if chain is None:
-        refs = referenced(machine, oldest, head.seqno, listing)
+        refs = referenced(admin, oldest, head.seqno, listing)
         return Protected(refs.keys, frozenset(), refs.lowers)
     keys: dict[str, frozenset[str]] = {}
     lowers: dict[str, int] = {}
-    for b in (*batches_at(machine, oldest, listing), *machine.batches_at(head.header)):
+    for b in (*batches_at(admin, oldest, listing), *admin.batches_at(head.header)):
         keys.setdefault(b.desc_id, frozenset(p.key for p in b.parts))
         lowers.setdefault(b.desc_id, b.lower)
     return Protected(keys, chain.ids, lowers)

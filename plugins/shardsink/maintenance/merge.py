@@ -13,6 +13,10 @@ SUBTLE: strictly below, not ``<=``: advancing times to ``since`` can make consec
 rows of ONE input equal (``(r, t1)`` and ``(r, t2)``, both below since), so the next
 unread batch of an input may start with a row equal to the bound.
 
+Inputs are opened through a :class:`PartSource` (the maintenance handle,
+:meth:`shardsink.core.admin.AdminHandle.open_part`); outputs are written through the one
+batch builder (:meth:`shardsink.core.builder.BatchBuilder.put_part`), which names each part.
+
 Memory: per input, one decoded *row group* (Parquet decodes a row group at a time, however
 small the record batches asked for) and its compressed bytes; plus the rows carried
 between rounds (at most one batch per input) and one output part being encoded. Outputs
@@ -29,22 +33,21 @@ so each input stays sorted and the merge stays valid.
 from __future__ import annotations
 
 import io
-import uuid
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from shardsink.core import floats as fl
+from shardsink.core.builder import BatchBuilder
 from shardsink.core.consolidate import consolidate
-from shardsink.core.part_io import open_part
 from shardsink.core.state import PartMeta
 from shardsink.core.updates import DIFF, TIME
 from shardsink.errors import CorruptionError
-from shardsink.storage.base import Blob
 
 _MARK = "__shardsink_bound"
 
@@ -75,6 +78,17 @@ class MergeStats:
     parts: list[PartMeta] = field(default_factory=list)
 
 
+class PartSource(Protocol):
+    """Where merge inputs are opened (:class:`shardsink.core.admin.AdminHandle` is one)."""
+
+    @property
+    def url(self) -> str: ...
+
+    def open_part(self, p: PartMeta) -> pq.ParquetFile:
+        """``p`` as a Parquet file; CorruptionError if missing, unreadable or of another row count."""
+        ...
+
+
 #: Test hook: called with (input index, rows) for every record batch read from an input.
 OnBatch = Callable[[int, int], None]
 
@@ -92,10 +106,11 @@ def _advance(table: pa.Table, since: int) -> pa.Table:
 
 
 class _Writer:
-    """Cuts the merged, consolidated stream into parts of about ``part_bytes`` each."""
+    """Cuts the merged, consolidated stream into parts of about ``part_bytes`` each, written
+    through ``builder`` (fresh keys under the builder's prefix)."""
 
-    def __init__(self, blob: Blob, prefix: str, schema: pa.Schema, options: MergeOptions, stats: MergeStats) -> None:
-        self.blob, self.prefix, self.schema, self.stats = blob, prefix, schema, stats
+    def __init__(self, builder: BatchBuilder, schema: pa.Schema, options: MergeOptions, stats: MergeStats) -> None:
+        self.builder, self.schema, self.stats = builder, schema, stats
         self.part_bytes, self.group_rows = options.part_bytes, max(1, options.row_group_rows)
         self._buf: io.BytesIO | None = None
         self._w: pq.ParquetWriter | None = None
@@ -138,20 +153,19 @@ class _Writer:
             return
         self._w.close()
         data = self._buf.getvalue()
-        key = f"{self.prefix}/{uuid.uuid4().hex}.parquet"
-        self.blob.put(key, data)
         assert self._tmin is not None and self._tmax is not None
-        self.stats.parts.append(PartMeta(key, self._rows, len(data), self._tmin, self._tmax))
+        self.stats.parts.append(self.builder.put_part(data, rows=self._rows, min_time=self._tmin,
+                                                      max_time=self._tmax))
         self.stats.rows_out += self._rows
         self._w, self._buf, self._rows, self._bytes, self._tmin, self._tmax = None, None, 0, 0, None, None
 
 
-def _open_all(blob: Blob, parts: Sequence[PartMeta]) -> list[pq.ParquetFile]:
+def _open_all(source: PartSource, parts: Sequence[PartMeta]) -> list[pq.ParquetFile]:
     with ThreadPoolExecutor(max_workers=8) as pool:
-        return list(pool.map(lambda p: open_part(blob, p), parts))
+        return list(pool.map(source.open_part, parts))
 
 
-def _reader(f: pq.ParquetFile, p: PartMeta, blob: Blob, full: pa.Schema, since: int,
+def _reader(f: pq.ParquetFile, p: PartMeta, source: PartSource, full: pa.Schema, since: int,
             batch_rows: int) -> Iterator[pa.Table]:
     try:
         for rb in f.iter_batches(batch_size=batch_rows, columns=full.names):
@@ -159,24 +173,25 @@ def _reader(f: pq.ParquetFile, p: PartMeta, blob: Blob, full: pa.Schema, since: 
     except CorruptionError:
         raise
     except Exception as e:
-        raise CorruptionError(f"part {blob.url}/{p.key} is unreadable: {type(e).__name__}: {e}") from e
+        raise CorruptionError(f"part {source.url}/{p.key} is unreadable: {type(e).__name__}: {e}") from e
 
 
-def merge_parts(blob: Blob, parts: Sequence[PartMeta], schema: pa.Schema, *, prefix: str, since: int,
-                options: MergeOptions = MergeOptions(), on_batch: OnBatch | None = None) -> MergeStats:
-    """Merge ``parts`` (each sorted and consolidated) into consolidated, sorted parts under
-    ``prefix/``, with every time below ``since`` advanced to ``since``. Returns the stats;
-    ``stats.parts`` are the written parts (none if everything cancelled out)."""
+def merge_parts(source: PartSource, parts: Sequence[PartMeta], schema: pa.Schema, *, into: BatchBuilder,
+                since: int, options: MergeOptions = MergeOptions(), on_batch: OnBatch | None = None) -> MergeStats:
+    """Merge ``parts`` (each sorted and consolidated, opened through ``source``) into
+    consolidated, sorted parts written by ``into`` (e.g. ``admin.builder(cid)``), with every
+    time below ``since`` advanced to ``since``. Returns the stats; ``stats.parts`` are the
+    written parts (none if everything cancelled out)."""
     full = _full_schema(schema)
     keys = [*schema.names, TIME]
     stats = MergeStats(inputs=len(parts), rows_in=sum(p.rows for p in parts))
-    out = _Writer(blob, prefix, full, options, stats)
-    files = _open_all(blob, parts)
+    out = _Writer(into, full, options, stats)
+    files = _open_all(source, parts)
     decoded = sum(f.metadata.row_group(i).total_byte_size for f in files for i in range(f.metadata.num_row_groups))
     if decoded <= options.small_bytes:
         tables = []
         for i, (f, p) in enumerate(zip(files, parts, strict=True)):
-            for t in _reader(f, p, blob, full, since, options.batch_rows):
+            for t in _reader(f, p, source, full, since, options.batch_rows):
                 stats.batches_read += 1
                 if on_batch is not None:
                     on_batch(i, t.num_rows)
@@ -187,15 +202,15 @@ def merge_parts(blob: Blob, parts: Sequence[PartMeta], schema: pa.Schema, *, pre
         out.flush()
         return stats
     stats.streamed = True
-    _stream(files, parts, blob, full, keys, since, options, stats, out, on_batch)
+    _stream(files, parts, source, full, keys, since, options, stats, out, on_batch)
     out.flush()
     return stats
 
 
-def _stream(files: list[pq.ParquetFile], parts: Sequence[PartMeta], blob: Blob, full: pa.Schema,
+def _stream(files: list[pq.ParquetFile], parts: Sequence[PartMeta], source: PartSource, full: pa.Schema,
             keys: list[str], since: int, options: MergeOptions, stats: MergeStats, out: _Writer,
             on_batch: OnBatch | None) -> None:
-    readers = [_reader(f, p, blob, full, since, options.batch_rows) for f, p in zip(files, parts, strict=True)]
+    readers = [_reader(f, p, source, full, since, options.batch_rows) for f, p in zip(files, parts, strict=True)]
     last: dict[int, pa.Table] = {}  # input -> its last loaded row (1-row table), inputs not exhausted
     pool: list[pa.Table] = []
 

@@ -16,7 +16,7 @@ then verify (proves the shard is still whole: a problem fails the pass).
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from shardsink.core import checks as ck
@@ -54,16 +54,21 @@ class Maintained:
 
 
 def compaction_pass(shard: Shard, options: MaintenanceOptions | None = None, *,
-                    now: float | None = None) -> Maintained:
+                    now: float | None = None, writer: str | None = None) -> Maintained:
     """Advance since, then compact (so merges consolidate at the new since), then sweep
     leftovers of crashed compactions, then (if anything merged) write a rollup of the
-    compacted batch list. No GC, no verify: see :func:`maintain`."""
+    compacted batch list. No GC, no verify: see :func:`maintain`. ``writer`` names the
+    commits (e.g. ``airflow:<dag_id>/<run_id>``; ``compact_options.writer`` wins for compactions;
+    default: host:pid)."""
     opts = options or MaintenanceOptions()
-    s = advance_since(shard, now=now) if opts.advance_since else None
-    c = compact(shard, options=opts.compact_options) if opts.compact else None
+    copts = opts.compact_options
+    if writer is not None and copts.writer is None:
+        copts = replace(copts, writer=writer)
+    s = advance_since(shard, now=now, writer=writer) if opts.advance_since else None
+    c = compact(shard, options=copts) if opts.compact else None
     swept = tuple(sweep(shard, grace_s=opts.sweep_grace_s, now=now)) if opts.compact else ()
     if c is not None and c.applied:
-        shard.machine.rollup_now()  # readers get the compacted batch list without replaying diffs
+        shard.admin().rollup_now()  # readers get the compacted batch list without replaying diffs
     return Maintained(s, c, swept)
 
 
@@ -90,15 +95,30 @@ class MaintenanceSummary:
     steps: dict[str, str]
     gc: GcReport | None
     verify: VerifyReport | None
+    #: what since, compaction and the sweep did (None: an older caller built the summary)
+    compaction_pass: Maintained | None = None
 
     @property
     def ok(self) -> bool:
         return self.verify is None or self.verify.ok
 
+    def render(self) -> str:
+        """The steps for operators, one line: ``since: 0 → 0; compact: 3 batches → 1, …; sweep: 0 settled;
+        gc: deleted 2 objects (…); verify: ok`` (never a repr)."""
+        steps = {k: v.removeprefix("done: ") for k, v in self.steps.items()}
+        if self.gc is not None:
+            steps["gc"] = self.gc.render()
+        return "; ".join(f"{k}: {v}" for k, v in steps.items())
+
     def to_dict(self) -> dict[str, Any]:
+        """Structured data (XCom, JSON): every step's result as values, ``steps`` as rendered text."""
+        m = self.compaction_pass
         return {
             "url": self.url, "ok": self.ok, "before": asdict(self.before), "after": asdict(self.after),
             "steps": dict(self.steps), "objects_deleted": self.gc.objects_deleted if self.gc else 0,
+            "since": asdict(m.since) if m and m.since else None,
+            "compaction": asdict(m.compaction) if m and m.compaction else None,
+            "swept": [asdict(x) for x in m.swept] if m else [],
             "gc": self.gc.to_dict() if self.gc else None,
             "problems": [asdict(p) for p in self.verify.problems] if self.verify else [],
             "leaks": len(self.verify.leaks) if self.verify else 0,
@@ -108,19 +128,21 @@ class MaintenanceSummary:
 def footprint(shard: Shard) -> Footprint:
     """The shard's stats and a count of its stored objects (one LIST of the whole shard)."""
     info = shard.info()
-    objs = list(shard.blob.list(""))
+    objs = shard.admin().list_objects()
     return Footprint(info.seqno, info.since, info.upper, info.stats.batches, info.stats.parts, info.stats.bytes,
                      len(objs), sum(o.size for o in objs), info.stats.rows)
 
 
-def maintain(shard: Shard, options: MaintenanceOptions | None = None) -> MaintenanceSummary:
-    """Run the pass (module docstring) and return its summary; errors of a step propagate."""
+def maintain(shard: Shard, options: MaintenanceOptions | None = None, *,
+             writer: str | None = None) -> MaintenanceSummary:
+    """Run the pass (module docstring) and return its summary; errors of a step propagate.
+    ``writer``: the name its commits carry (see :func:`compaction_pass`)."""
     opts = options or MaintenanceOptions()
     before = footprint(shard)
-    m = compaction_pass(shard, opts)
+    m = compaction_pass(shard, opts, writer=writer)
     steps: dict[str, str] = {
-        "since": f"done: {m.since}" if m.since is not None else "disabled",
-        "compact": f"done: {m.compaction}" if m.compaction is not None else "disabled",
+        "since": f"done: {m.since.render()}" if m.since is not None else "disabled",
+        "compact": f"done: {m.compaction.render()}" if m.compaction is not None else "disabled",
         "sweep": f"done: {len(m.swept)} settled" if opts.compact else "disabled",
     }
     for step in ("since", "compact", "sweep"):
@@ -130,7 +152,7 @@ def maintain(shard: Shard, options: MaintenanceOptions | None = None) -> Mainten
     checked = verify(shard) if opts.verify else None
     steps["verify"] = ("ok" if checked.ok else f"{len(checked.problems)} problems") if checked else "disabled"
     after = footprint(shard)
-    summary = MaintenanceSummary(shard.url, before, after, steps, report, checked)
+    summary = MaintenanceSummary(shard.url, before, after, steps, report, checked, m)
     log.info("maintenance %s: batches %d -> %d, parts %d -> %d, bytes %d -> %d, objects %d -> %d (%d deleted); "
              "verify %s", shard.url, before.batches, after.batches, before.parts, after.parts, before.bytes,
              after.bytes, before.objects, after.objects, report.objects_deleted if report else 0, steps["verify"])

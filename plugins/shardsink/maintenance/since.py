@@ -72,6 +72,11 @@ class SinceResult:
     seqno: int | None
     lease_cap: int | None
 
+    def render(self) -> str:
+        """For operators: ``0 → 5 (version 12), lowest lease at 3``."""
+        held = f", lowest lease at {self.lease_cap}" if self.lease_cap is not None else ""
+        return f"{self.before} → {self.after}{f' (version {self.seqno})' if self.seqno is not None else ''}{held}"
+
 
 def advance_since(shard: Shard, *, target: int | None = None, writer: str | None = None,
                   now: float | None = None) -> SinceResult:
@@ -83,13 +88,14 @@ def advance_since(shard: Shard, *, target: int | None = None, writer: str | None
         ck.check_time(target, what="since target")
     if writer is not None:
         ck.check_writer(writer)
-    before = shard.machine.head().version.header.since
+    admin = shard.admin()
+    before = admin.head().header.since
     cap = leases.min_leased_as_of(shard, now=now)  # immediately before the conditional put
     cmd = SinceCommand(cap, target, writer or default_writer(), _now(), uuid.uuid4().hex)
-    out = shard.machine.commit(cmd)
+    out = admin.commit(cmd)
     if isinstance(out, st.Version):
         return SinceResult(before, out.header.since, out.seqno, cap)
-    return SinceResult(before, shard.machine.head().version.header.since, None, cap)
+    return SinceResult(before, admin.head().header.since, None, cap)
 
 
 def set_retention(shard: Shard, retention: str | int | timedelta | None, *, writer: str | None = None) -> bool:
@@ -98,10 +104,10 @@ def set_retention(shard: Shard, retention: str | int | timedelta | None, *, writ
     if writer is not None:
         ck.check_writer(writer)
     cmd = RetentionCommand(ms, writer or default_writer(), _now(), uuid.uuid4().hex)
-    out = shard.machine.commit(cmd)
+    out = shard.admin().commit(cmd)
     return isinstance(out, st.Version)
 
 
 def retention_of(shard: Shard) -> int | None:
     """The shard's retention in ms (None: all history)."""
-    return shard.machine.head().version.header.retention
+    return shard.admin().head().header.retention

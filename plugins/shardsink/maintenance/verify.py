@@ -28,21 +28,18 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from shardsink.core import documents as docs
+import shardsink.reclock.layout  # noqa: F401  (registers reclock's root objects: not leaks)
+from shardsink.core import keys
 from shardsink.core import leases as ls
 from shardsink.core import state as st
-from shardsink.core import state_codec as sc
-from shardsink.core.machine import LATEST
+from shardsink.core.admin import AdminHandle
+from shardsink.core.keys import LATEST, VERSIONS_PREFIX, rollup_key, version_key
 from shardsink.core.shard import Shard
-from shardsink.core.version_store import rollup_key, version_key
 from shardsink.errors import CorruptionError, ShardsinkError
 from shardsink.maintenance.history import Listing, batches_at, list_state, retained_start
 
 #: The exit code of ``shardsink verify`` when it finds problems.
 EXIT_PROBLEMS = 4
-_KNOWN = ("state/", "parts/", "staging/", "leases/", docs.PLANS_PREFIX)
-#: Root objects that are not state and not leaks: reclock's health and sidecar documents.
-_KNOWN_KEYS = frozenset({LATEST, docs.HEALTH_KEY, docs.SIDECAR_KEY})
 
 
 @dataclass(frozen=True)
@@ -84,20 +81,20 @@ class VerifyReport:
 def verify(shard: Shard, *, check_rows: bool = True, now: float | None = None) -> VerifyReport:
     """Run every check (module docstring). ``check_rows`` reads each part's footer (one GET each)."""
     t = time.time() if now is None else now
-    m = shard.machine
+    m = shard.admin()
     problems: list[Problem] = []
     leaks: list[Leak] = []
     # The head first, then the listing: a version committed in between is listed, not a gap.
     head_version: st.Version | None = None
     try:
-        head_version = m.head().version
+        head_version = m.head()
     except ShardsinkError as e:
         problems.append(Problem(LATEST, f"cannot find the head: {e}"))
     head = head_version.seqno if head_version is not None else None
     listing = list_state(m)
     oldest = listing.oldest
     if oldest is None:
-        return VerifyReport(shard.url, None, None, 0, 0, (Problem("state/v/", "no state versions"),), ())
+        return VerifyReport(shard.url, None, None, 0, 0, (Problem(VERSIONS_PREFIX, "no state versions"),), ())
     if head is None:
         head = max(listing.versions)
     while head + 1 in listing.versions:  # committed while we listed
@@ -113,11 +110,11 @@ def verify(shard: Shard, *, check_rows: bool = True, now: float | None = None) -
     for s in sorted(x for x in listing.versions if x > head):
         problems.append(Problem(version_key(s), f"exists beyond the head {head} (after a gap in the chain)"))
 
-    versions = _decode_all(shard, oldest, head, listing, problems)
+    versions = _decode_all(m, oldest, head, listing, problems)
     _check_chain(versions, problems)
-    _check_hint(shard, oldest, problems)
+    _check_hint(m, oldest, problems)
 
-    start, refs = _referenced(shard, versions, listing, problems)
+    start, refs = _referenced(m, versions, listing, problems)
     for s in range(oldest, start):
         if s not in listing.versions:
             continue  # a gap: reported as a problem above
@@ -130,28 +127,27 @@ def verify(shard: Shard, *, check_rows: bool = True, now: float | None = None) -
         if base > 0 and base not in listing.rollups:
             problems.append(Problem(rollup_key(base), f"missing; the head (version {head}) reads its batches from it"))
 
-    listed = {o.key: o for o in m.blob.list("parts/")}
-    _check_parts(shard, refs, listed, problems, check_rows=check_rows)
+    listed = {o.key: o.info for o in m.list_parts()}
+    _check_parts(m, refs, listed, problems, check_rows=check_rows)
     for k, o in sorted(listed.items()):
         if k not in refs:
             leaks.append(Leak(k, "part", o.size, t - o.modified))
-    for o in m.blob.list("staging/"):
-        leaks.append(Leak(o.key, "manifest", o.size, t - o.modified))
+    for staged in m.list_manifests():
+        leaks.append(Leak(staged.key, "manifest", staged.size, t - staged.modified))
     for x in ls.all_leases(shard):
         if x.expires_at + ls.CLOCK_SKEW_S < t:
             leaks.append(Leak(x.key, "lease", 0, t - x.expires_at))
-    for o in m.blob.list(""):
-        if not o.key.startswith(_KNOWN) and o.key not in _KNOWN_KEYS:
+    for o in m.list_objects():
+        if not keys.known(o.key):
             leaks.append(Leak(o.key, "unknown", o.size, t - o.modified))
 
-    if not any(p.object.startswith("parts/") for p in problems) and head in versions:
+    if not any(p.object.startswith(keys.PARTS_PREFIX) for p in problems) and head in versions:
         _check_multiplicity(shard, versions[head].header, problems)
     return VerifyReport(shard.url, head, oldest, len(versions), len(refs), tuple(problems), tuple(leaks))
 
 
-def _decode_all(shard: Shard, oldest: int, head: int, listing: Listing,
+def _decode_all(m: AdminHandle, oldest: int, head: int, listing: Listing,
                 problems: list[Problem]) -> dict[int, st.Version]:
-    m = shard.machine
     wanted = [s for s in range(oldest, head + 1) if s in listing.versions]
 
     def one(s: int) -> tuple[int, st.Version | None]:
@@ -184,20 +180,19 @@ def _check_chain(versions: dict[int, st.Version], problems: list[Problem]) -> No
         prev = v
 
 
-def _check_hint(shard: Shard, oldest: int, problems: list[Problem]) -> None:
-    got = shard.machine.blob.get(LATEST)
-    if got is None:
-        return  # readers list the versions; not a problem
+def _check_hint(m: AdminHandle, oldest: int, problems: list[Problem]) -> None:
     try:
-        hint = sc.decode_version(got.data, where=f"{shard.url}/{LATEST}")
+        hint = m.hint()
     except CorruptionError as e:
         problems.append(Problem(LATEST, str(e)))
         return
+    if hint is None:
+        return  # readers list the versions; not a problem
     if hint.seqno < oldest:
         problems.append(Problem(LATEST, f"points at version {hint.seqno}, below the oldest retained {oldest}"))
 
 
-def _referenced(shard: Shard, versions: dict[int, st.Version], listing: Listing,
+def _referenced(m: AdminHandle, versions: dict[int, st.Version], listing: Listing,
                 problems: list[Problem]) -> tuple[int, dict[str, tuple[st.PartMeta, int]]]:
     """Parts referenced by the retained versions, from the oldest version whose batch list is
     computable (an interrupted GC may leave older, condemned versions above a broken chain)."""
@@ -208,7 +203,7 @@ def _referenced(shard: Shard, versions: dict[int, st.Version], listing: Listing,
     candidates = [lo, *sorted(r for r in listing.rollups if lo < r <= hi)]
     for start in candidates:
         try:
-            base = batches_at(shard.machine, start, listing)
+            base = batches_at(m, start, listing)
         except CorruptionError as e:
             last = e
             continue
@@ -225,7 +220,7 @@ def _referenced(shard: Shard, versions: dict[int, st.Version], listing: Listing,
     return lo, refs
 
 
-def _check_parts(shard: Shard, refs: dict[str, tuple[st.PartMeta, int]], listed: dict[str, Any],
+def _check_parts(m: AdminHandle, refs: dict[str, tuple[st.PartMeta, int]], listed: dict[str, Any],
                  problems: list[Problem], *, check_rows: bool) -> None:
     def one(item: tuple[str, tuple[st.PartMeta, int]]) -> Problem | None:
         key, (p, seqno) = item
@@ -236,11 +231,11 @@ def _check_parts(shard: Shard, refs: dict[str, tuple[st.PartMeta, int]], listed:
             return Problem(key, f"has {o.size} bytes, the state records {p.bytes} (version {seqno})")
         if not check_rows:
             return None
-        got = shard.machine.blob.get(key)
+        got = m.get(key)
         if got is None:
             return Problem(key, f"vanished while verifying (referenced by version {seqno})")
         try:
-            rows = pq.read_metadata(pa.BufferReader(got.data)).num_rows
+            rows = pq.read_metadata(pa.BufferReader(got)).num_rows
         except (pa.ArrowException, OSError) as e:
             return Problem(key, f"is not readable Parquet ({e})")
         if rows != p.rows:

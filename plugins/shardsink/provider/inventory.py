@@ -68,7 +68,7 @@ def _commit(seqno: int, c: Any, *, upper: int | None, since: int) -> dict[str, A
 def summary(url: str, *, grace_s: float = DEFAULT_GRACE_S) -> dict[str, Any]:
     """One row of the shard list: frontiers, sizes, retention, leases, leaks and the last commit."""
     shard = Shard.open(url)
-    v = shard.machine.head().version
+    v = shard.reader().head()
     h = v.header
     retention = getattr(h, "retention", None)  # added by maintenance; absent on older shards
     leases = shard.leases()
@@ -96,7 +96,7 @@ def detail(url: str, *, limit: int = DEFAULT_HISTORY, grace_s: float = DEFAULT_G
     out = summary(url, grace_s=grace_s)
     shard = Shard.open(url)
     head = out["seqno"]
-    versions = shard.machine.fetch_many(range(head, max(-1, head - limit), -1))
+    versions = shard.reader().versions(range(head, max(-1, head - limit), -1))
     out["commits"] = [_commit(v.seqno, v.commit, upper=v.header.upper, since=v.header.since) for v in versions]
     out["history_complete"] = head - limit < 0
     out["lease_list"] = [
@@ -144,7 +144,7 @@ def preview(url: str, *, as_of: int | None = None, rows: int = PREVIEW_ROWS) -> 
     """
     shard = Shard.open(url)
     table = shard.snapshot(as_of)
-    h = shard.machine.head().version.header
+    h = shard.reader().head().header
     used = as_of if as_of is not None else (h.upper - 1 if h.upper is not None else None)
     head = table.slice(0, rows)
     return {

@@ -53,7 +53,7 @@ def _committed_bytes(shard_url: str, seqno: int) -> int | None:
     from shardsink.core.shard import Shard
 
     try:
-        v = Shard.open(shard_url).machine.fetch(seqno)
+        v = Shard.open(shard_url).reader().version(seqno)
         return sum(b.bytes for b in v.added) if v is not None else None
     except Exception:
         log.debug("could not read the committed batch's size", exc_info=True)

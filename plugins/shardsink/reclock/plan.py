@@ -17,10 +17,11 @@ from dataclasses import dataclass
 
 import msgspec
 
-from shardsink.core.documents import ENCODER, PLANS_PREFIX, decode_doc
+from shardsink.core.documents import ENCODER, decode_doc
+from shardsink.core.roots import RootObjects
 from shardsink.errors import CorruptionError
 from shardsink.reclock.bindings import FILES, Bindings, BoundFile, Span, spans
-from shardsink.storage.url import open_blob
+from shardsink.reclock.layout import PLANS_PREFIX
 
 #: Format of plans: readers accept this or older and ignore unknown fields.
 FORMAT = 1
@@ -68,19 +69,19 @@ def publish(remap_url: str, bindings: Bindings, lower: int, upper: int) -> Plan:
                   files=tuple((f.ordinal, f.key, f.size) for f in p.files.values()),
                   identities=tuple(f.identity for f in p.files.values()) if any(f.identity for f in p.files.values())
                   else ())
-    open_blob(remap_url).put(key(lower, upper), ENCODER.encode(doc))
+    RootObjects(remap_url).put(key(lower, upper), ENCODER.encode(doc))
     return p
 
 
 def load(remap_url: str, lower: int, upper: int) -> Plan:
     """The published plan of ``[lower, upper)``, or one rebuilt from the remap shard.
     CorruptionError naming the plan if it is unreadable, too new, or of other bounds."""
-    got = open_blob(remap_url).get(key(lower, upper))
+    got = RootObjects(remap_url).get(key(lower, upper))
     if got is None:
         from shardsink.reclock.remap import RemapShard
 
         return build(RemapShard.open(remap_url).bindings(), lower, upper)
-    return decode(got.data, lower, upper, where=f"{remap_url}/{key(lower, upper)}")
+    return decode(got, lower, upper, where=f"{remap_url}/{key(lower, upper)}")
 
 
 def decode(data: bytes, lower: int, upper: int, *, where: str) -> Plan:

@@ -32,7 +32,6 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from shardsink.core.part_io import read_parts
 from shardsink.core.shard import Shard
 from shardsink.core.updates import DIFF, TIME
 from shardsink.errors import ShardExistsError, ShardNotFoundError, UnknownOutcomeError, UpperMismatchError
@@ -98,12 +97,12 @@ class RemapShard:
         Cost: the state head, the versions since the last rollup, and one part per
         binding since the last compaction of the remap shard.
         """
-        m = self.shard.machine
-        v = m.head().version
+        r = self.shard.reader()
+        v = r.head()
         h = v.header
         upper = h.upper if h.upper is not None else 2**63 - 1
-        parts = [p for b in m.full_batches(v) for p in b.parts]
-        t = read_parts(m.blob, parts, h.schema)
+        parts = [p for b in r.batches(v) for p in b.parts]
+        t = r.read_parts(parts, h.schema)
         cols = [t.column(c).to_pylist() for c in ("partition", "offset", "name", "size", TIME, DIFF)]
         return replay(zip(*cols, strict=True), upper=upper, since=h.since)
 

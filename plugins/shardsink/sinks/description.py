@@ -2,23 +2,59 @@
 
 Contract: a :class:`Description` names one attempt's batch ``[lower, upper)`` by a
 ``desc_id`` unique per call of :func:`make_desc_id` (a fresh id after every lost race, so
-a staging prefix never mixes two descriptions); it travels as a plain dict
-(:meth:`Description.to_dict`, XCom and command-line arguments) and back. Mint steps
-return :class:`NoOp` instead when ``upper <= lower``.
+a staging prefix never mixes two descriptions). Mint steps return :class:`NoOp` instead
+when ``upper <= lower``.
+
+Both are msgspec structs with a ``format`` version: they cross process boundaries (Airflow
+XCom) as plain JSON values, :func:`to_builtins` one way and :func:`decode` the other, ONE
+typed decode at each consumer. A value without ``format`` (pushed before it carried one)
+is format 1; unknown fields are ignored (a newer writer may add some); a newer format, a
+missing or mistyped field is an :class:`InvalidUsageError` naming the value and the field.
 """
 
 from __future__ import annotations
 
 import re
 import uuid
-from dataclasses import asdict, dataclass
-from typing import Any
+import warnings
+from typing import Any, TypeVar
+
+import msgspec
+
+from shardsink.errors import InvalidUsageError
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.=+-]+")
 
+#: Format of a description as it travels: readers accept this or older and ignore unknown fields.
+DESCRIPTION_FORMAT = 1
 
-@dataclass(frozen=True)
-class Description:
+S = TypeVar("S")
+
+
+def to_builtins(value: msgspec.Struct | list[Any] | tuple[Any, ...]) -> Any:
+    """``value`` as plain JSON values (dicts, lists, str, int, float, bool, None): what XCom carries."""
+    return msgspec.json.decode(msgspec.json.encode(value))
+
+
+def decode(value: Any, kind: type[S], *, what: str, newest: int = DESCRIPTION_FORMAT) -> S:
+    """``value`` (plain JSON values, e.g. an XCom) as ``kind``: the one typed decode of a consumer.
+
+    InvalidUsageError naming ``what`` and the offending field (``$.lower``, ``$[1].upper``) if
+    a field is missing or mistyped, or if an object's ``format`` is newer than ``newest``.
+    """
+    for obj in value if isinstance(value, list | tuple) else (value,):
+        fmt = obj.get("format") if isinstance(obj, dict) else None
+        if isinstance(fmt, int) and not isinstance(fmt, bool) and fmt > newest:
+            raise InvalidUsageError(
+                f"{what} has format {fmt}; this shardsink reads formats 1..{newest} (a newer shardsink wrote it: "
+                "upgrade every worker)", value=str(fmt))
+    try:
+        return msgspec.convert(value, type=kind)
+    except msgspec.ValidationError as e:
+        raise InvalidUsageError(f"{what} is malformed: {e}") from e
+
+
+class Description(msgspec.Struct, frozen=True):
     """One attempt's batch ``[lower, upper)`` named ``desc_id``; what XCom carries."""
 
     desc_id: str
@@ -28,27 +64,41 @@ class Description:
     #: A re-processing description also carries the correction of the sealed range
     #: ``[corrects[0], corrects[1])`` (see :mod:`shardsink.sinks.reprocess`); None otherwise.
     corrects: tuple[int, int] | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["corrects"] = list(self.corrects) if self.corrects is not None else None
-        return d
+    format: int = DESCRIPTION_FORMAT
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Description:
-        c = d.get("corrects")
-        return cls(str(d["desc_id"]), int(d["lower"]), int(d["upper"]), int(d["attempt"]),
-                   (int(c[0]), int(c[1])) if c else None)
+    def decode(cls, value: Any, *, what: str = "description") -> Description:
+        """A description from its plain values (an XCom, a templated operator argument)."""
+        return decode(value, cls, what=what)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Deprecated (one release): use :func:`to_builtins`."""
+        warnings.warn("Description.to_dict() is deprecated; use shardsink.sinks.description.to_builtins(desc)",
+                      DeprecationWarning, stacklevel=2)
+        out: dict[str, Any] = to_builtins(self)
+        return out
+
+    @classmethod
+    def from_dict(cls, d: Any) -> Description:
+        """Deprecated (one release): use :meth:`decode`."""
+        warnings.warn("Description.from_dict() is deprecated; use Description.decode(value)", DeprecationWarning,
+                      stacklevel=2)
+        return cls.decode(d)
 
 
-@dataclass(frozen=True)
-class NoOp:
+def descriptions(value: Any, *, what: str = "descriptions") -> list[Description]:
+    """A mint's XCom (a list of descriptions) decoded once, typed."""
+    return decode(value, list[Description], what=what)
+
+
+class NoOp(msgspec.Struct, frozen=True):
     """Nothing to write: ``upper <= lower``. ``reason`` is the log line operators see."""
 
     reason: str
     shard_upper: int | None
     watermark: int | None
     interval_end: int | None
+    format: int = DESCRIPTION_FORMAT
 
 
 def make_desc_id(dag_id: str, run_id: str, attempt: int) -> str:

@@ -28,11 +28,14 @@ cleaned up.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 
 from shardsink import hooks
 from shardsink.core import checks as ck
-from shardsink.core.fate import CannotCommit, Committed, Unknown, delete_staged
-from shardsink.core.shard import AppendResult, Shard, StagedBatch
+from shardsink.core.fate import CannotCommit, Committed, Fate, StillPossible, Unknown
+from shardsink.core.shard import AppendResult, Shard, ShardInfo, StagedBatch
+from shardsink.core.state import Version
 from shardsink.core.verdicts import check_same_bounds, unknown_fate_error
 from shardsink.errors import CorruptionError, InvalidUsageError, ShardNotFoundError, UpperMismatchError
 from shardsink.reclock.source import Reclocked, reclocked_upper
@@ -56,30 +59,61 @@ def open_or_create(shard_url: str, source: Source, *, initial_upper: int) -> Sha
 
     Two runs may race to create it; the loser opens the winner's shard.
     """
-    from shardsink.errors import ShardExistsError
-
     try:
         return Shard.open(shard_url)
     except ShardNotFoundError:
-        schema = source.schema()
-        if schema is None:
-            raise InvalidUsageError(
-                f"shard {shard_url} does not exist and source {source.spec()} has no data or declared "
-                "columns to create it from; declare the source's columns or create the shard"
-            ) from None
-        try:
-            return Shard.create(shard_url, schema, upper=initial_upper)
-        except ShardExistsError:
-            return Shard.open(shard_url)
+        return _create(shard_url, source, initial_upper=initial_upper)
+
+
+def _create(shard_url: str, source: Source, *, initial_upper: int) -> Shard:
+    """Create the missing shard from the source's schema (or open the winner's of a race to create it)."""
+    from shardsink.errors import ShardExistsError
+
+    schema = source.schema()
+    if schema is None:
+        raise InvalidUsageError(
+            f"shard {shard_url} does not exist and source {source.spec()} has no data or declared "
+            "columns to create it from; declare the source's columns or create the shard"
+        ) from None
+    try:
+        return Shard.create(shard_url, schema, upper=initial_upper)
+    except ShardExistsError:
+        return Shard.open(shard_url)
+
+
+def open_with_info(shard_url: str, source: Source, *, initial_upper: int) -> tuple[Shard, ShardInfo]:
+    """:func:`open_or_create` and the shard's head, read ONCE (a mint's one head read when the
+    shard exists); the task hands the :class:`ShardInfo` down instead of reading it again."""
+    shard = Shard(shard_url)
+    try:
+        return shard, shard.info()
+    except ShardNotFoundError:
+        shard = _create(shard_url, source, initial_upper=initial_upper)
+        return shard, shard.info()
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What a mint task already read, once: the shard's head and the source's watermark
+    (:func:`read_watermark`). :func:`mint_chain` decides from these instead of reading again."""
+
+    info: ShardInfo
+    watermark: int | None
 
 
 def source_progress(shard: Shard, source: Source, *, lower: int | None, interval_end: int | None,
-                    max_span: int | None) -> int | None:
-    """What the source has complete below, as a shard time: an event-time source's watermark; for a
-    reclocked source (offsets, not event times) the time its offsets are bound through, minting
-    the binding for the run's target if needed (:func:`shardsink.reclock.source.reclocked_upper`)."""
+                    max_span: int | None, seen: Seen | None = None) -> int | None:
+    """What the source has complete below, as a shard time: an event-time source's watermark
+    (``seen.watermark`` if the caller read it already); for a reclocked source (offsets, not event
+    times) the time its offsets are bound through, minting the binding for the run's target if
+    needed (:func:`shardsink.reclock.source.reclocked_upper`)."""
     if isinstance(source, Reclocked) and lower is not None:
         return reclocked_upper(source, shard_url=shard.url, lower=lower, interval_end=interval_end, max_span=max_span)
+    return seen.watermark if seen is not None else read_watermark(source)
+
+
+def read_watermark(source: Source) -> int | None:
+    """The source's watermark (one read), checked and clamped to the times a shard can hold."""
     wm = source.watermark()
     if wm is None:
         return None
@@ -100,6 +134,7 @@ def mint_chain(
     run_id: str,
     attempt: int,
     corrects: tuple[int, int] | None = None,
+    seen: Seen | None = None,
 ) -> list[Description] | NoOp:
     """The consecutive descriptions that bring the shard's upper to the run's **target**
     ``min(watermark, interval end)``: ``[u0, u1), [u1, u2), ...`` from the shard's upper,
@@ -111,12 +146,13 @@ def mint_chain(
     spans at least ``[upper, min(watermark, upper + max_span))`` even if the run's own
     interval is already covered (the correction needs a time of its own, and the source's
     rows at those times are ingested in the same description so none is skipped).
-    NoOp (with a reason naming all inputs) when there is nothing to write.
+    NoOp (with a reason naming all inputs) when there is nothing to write. ``seen``: the shard's
+    head and the source's watermark as the caller already read them (else read here, once each).
     """
     if max_chain < 1:
         raise InvalidUsageError(f"max_chain {max_chain} must be at least 1")
-    lower = shard.info().upper
-    wm = source_progress(shard, source, lower=lower, interval_end=interval_end, max_span=max_span)
+    lower = seen.info.upper if seen is not None else shard.info().upper
+    wm = source_progress(shard, source, lower=lower, interval_end=interval_end, max_span=max_span, seen=seen)
     if lower is None:
         return NoOp(f"shard {shard.url} is closed; nothing can be appended", None, wm, interval_end)
     end = lower if wm is None else min(b for b in (wm, interval_end) if b is not None)
@@ -144,27 +180,44 @@ def mint_chain(
 # --- committed state ------------------------------------------------------------------
 
 
-def committed(shard: Shard, desc: Description) -> Committed | None:
+def committed(shard: Shard, desc: Description, *, head: Version | None = None) -> Committed | None:
     """The commit of ``desc`` if it landed: the Committed fate (see :mod:`shardsink.core.fate`);
-    None if it did not or may still; FateUnknownError if the evidence is older than the retained history."""
-    f = shard.fate(desc.desc_id, desc.lower)
+    None if it did not or may still; FateUnknownError if the evidence is older than the retained
+    history. ``head``: a version the caller already read, else one fresh read."""
+    f = shard.writer().fate(desc.desc_id, desc.lower, head=head)
     if isinstance(f, Unknown):
         raise unknown_fate_error(shard.url, desc.desc_id, desc.lower, desc.upper, f)
     return f if isinstance(f, Committed) else None
 
 
+def next_in_chain(prev: AppendResult, desc: Description) -> Fate | None:
+    """The fate of ``desc`` as of the version that committed ``prev``, the description before it in
+    its chain: ``desc`` was minted to start where ``prev`` ends, and the version that committed
+    ``prev`` sealed nothing past it, so ``desc`` may still commit there (no read). None if
+    ``prev`` does not end at ``desc``'s lower (read the fate then)."""
+    return StillPossible(prev.upper) if prev.upper == desc.lower else None
+
+
 # --- append -----------------------------------------------------------------------------
 
 
-def cleanup(shard: Shard, desc: Description) -> int:
+def cleanup(shard: Shard, desc: Description, *, decided: Committed | CannotCommit | Unknown | None = None) -> int:
     """Delete what ``desc`` staged and its fate lets go (:func:`shardsink.core.fate.delete_staged`):
     its manifests, and its parts unless its committed batch references them. Returns objects deleted.
+    ``decided``: a final fate already decided from a state version (no second read).
     """
-    return delete_staged(shard.machine, desc.desc_id, desc.lower).total
+    return shard.writer().delete_staged(desc.desc_id, desc.lower, decided=decided).total
 
 
-def append_from_manifests(shard: Shard, desc: Description, slots: int, *, writer: str | None = None) -> AppendResult:
+def append_from_manifests(shard: Shard, desc: Description, slots: int, *, writer: str | None = None,
+                          fate: Fate | None = None) -> AppendResult:
     """Verify the ``slots`` manifests of ``desc`` and compare-and-append them.
+
+    ``fate``: the fate of ``desc`` the caller already decided from a state version, e.g.
+    :func:`next_in_chain` right after committing the description before it (that commit's
+    version is the evidence); None: decided here from one fresh read. Either way the fate is
+    decided at most once before the commit attempt, which is itself the check against newer
+    versions (a stale "still possible" costs a refused commit, never a wrong one).
 
     Returns ``committed`` or ``already_committed`` (a retried task, or its twin still
     running, landed it; no manifests needed then). If the description can never commit,
@@ -176,14 +229,15 @@ def append_from_manifests(shard: Shard, desc: Description, slots: int, *, writer
     (:func:`shardsink.core.fate.delete_staged`). A twin may commit at any moment between our
     steps; then the next fate read says Committed and its parts are kept.
     """
-    fate = shard.fate(desc.desc_id, desc.lower)
+    if fate is None:
+        fate = shard.fate(desc.desc_id, desc.lower)
     if isinstance(fate, Unknown):  # nothing deleted, nothing claimed: the task fails, naming the window
         raise unknown_fate_error(shard.url, desc.desc_id, desc.lower, desc.upper, fate)
     if isinstance(fate, Committed):
-        return _landed(shard, desc)
+        return _landed(shard, desc, fate)
     if isinstance(fate, CannotCommit):
         # e.g. a re-run of an append whose description lost earlier and whose manifests are gone.
-        return _settle_loss(shard, desc)
+        return _settle_loss(shard, desc, fate)
     if fate.upper != desc.lower:
         raise UpperMismatchError(
             f"description {desc.desc_id} [{desc.lower}, {desc.upper}) starts above the upper {fate.upper} of "
@@ -215,25 +269,52 @@ def append_from_manifests(shard: Shard, desc: Description, slots: int, *, writer
         return _settle_loss(shard, desc)
     hooks.fire("append.committed", shard_url=shard.url, desc_id=desc.desc_id, attempt=desc.attempt,
                seqno=result.seqno)
-    cleanup(shard, desc)
+    # Our own commit's version is the evidence: committed, with exactly the parts we staged
+    # (an "already committed" answer is a twin's batch, whose parts we do not know: re-read).
+    mine = Committed(result.seqno, frozenset(p.key for s in staged for p in s.parts), result.rows,
+                     desc.lower, desc.upper) if result.status == "committed" else None
+    cleanup(shard, desc, decided=mine)
     return result
 
 
-def _landed(shard: Shard, desc: Description) -> AppendResult:
-    """``desc`` is committed: delete its leftovers (the primitive keeps its batch) and report it."""
-    gone = delete_staged(shard.machine, desc.desc_id, desc.lower)
+def append_chain(shard: Shard, chain: Sequence[Description], slots: int, *, writer: str | None = None
+                 ) -> Iterator[tuple[Description, AppendResult | UpperMismatchError]]:
+    """Append a mint's chain in order (:func:`append_from_manifests`; a correcting description
+    has one manifest slot), yielding each description with its result or the UpperMismatchError
+    that lost it (a :class:`LostRaceError` once its staged objects were deleted); the next one
+    still commits if its lower is the upper. A description that follows one just committed takes
+    its fate from that commit's version (:func:`next_in_chain`): no read. Other errors propagate.
+    """
+    prev: AppendResult | None = None
+    for d in chain:
+        fate = next_in_chain(prev, d) if prev is not None else None
+        try:
+            prev = append_from_manifests(shard, d, 1 if d.corrects else slots, writer=writer, fate=fate)
+        except UpperMismatchError as e:
+            prev = None
+            yield d, e
+            continue
+        yield d, prev
+
+
+def _landed(shard: Shard, desc: Description, fate: Committed | None = None) -> AppendResult:
+    """``desc`` is committed: delete its leftovers (the primitive keeps its batch) and report it.
+    ``fate``: the Committed fate already decided (final: no second read)."""
+    gone = shard.writer().delete_staged(desc.desc_id, desc.lower, decided=fate)
     assert isinstance(gone.fate, Committed)
     check_same_bounds(shard.url, desc.desc_id, gone.fate, desc.lower, desc.upper)
     return AppendResult("already_committed", desc.desc_id, gone.fate.seqno, desc.lower, desc.upper, gone.fate.rows)
 
 
-def _settle_loss(shard: Shard, desc: Description) -> AppendResult:
+def _settle_loss(shard: Shard, desc: Description, fate: CannotCommit | None = None) -> AppendResult:
     """Delete what ``desc`` staged if it can never commit and raise LostRaceError.
 
-    SUBTLE: the primitive decides from a fresh read, which may show a twin's commit of
-    ``desc``: then this is no loss, and the twin's commit is reported as already committed.
+    ``fate``: a CannotCommit already decided from a state version (final: reused, no read).
+    SUBTLE: without it (a refused commit) the primitive decides from a fresh read, which may
+    show a twin's commit of ``desc``: then this is no loss, and the twin's commit is reported
+    as already committed.
     """
-    gone = delete_staged(shard.machine, desc.desc_id, desc.lower)
+    gone = shard.writer().delete_staged(desc.desc_id, desc.lower, decided=fate)
     if isinstance(gone.fate, Committed):
         check_same_bounds(shard.url, desc.desc_id, gone.fate, desc.lower, desc.upper)
         return AppendResult("already_committed", desc.desc_id, gone.fate.seqno, desc.lower, desc.upper,

@@ -41,11 +41,11 @@ from __future__ import annotations
 
 import importlib
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from shardsink.core.shard import Shard
+from shardsink.core.shard import Shard, ShardInfo
 from shardsink.errors import InvalidUsageError, ReadFrontierError, ShardNotFoundError
 from shardsink.sinks.description import Description, NoOp, make_desc_id
 from shardsink.storage.url import parse_url
@@ -173,11 +173,12 @@ class InputFrontier:
 
 
 def input_frontiers(v: View) -> list[InputFrontier]:
-    """The frontiers of every input; InvalidUsageError naming an input that does not exist."""
+    """The frontiers of every input (one head read each); InvalidUsageError naming an input that
+    does not exist."""
     out = []
     for name, inp in v.inputs.items():
         try:
-            info = Shard.open(inp.url).info()
+            info = Shard(inp.url).info()
         except ShardNotFoundError as e:
             raise ShardNotFoundError(f"view input {name!r} names no shard: {inp.url} ({e})") from e
         out.append(InputFrontier(name, inp.url, info.upper, info.since))
@@ -192,6 +193,14 @@ def open_output(output_url: str) -> Shard | None:
         return None
 
 
+def output_info(output_url: str) -> ShardInfo | None:
+    """The output shard's head (one read), or None before the first write created it."""
+    try:
+        return Shard(output_url).info()
+    except ShardNotFoundError:
+        return None
+
+
 def mint_view(
     v: View,
     *,
@@ -202,11 +211,14 @@ def mint_view(
     dag_id: str,
     run_id: str,
     attempt: int,
+    frontiers: Sequence[InputFrontier] | None = None,
 ) -> Description | NoOp:
-    """Mint the next batch of the view (see the module docstring); reads state only, no JVM."""
-    out = open_output(output_url)
-    lower = initial_upper if out is None else out.info().upper
-    frontiers = input_frontiers(v)
+    """Mint the next batch of the view (see the module docstring); reads state only, no JVM:
+    the output's head once and, unless the caller read them already (``frontiers``), each
+    input's head once."""
+    out = output_info(output_url)
+    lower = initial_upper if out is None else out.upper
+    frontiers = input_frontiers(v) if frontiers is None else frontiers
     uppers = [f.upper for f in frontiers if f.upper is not None]
     inputs_upper = min(uppers) if uppers else None
     if lower is None:

@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from shardsink.core.shard import Shard
+from shardsink.core.shard import Shard, ShardInfo
 from shardsink.core.state import PartMeta
 from shardsink.errors import InvalidUsageError, ReadFrontierError
 
@@ -70,9 +70,11 @@ def prior_corrections(shard: Shard, lower: int, upper: int) -> list[PartMeta]:
     return out
 
 
-def check_range(shard: Shard, lower: int, upper: int) -> None:
-    """InvalidUsageError / ReadFrontierError unless ``[lower, upper)`` is sealed and readable."""
-    info = shard.info()
+def check_range(shard: Shard, lower: int, upper: int, *, info: ShardInfo | None = None) -> None:
+    """InvalidUsageError / ReadFrontierError unless ``[lower, upper)`` is sealed and readable.
+
+    ``info``: the shard's head as the caller already read it (else read here)."""
+    info = info if info is not None else shard.info()
     if upper <= lower:
         raise InvalidUsageError(f"re-processing range [{lower}, {upper}) is empty or reversed; expected A < B")
     if info.upper is None or upper > info.upper:

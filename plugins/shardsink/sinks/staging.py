@@ -17,17 +17,12 @@ from typing import Any
 
 import msgspec
 
-from shardsink.core import manifests
-from shardsink.core.fate import STAGED_PREFIXES
+from shardsink.core.keys import manifest_key, parts_prefix
 from shardsink.core.manifests import MANIFEST_FORMAT, ManifestDoc
 from shardsink.core.shard import Shard, StagedBatch, default_writer
 from shardsink.core.state import PartMeta
 from shardsink.errors import CorruptionError
 from shardsink.sinks.description import Description
-
-
-def manifest_key(desc_id: str, slot: int) -> str:
-    return f"{STAGED_PREFIXES[1].format(desc_id)}slot-{slot}.json"
 
 
 def write_manifest(
@@ -47,7 +42,7 @@ def write_manifest(
         writer=default_writer(), written_at=datetime.now().astimezone().isoformat(timespec="milliseconds"),
         props=dict(props or {}),
     )
-    shard.blob.put(manifest_key(desc.desc_id, slot), manifests.encode(doc))
+    shard.writer().put_manifest(doc)
     out: dict[str, Any] = msgspec.to_builtins(doc)
     return out
 
@@ -66,23 +61,23 @@ def verified_manifests(shard: Shard, desc: Description, slots: int) -> list[Mani
     """:func:`read_manifests`, as the verified documents."""
     problems: list[str] = []
     staged: list[ManifestDoc] = []
-    present = {o.key for o in shard.blob.list(f"parts/{desc.desc_id}/")}
+    w = shard.writer()
+    present = w.list_staged(desc.desc_id)
     for slot in range(slots):
         key = manifest_key(desc.desc_id, slot)
-        got = shard.blob.get(key)
-        if got is None:
-            problems.append(f"slot {slot}: manifest {key} is missing (its write task did not finish)")
-            continue
         try:
-            doc = manifests.decode_manifest(got.data, where=key)
+            doc = w.get_manifest(desc.desc_id, slot)
         except CorruptionError as e:
             problems.append(f"slot {slot}: manifest {e}")
+            continue
+        if doc is None:
+            problems.append(f"slot {slot}: manifest {key} is missing (its write task did not finish)")
             continue
         if (doc.desc_id, doc.lower, doc.upper, doc.slot, doc.slots) != (desc.desc_id, desc.lower, desc.upper,
                                                                           slot, slots):
             problems.append(f"slot {slot}: manifest {key} describes another batch or slot layout")
             continue
-        foreign = [p.key for p in doc.parts if not p.key.startswith(f"parts/{desc.desc_id}/")]
+        foreign = [p.key for p in doc.parts if not p.key.startswith(f"{parts_prefix(desc.desc_id)}/")]
         gone = [p.key for p in doc.parts if p.key not in present]
         if foreign or gone:
             problems.append(f"slot {slot}: parts outside the description {foreign[:3]} or missing {gone[:3]}")

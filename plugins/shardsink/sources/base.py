@@ -1,9 +1,11 @@
 """The source interface of the ingest sink: a watermark, and a per-slot read in Spark.
 
-A source is described by a small JSON-able **spec** (``{"kind": ..., ...}``) so that it
-can travel from the DAG file to the Airflow tasks and on to the spark-submit job as a
-command-line argument. Specs name locations and settings, never secrets: credentials
-come from the environment of the process that reads (the AWS chain).
+A source is described by a small **spec**: a typed struct of the tagged union
+:data:`shardsink.specs.SourceSpec`, whose JSON layout is ``{"kind": ..., ...}``
+(``Source.spec()`` returns that dict layout), so that it can travel from the DAG file to
+the Airflow tasks and on to the spark-submit job inside its request. Specs name
+locations and settings, never secrets: credentials come from the environment of the
+process that reads (the AWS chain).
 
 Contract every source keeps:
 
@@ -30,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import pyarrow as pa
 
 from shardsink.errors import InvalidUsageError
+from shardsink.specs import SourceSpec, spec_from_builtins, spec_kind, spec_to_builtins
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -92,11 +95,14 @@ def register_kind(kind: str, target: str) -> None:
     _KINDS[kind] = target
 
 
-def source_from_spec(spec: Mapping[str, Any]) -> Source:
-    """Rebuild a source from its spec. ``kind`` is a registered name or ``"module:Class"``."""
-    kind = spec.get("kind")
-    if not isinstance(kind, str) or not kind:
-        raise InvalidUsageError(f"source spec {dict(spec)!r} has no 'kind'")
+def source_from_spec(spec: Mapping[str, Any] | SourceSpec) -> Source:
+    """Rebuild a source from its spec: a typed one (:mod:`shardsink.specs`) or its dict layout.
+
+    ``kind`` is a registered name or ``"module:Class"``; a spec that does not fit its kind is
+    an InvalidUsageError naming the field.
+    """
+    typed = spec_from_builtins(spec)
+    kind = spec_kind(typed)
     target = _KINDS.get(kind, kind)
     if ":" not in target:
         raise InvalidUsageError(f"unknown source kind {kind!r}; expected one of {sorted(_KINDS)} or 'module:Class'")
@@ -105,10 +111,17 @@ def source_from_spec(spec: Mapping[str, Any]) -> Source:
         cls = getattr(importlib.import_module(mod), name)
     except (ImportError, AttributeError) as e:
         raise InvalidUsageError(f"source kind {kind!r}: cannot import {target}: {e}") from e
-    src = cls.from_spec(spec)
+    own = getattr(cls, "spec_type", None)
+    # Our sources take their typed spec; anything else gets the dict layout it always got.
+    src = cls.from_spec(typed if own is not None and isinstance(typed, own) else spec_to_builtins(typed))
     if not isinstance(src, Source):
         raise InvalidUsageError(f"source kind {kind!r} built {type(src).__name__}, which is not a Source")
     return src
+
+
+def source_spec(source: Source) -> SourceSpec:
+    """The typed spec of ``source`` (from its dict layout, so a subclass's own kind and fields are kept)."""
+    return spec_from_builtins(source.spec(), where=f"spec of {type(source).__name__}")
 
 
 def map_on_executors(df: DataFrame, read: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]],

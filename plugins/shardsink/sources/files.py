@@ -38,6 +38,7 @@ from shardsink.reclock.source import ReclockedBase, Routing
 from shardsink.sources.base import Seal, map_on_executors
 from shardsink.sources.landing import LandingSource, parse_columns, read_data_file
 from shardsink.sources.stamp import stamp
+from shardsink.specs import FilesSpec, spec_as, spec_to_builtins
 from shardsink.storage.base import check_source_key
 
 if TYPE_CHECKING:
@@ -53,6 +54,7 @@ class FileArrivals(ReclockedBase):
     """
 
     kind = "files"
+    spec_type = FilesSpec
 
     def __init__(self, root: str, *, remap: str, settle_seconds: float = 30.0, schema: pa.Schema | None = None,
                  columns: Mapping[str, str] | None = None, routing: Routing | None = None,
@@ -72,18 +74,23 @@ class FileArrivals(ReclockedBase):
         self._schema = schema if schema is not None else (parse_columns(columns) if columns else None)
         self.clock = clock
 
+    def typed_spec(self) -> FilesSpec:
+        """The spec as data (:mod:`shardsink.specs`)."""
+        r = self.routing.spec()
+        return FilesSpec(root=self.root, remap=self.remap_url, settle_seconds=self.settle_seconds,
+                         schema=schema_to_json(self._schema) if self._schema is not None else None,
+                         outputs=r.get("outputs"), route_by=r.get("route_by"), output=r.get("output"))
+
     def spec(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"kind": self.kind, "root": self.root, "remap": self.remap_url,
-                               "settle_seconds": self.settle_seconds, **self.routing.spec()}
-        if self._schema is not None:
-            out["schema"] = schema_to_json(self._schema)
-        return out
+        """The spec's dict layout (what DAG settings and executors carry)."""
+        return spec_to_builtins(self.typed_spec())
 
     @classmethod
-    def from_spec(cls, spec: Mapping[str, Any]) -> FileArrivals:
-        schema = schema_from_json(spec["schema"]) if "schema" in spec else None
-        return cls(spec["root"], remap=spec["remap"], settle_seconds=float(spec.get("settle_seconds", 30.0)),
-                   schema=schema, columns=spec.get("columns"), routing=Routing.from_spec(spec))
+    def from_spec(cls, spec: Mapping[str, Any] | FilesSpec) -> FileArrivals:
+        s = spec_as(spec, FilesSpec)
+        return cls(s.root, remap=s.remap, settle_seconds=s.settle_seconds,
+                   schema=schema_from_json(s.schema) if s.schema is not None else None, columns=s.columns,
+                   routing=Routing(dict(s.outputs or {}), s.route_by, s.output))
 
     def for_output(self, output: str) -> FileArrivals:
         """The same source for the DAG writing output ``output`` (see ``Routing``)."""

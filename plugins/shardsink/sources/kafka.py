@@ -42,12 +42,15 @@ from shardsink.reclock.source import ReclockedBase, Routing, resumption
 from shardsink.sources.base import Seal, map_on_executors
 from shardsink.sources.landing import MalformedInputError, parse_columns
 from shardsink.sources.stamp import stamp
+from shardsink.specs import KafkaSpec, spec_as, spec_to_builtins
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 Probe = Literal["fetch", "end_offsets"]
 PARTITION_COLUMN, OFFSET_COLUMN = "kafka_partition", "kafka_offset"
+#: Client settings that hold credentials (``sasl_plain_password``, ``ssl_password``, tokens): never in a spec.
+_CREDENTIAL_WORDS = ("password", "secret", "token")
 
 
 class KafkaSource(ReclockedBase):
@@ -60,6 +63,7 @@ class KafkaSource(ReclockedBase):
     """
 
     kind = "kafka"
+    spec_type = KafkaSpec
 
     def __init__(self, bootstrap: str, topic: str, *, remap: str, group_id: str | None = None,
                  schema: pa.Schema | None = None, columns: Mapping[str, str] | None = None,
@@ -76,28 +80,36 @@ class KafkaSource(ReclockedBase):
         self._schema = schema if schema is not None else (parse_columns(columns) if columns else None)
         self.offset_columns, self.probe, self.chunk = offset_columns, probe, chunk
         self.read_timeout_s = read_timeout_s
+        secret = sorted(k for k in (client or {}) if any(w in k.lower() for w in _CREDENTIAL_WORDS))
+        if secret:
+            raise InvalidUsageError(
+                f"kafka client settings {secret} look like credentials: a spec travels in DAG settings, on the "
+                "spark-submit command line and in sidecars, so it must never hold a secret", value=secret[0])
         self.client = dict(client or {})
 
+    def typed_spec(self) -> KafkaSpec:
+        """The spec as data (:mod:`shardsink.specs`)."""
+        r = self.routing.spec()
+        return KafkaSpec(bootstrap=self.bootstrap, topic=self.topic, remap=self.remap_url, group_id=self.group_id,
+                         offset_columns=self.offset_columns, probe=self.probe, chunk=self.chunk,
+                         read_timeout_s=self.read_timeout_s, client=self.client or None,
+                         schema=schema_to_json(self._schema) if self._schema is not None else None,
+                         outputs=r.get("outputs"), route_by=r.get("route_by"), output=r.get("output"))
+
     def spec(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "kind": self.kind, "bootstrap": self.bootstrap, "topic": self.topic, "remap": self.remap_url,
-            "group_id": self.group_id, "offset_columns": self.offset_columns, "probe": self.probe,
-            "chunk": self.chunk, "read_timeout_s": self.read_timeout_s, **self.routing.spec(),
-        }
-        if self.client:
-            out["client"] = self.client
-        if self._schema is not None:
-            out["schema"] = schema_to_json(self._schema)
+        """The spec's dict layout (what DAG settings and executors carry); a subclass's own
+        ``kind`` (``"module:Class"``) is kept."""
+        out = spec_to_builtins(self.typed_spec())
+        out["kind"] = self.kind
         return out
 
     @classmethod
-    def from_spec(cls, spec: Mapping[str, Any]) -> KafkaSource:
-        schema = schema_from_json(spec["schema"]) if "schema" in spec else None
-        return cls(spec["bootstrap"], spec["topic"], remap=spec["remap"], group_id=spec.get("group_id"),
-                   schema=schema, columns=spec.get("columns"), offset_columns=bool(spec.get("offset_columns")),
-                   probe=spec.get("probe", "fetch"), chunk=int(spec.get("chunk", 50_000)),
-                   read_timeout_s=float(spec.get("read_timeout_s", 60.0)), routing=Routing.from_spec(spec),
-                   client=spec.get("client"))
+    def from_spec(cls, spec: Mapping[str, Any] | KafkaSpec) -> KafkaSource:
+        s = spec_as(spec, KafkaSpec)
+        return cls(s.bootstrap, s.topic, remap=s.remap, group_id=s.group_id,
+                   schema=schema_from_json(s.schema) if s.schema is not None else None, columns=s.columns,
+                   offset_columns=s.offset_columns, probe=s.probe, chunk=s.chunk, read_timeout_s=s.read_timeout_s,
+                   routing=Routing(dict(s.outputs or {}), s.route_by, s.output), client=s.client)
 
     def for_output(self, output: str) -> KafkaSource:
         s = self.spec()

@@ -39,6 +39,7 @@ from shardsink.core.state_codec import schema_from_json, schema_to_json
 from shardsink.core.updates import DIFF, TIME, user_schema, validate_updates
 from shardsink.errors import InvalidUsageError
 from shardsink.sources.base import Seal, map_on_executors
+from shardsink.specs import LandingSpec, spec_as, spec_to_builtins
 from shardsink.storage.base import Blob, ObjectInfo
 from shardsink.storage.url import ShardUrl, open_blob, parse_url
 
@@ -82,6 +83,7 @@ class LandingSource:
     """Files under ``root`` (a path, ``file://`` or ``s3://`` URL) with an event-time column."""
 
     kind = "landing"
+    spec_type = LandingSpec
 
     def __init__(self, root: str, *, time_column: str = "event_time", schema: pa.Schema | None = None) -> None:
         self.url: ShardUrl = parse_url(root)
@@ -91,20 +93,24 @@ class LandingSource:
 
     # --- spec -----------------------------------------------------------------------
 
+    def typed_spec(self) -> LandingSpec:
+        """The spec as data (:mod:`shardsink.specs`)."""
+        schema = schema_to_json(self._schema) if self._schema is not None else None
+        return LandingSpec(root=self.root, time_column=self.time_column, schema=schema)
+
     def spec(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"kind": self.kind, "root": self.root, "time_column": self.time_column}
-        if self._schema is not None:
-            out["schema"] = schema_to_json(self._schema)
-        return out
+        """The spec's dict layout (what DAG settings and executors carry)."""
+        return spec_to_builtins(self.typed_spec())
 
     @classmethod
-    def from_spec(cls, spec: Mapping[str, Any]) -> LandingSource:
+    def from_spec(cls, spec: Mapping[str, Any] | LandingSpec) -> LandingSource:
+        s = spec_as(spec, LandingSpec)
         schema = None
-        if "schema" in spec:
-            schema = schema_from_json(spec["schema"])
-        elif "columns" in spec:
-            schema = parse_columns(spec["columns"])
-        return cls(spec["root"], time_column=spec.get("time_column", "event_time"), schema=schema)
+        if s.schema is not None:
+            schema = schema_from_json(s.schema)
+        elif s.columns is not None:
+            schema = parse_columns(s.columns)
+        return cls(s.root, time_column=s.time_column, schema=schema)
 
     def blob(self) -> Blob:
         return open_blob(self.url)

@@ -17,17 +17,21 @@ from typing import Any
 from shardsink.reclock import health
 from shardsink.reclock.source import ReclockedBase
 from shardsink.sources.base import source_from_spec
+from shardsink.specs import RoutedSpec, SourceSpec, spec_to_builtins
 
 log = logging.getLogger("shardsink.reclock")
 
 
-def after_commit(spec: Mapping[str, Any], shard_url: str) -> None:
+def after_commit(spec: Mapping[str, Any] | SourceSpec, shard_url: str) -> None:
     """After a data commit: let a reclocked source publish its resumption frontier.
 
     A no-op for other specs (landing sources, views). Never fails the commit it follows:
     an error is logged and recorded as the source's health (the next commit retries).
     """
-    if "remap" not in spec:
+    if isinstance(spec, Mapping):
+        if "remap" not in spec:
+            return
+    elif not isinstance(spec, RoutedSpec) and "remap" not in spec_to_builtins(spec):
         return
     src = source_from_spec(spec)
     if not isinstance(src, ReclockedBase):

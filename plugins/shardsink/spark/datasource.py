@@ -53,15 +53,13 @@ import pyarrow.parquet as pq
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from shardsink.core import floats as fl
-from shardsink.core.machine import Machine
-from shardsink.core.part_io import open_part
-from shardsink.core.shard import check_as_of, check_changes
+from shardsink.core.shard import Shard, check_as_of, check_changes
 from shardsink.core.state import BatchMeta, PartMeta
 from shardsink.core.updates import DIFF, TIME
 from shardsink.errors import CorruptionError, InvalidUsageError, ReadFrontierError
 from shardsink.outcome import carry_errors
 from shardsink.spark import types as sty
-from shardsink.storage.url import open_blob, parse_url
+from shardsink.storage.url import parse_url
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -118,17 +116,17 @@ def plan_read(options: Mapping[str, str]) -> ReadPlan:
     mode = str(options.get("mode", "snapshot")).lower()
     if mode not in ("snapshot", "changes"):
         raise InvalidUsageError(f"option mode={mode!r} is invalid; expected 'snapshot' or 'changes'")
-    machine = Machine(open_blob(url))
+    reader = Shard(url).reader()
     pinned = _int_option(options, "seqno")
     if pinned is None:
-        v = machine.head().version
+        v = reader.head()
     else:
-        got = machine.fetch(pinned)
+        got = reader.version(pinned)
         if got is None:
             raise ReadFrontierError(f"state version {pinned} of {url} does not exist (or was collected)")
         v = got
     h = v.header
-    batches = machine.full_batches(v)
+    batches = reader.batches(v)
     advance_to: int | None = None
     if mode == "snapshot":
         as_of = _int_option(options, "as_of")
@@ -221,10 +219,10 @@ class ShardReader(DataSourceReader):
         parts: tuple[PartMeta, ...] = getattr(partition, "parts", ())
         if not parts:
             return
-        blob = open_blob(plan.url)  # retries idempotent reads (shardsink.storage.retry)
+        reader = Shard(plan.url).reader()  # retries idempotent reads (shardsink.storage.retry)
         wire = sty.arrow_wire_schema(plan.spark_schema())
         for part in parts:
-            f = open_part(blob, part, referenced_by=f"state {plan.seqno}")
+            f = reader.open_part(part, referenced_by=f"state {plan.seqno}")
             yield from _batches(f, part, plan, wire)
 
 

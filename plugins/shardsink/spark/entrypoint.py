@@ -1,8 +1,9 @@
 """What every shardsink spark-submit application does around its work: the outcome record,
 exit codes and log lines; and where the applications live.
 
-The applications are thin files in the top-level ``spark_jobs/`` folder (they parse
-arguments and call the library); :func:`job_file` finds them. The library itself ships
+The applications are thin files in the top-level ``spark_jobs/`` folder (they decode their
+request, :mod:`shardsink.spark.request`, and call the library through :func:`run_request`);
+:func:`job_file` finds them. The library itself ships
 to executors with ``--py-files`` (:mod:`shardsink.spark.pyfiles`).
 
 ``run_job(body, result_path=..., tag=...)`` runs ``body()`` and returns the exit code:
@@ -23,11 +24,12 @@ import os
 import signal
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from shardsink.errors import InvalidUsageError
+from shardsink.spark.request import REQUEST_OPTION, R, decode_request
 
 
 def die_with_parent() -> None:
@@ -62,16 +64,20 @@ def run_job(body: Callable[[], dict[str, Any]], *, result_path: str | None, tag:
     return 0
 
 
-def description_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """The arguments every write application takes: the description and the result path."""
-    p.add_argument("--shard-url", required=True)
-    p.add_argument("--desc-id", required=True)
-    p.add_argument("--lower", type=int, required=True)
-    p.add_argument("--upper", type=int, required=True)
-    p.add_argument("--attempt", type=int, default=1)
+def run_request(argv: Sequence[str] | None, kind: type[R], body: Callable[[R], dict[str, Any]], *, tag: str,
+                prog: str) -> int:
+    """An application's whole ``main``: read ``--request`` (a ``kind``, :mod:`shardsink.spark.request`)
+    and ``--result-path``, run ``body(request)`` under :func:`run_job`; return the exit code.
+
+    A request that does not decode is reported like any other error: InvalidUsageError
+    naming the field, exit 2, and its outcome record.
+    """
+    p = argparse.ArgumentParser(prog=prog)
+    p.add_argument(REQUEST_OPTION, required=True, help="the job request as JSON (shardsink.spark.request)")
     p.add_argument("--result-path", default=None,
                    help="where to write the JobOutcome record (a local file the caller reads afterwards)")
-    return p
+    a = p.parse_args(argv)
+    return run_job(lambda: body(decode_request(a.request, kind)), result_path=a.result_path, tag=tag)
 
 
 def jobs_dir() -> Path:

@@ -120,9 +120,10 @@ def plan(reads: ShardReads, v: View, *, fp: str | None, output: Shard | None, in
 def _content_commit(shard: Shard) -> CommitInfo | None:
     """The newest commit of ``shard`` that may have changed its contents, or None if it
     is further back than :data:`_LOOK_BACK` commits or its version is gone."""
-    head = shard.machine.head().version
+    reader = shard.reader()
+    head = reader.head()
     for seqno in range(head.seqno, max(-1, head.seqno - _LOOK_BACK), -1):
-        version = head if seqno == head.seqno else shard.machine.fetch(seqno)
+        version = head if seqno == head.seqno else reader.version(seqno)
         if version is None:
             return None
         if version.commit.kind not in _KEEPS_CONTENTS:

@@ -1,10 +1,10 @@
-"""The ingest write step as a library call: stage one slot, publish its manifest.
+"""The ingest write steps as library calls: stage one slot, publish its manifest; and the
+correction of a re-processing description.
 
-Submitted as ``spark_jobs/ingest_write.py`` (which parses the arguments)::
+Submitted as ``spark_jobs/ingest_write.py`` / ``spark_jobs/ingest_correct.py``, each with one
+typed request (:mod:`shardsink.spark.request`)::
 
-    spark-submit --py-files shardsink.zip spark_jobs/ingest_write.py \\
-        --shard-url URL --source JSON --desc-id D --lower L --upper U --attempt K --slot I --slots N \\
-        [--result-path FILE]
+    spark-submit --py-files shardsink.zip spark_jobs/ingest_write.py --request JSON [--result-path FILE]
 
 Exit codes and the outcome record: :mod:`shardsink.spark.entrypoint`.
 
@@ -16,24 +16,15 @@ the append step deletes (see shardsink.sinks.ingest).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from typing import Any
 
-from shardsink.sinks.description import Description
+from shardsink.spark.request import IngestCorrectRequest, IngestWriteRequest
+
+#: Deprecated alias (the request is the job): use :class:`IngestWriteRequest`.
+IngestWriteJob = IngestWriteRequest
 
 
-@dataclass(frozen=True, kw_only=True)
-class IngestWriteJob:
-    """One slot of one description: what ``spark_jobs/ingest_write.py`` is asked to write."""
-
-    shard_url: str
-    source_spec: dict[str, Any]
-    desc: Description
-    slot: int
-    slots: int
-
-
-def write_slot(job: IngestWriteJob) -> dict[str, Any]:
+def write_slot(job: IngestWriteRequest) -> dict[str, Any]:
     """Stage the slot and write its manifest; returns a summary (what the log line shows).
 
     Nothing to do (``already_committed``) if the description already landed.
@@ -53,16 +44,17 @@ def write_slot(job: IngestWriteJob) -> dict[str, Any]:
         raise InvalidUsageError(f"slot {job.slot} is not in [0, {job.slots})", value=job.slot)
     t0 = time.monotonic()
     desc = job.desc
-    shard = Shard.open(job.shard_url)
-    done = committed(shard, desc)
+    shard = Shard(job.shard_url)
+    head = shard.reader().head()  # the task's one head read: fate, schema and seals all come from it
+    done = committed(shard, desc, head=head)
     if done is not None:
         return {"status": "already_committed", "seqno": done.seqno, "slot": job.slot}
-    source = source_from_spec(job.source_spec)
-    schema = shard.schema
+    source = source_from_spec(job.source)
+    schema = head.header.schema
     spark = SparkSession.builder.appName(f"shardsink-write-{desc.desc_id}-slot{job.slot}").getOrCreate()
     try:
         df, inputs = source.read_slot(spark, lower=desc.lower, upper=desc.upper, slot=job.slot, slots=job.slots,
-                                      schema=schema, seals=seals(shard))
+                                      schema=schema, seals=seals(shard, head=head))
         parts = stage_dataframe(df, shard_url=job.shard_url, schema=schema, lower=desc.lower, upper=desc.upper,
                                 desc_id=desc.desc_id)
         hooks.fire("write.staged", shard_url=job.shard_url, slot=job.slot, attempt=desc.attempt, desc_id=desc.desc_id,
@@ -72,3 +64,12 @@ def write_slot(job: IngestWriteJob) -> dict[str, Any]:
         spark.stop()
     return {"status": "staged", "slot": job.slot, "parts": len(parts), "rows": doc["rows"],
             "inputs": len(inputs), "seconds": round(time.monotonic() - t0, 2)}
+
+
+def write_correction_request(req: IngestCorrectRequest) -> dict[str, object]:
+    """Stage a correcting description whole (:func:`shardsink.spark.reprocess.write_correction`)."""
+    from shardsink.spark.reprocess import CorrectionJob, write_correction
+    from shardsink.specs import spec_to_builtins
+
+    return write_correction(CorrectionJob(shard_url=req.shard_url, source_spec=spec_to_builtins(req.source),
+                                          desc=req.desc, slot=req.slot, slots=req.slots))

@@ -50,6 +50,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
+from urllib.parse import unquote
 
 import pyarrow as pa
 
@@ -71,8 +72,11 @@ if TYPE_CHECKING:
 NativeMode = Literal["auto", "always", "never"]
 #: Characters Spark's path handling would read as a glob or URI syntax.
 _UNSAFE_PATH = re.compile(r"[*?\[\]{}\\%:,]")
-#: Spark's own failures for a file that vanished or cannot be decoded.
-_FILE_FAILURES = ("FileNotFoundException", "FAILED_READ_FILE", "PATH_NOT_FOUND", "CANNOT_READ_FILE_FOOTER")
+#: Spark's error conditions (``PySparkException.getCondition``) for a file that vanished
+#: (at planning or in a task) or cannot be decoded; their ``path`` parameter names the file.
+_FILE_FAILURES = frozenset({"PATH_NOT_FOUND", "FAILED_READ_FILE.FILE_NOT_EXIST", "FAILED_READ_FILE.NO_HINT",
+                            "FAILED_READ_FILE.CANNOT_READ_FILE_FOOTER",
+                            "FAILED_READ_FILE.PARQUET_COLUMN_DATA_TYPE_MISMATCH"})
 
 
 def natively_readable(field: pa.Field) -> bool:
@@ -140,7 +144,7 @@ class ShardReads:
 
     def _updates(self, url: str, as_of: int | None) -> tuple[DataFrame, int]:
         shard = self._shard(url)
-        h = shard.machine.head().version.header
+        h = shard.reader().head().header
         if as_of is None:
             if h.upper is None:
                 raise ReadFrontierError(f"shard {shard.url} is closed; pass an explicit as_of")
@@ -179,8 +183,9 @@ class ShardReads:
 
     def _pinned_parts(self, shard: Shard, lower: int, upper: int) -> tuple[list[PartMeta], int]:
         """The parts of the newest state version (read after the lease is held) for ``[lower, upper)``."""
-        v = shard.machine.head().version
-        return ds.select_parts(shard.machine.full_batches(v), lower, upper), v.seqno
+        reader = shard.reader()
+        v = reader.head()
+        return ds.select_parts(reader.batches(v), lower, upper), v.seqno
 
     def _scan(self, shard: Shard, root: str, schema: pa.Schema, parts: Sequence[PartMeta], seqno: int,
               lower: int, upper: int, *, time: bool) -> DataFrame:
@@ -197,8 +202,10 @@ class ShardReads:
         try:
             df = self.spark.read.schema(full).parquet(*paths)
         except AnalysisException as e:
-            gone = next((p for path, p in paths.items() if path in str(e) or p.key in str(e)), None)
-            if gone is not None and "PATH_NOT_FOUND" in str(e):
+            missing = _bare((e.getMessageParameters() or {}).get("path", "")) \
+                if e.getCondition() == "PATH_NOT_FOUND" else None
+            gone = next((p for path, p in paths.items() if _bare(path) == missing), None)
+            if gone is not None:
                 raise CorruptionError(f"part {shard.url}/{gone.key} is missing (referenced by state {seqno})") from e
             raise
         t = F.col(TIME)
@@ -228,7 +235,7 @@ class ShardReads:
         """Updates with ``lower <= _time < upper`` (user columns + ``_time`` + ``_diff``)."""
 
         shard = self._shard(url)
-        h = shard.machine.head().version.header
+        h = shard.reader().head().header
         ds.check_changes(shard.url, h, lower, upper)
         self.keeper.acquire(shard, lower, holder=self.holder)
         root = self._native_root(shard, h.schema)
@@ -287,16 +294,62 @@ def _first_line(e: BaseException) -> str:
 
 
 def _failed_part(e: BaseException, roots: Sequence[str]) -> str | None:
-    """The part a native read failed on (a vanished or undecodable file under a root), or None."""
-    text = str(e)
-    if not roots or not any(m in text for m in _FILE_FAILURES):
+    """The part a native read failed on (a vanished or undecodable file under a root), or None.
+
+    Classified by Spark's error condition and its ``path`` parameter, never by message text,
+    except for a failure that carries no condition at all (a bare ``java.io.FileNotFoundException``
+    that Spark did not wrap): only then is the text searched, as Spark gives nothing else.
+    """
+    if not roots:
         return None
+    conditions = _spark_conditions(e)
+    if conditions:
+        paths = [params.get("path", "") for cond, params in conditions if cond in _FILE_FAILURES]
+    else:  # text fallback: Spark gave no error condition
+        paths = [str(e)] if "FileNotFoundException" in str(e) else []
     for root in roots:
-        bare = root.split("://", 1)[1]
-        m = re.search(re.escape(bare.rstrip("/")) + r"/(parts/[^\s'\"`\]]+?\.parquet)", text)
-        if m:
-            return f"{root}/{m.group(1)}"
+        bare = re.escape(_bare(root).rstrip("/"))
+        for path in paths:
+            m = re.search(rf"(?:^|[\s/]){bare}/(parts/[^\s'\"`\]]+?\.parquet)", _bare(path))
+            if m:
+                return f"{root}/{m.group(1)}"
     return None
+
+
+def _bare(path: str) -> str:
+    """A file URL or path without its scheme, leading slashes and %-escapes, for comparing
+    the paths Spark reports (``file:/x``, ``file:///x``, ``s3a://b/x``) with ours."""
+    return re.sub(r"^[A-Za-z][A-Za-z0-9+.-]*:/*|^/+", "", unquote(path))
+
+
+def _spark_conditions(e: BaseException) -> list[tuple[str, dict[str, str]]]:
+    """Spark's error conditions and message parameters on ``e`` and its causes: PySpark's own
+    exceptions (classic and Connect), and the JVM's ``SparkThrowable`` chain of a failure PySpark
+    left unconverted (a task's failure reaches the driver as a ``Py4JJavaError``)."""
+    from pyspark.errors import PySparkException
+
+    out: list[tuple[str, dict[str, str]]] = []
+    x: BaseException | None = e
+    seen: set[int] = set()
+    while x is not None and id(x) not in seen:
+        seen.add(id(x))
+        if isinstance(x, PySparkException) and x.getCondition():
+            out.append((str(x.getCondition()), dict(x.getMessageParameters() or {})))
+        j: Any = getattr(x, "java_exception", None)
+        for _ in range(16):  # a JVM cause chain may loop
+            if j is not None and _is_spark_throwable(j) and j.getCondition():
+                out.append((str(j.getCondition()), {str(k): str(v) for k, v in j.getMessageParameters().items()}))
+            j = None if j is None else j.getCause()
+        x = x.__cause__
+    return out
+
+
+def _is_spark_throwable(j: Any) -> bool:
+    from py4j.java_gateway import is_instance_of
+    from pyspark import SparkContext
+
+    gateway = SparkContext._gateway
+    return gateway is not None and bool(is_instance_of(gateway, j, "org.apache.spark.SparkThrowable"))
 
 
 def _checked_count(cols: list[str], where: str) -> Column:

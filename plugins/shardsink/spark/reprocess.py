@@ -1,8 +1,10 @@
 """Re-processing on Spark: the correction of a sealed range ``[A, B)`` of an ingest source.
 
     spark-submit --py-files shardsink.zip spark_jobs/ingest_correct.py \\
-        --shard-url URL --source JSON --desc-id D --lower L --upper U --attempt K \\
-        --corrects-from A --corrects-to B --slot 0 --slots 1
+        --request '<IngestCorrectRequest as JSON>' [--result-path FILE]
+
+(the request: :class:`shardsink.spark.request.IngestCorrectRequest`, whose ``desc.corrects``
+is ``[A, B)``; one encoder in the operator, one decoder in the entry point).
 
 This job stages ALL of a correcting description, as slot 0 of 1: the source's ordinary
 rows in ``[L, U)`` (as the ingest write job would; the ordinary write tasks skip a
@@ -24,7 +26,6 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from shardsink.core.part_io import read_parts
 from shardsink.core.shard import Shard
 from shardsink.core.updates import DIFF, TIME
 from shardsink.sinks.description import Description
@@ -56,7 +57,7 @@ def range_correction(reads: ShardReads, source: Source, shard: Shard, desc: Desc
     persisted = reads.changes(shard.url, a, b, consolidate=False).drop(TIME)
     prior = prior_corrections(shard, a, b)
     if prior:  # earlier corrections of this range: small, read on the driver
-        t = read_parts(shard.blob, prior, schema).drop_columns([TIME])
+        t = shard.reader().read_parts(prior, schema).drop_columns([TIME])
         frame = spark.createDataFrame(t.to_pandas(), sty.spark_schema(schema, time=False, diff=DIFF))
         persisted = persisted.unionByName(frame)
     return correction_frame(desired, persisted, schema=schema, upper=desc.upper, where=shard.url), inputs

@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from shardsink.core.part_io import TARGET_PART_BYTES, PartEncoding, stage_parts
+from shardsink.core.builder import BatchBuilder, PartOptions
+from shardsink.core.part_io import TARGET_PART_BYTES, PartEncoding
 from shardsink.core.state import PartMeta
 from shardsink.core.updates import TIME, validate_updates
 from shardsink.outcome import carry_errors
@@ -56,11 +57,6 @@ class _Discard:
         del key, data
 
 
-def part_prefix(desc_id: str) -> str:
-    """Where the parts of ``desc_id`` live; the description owns this prefix exclusively."""
-    return f"parts/{desc_id}"
-
-
 def stage_dataframe(
     df: DataFrame,
     *,
@@ -85,7 +81,7 @@ def stage_dataframe(
     returned metadata (rows, bytes, times) is real, the keys name no object.
     """
     schema_bytes = schema.serialize().to_pybytes()
-    prefix = part_prefix(desc_id) if label is None else f"{part_prefix(desc_id)}/{label}"
+    options = PartOptions(target_bytes=target_part_bytes, encoding=encoding, threads=1)
 
     @carry_errors  # runs on executors: shardsink errors reach the driver as typed records
     def stage(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -98,8 +94,8 @@ def stage_dataframe(
         table = pa.Table.from_batches(got)
         updates = validate_updates(table, user, lower=lower, upper=upper)
         blob: Any = _Discard() if dry_run else open_blob(shard_url)  # part uploads retried (fresh keys)
-        written = stage_parts(blob, updates, [*user.names, TIME], prefix=prefix,
-                                 target_bytes=target_part_bytes, encoding=encoding, threads=1)
+        builder = BatchBuilder(blob, desc_id, label=label, options=options)
+        written = builder.stage(updates, [*user.names, TIME])
         rows = [{"key": p.key, "rows": p.rows, "bytes": p.bytes, "min_time": p.min_time, "max_time": p.max_time}
                 for p in written]
         if rows:

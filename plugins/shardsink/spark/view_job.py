@@ -1,7 +1,7 @@
-"""The materialize sink's write step as a library call (submitted as ``spark_jobs/view_write.py``)::
+"""The materialize sink's write step as a library call (submitted as ``spark_jobs/view_write.py``
+with one typed request, :class:`shardsink.spark.request.ViewWriteRequest`)::
 
-    spark-submit --py-files shardsink.zip spark_jobs/view_write.py \\
-        --shard-url OUTPUT_URL --view JSON --desc-id D --lower L --upper U --attempt K [--result-path FILE]
+    spark-submit --py-files shardsink.zip spark_jobs/view_write.py --request JSON [--result-path FILE]
 
 Stages the correction of one description and publishes its manifest (slot 0 of 1;
 :func:`shardsink.spark.view.write_view`). Exit codes and the outcome record:
@@ -12,29 +12,22 @@ the append step deletes the leftovers.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
-from shardsink.sinks.description import Description
+from shardsink.spark.request import ViewWriteRequest
+
+#: Deprecated alias (the request is the job): use :class:`ViewWriteRequest`.
+ViewWriteJob = ViewWriteRequest
 
 
-@dataclass(frozen=True, kw_only=True)
-class ViewWriteJob:
-    """One description of a view: what ``spark_jobs/view_write.py`` is asked to write."""
-
-    shard_url: str
-    view_spec: dict[str, Any]
-    desc: Description
-
-
-def write_view_job(job: ViewWriteJob) -> dict[str, Any]:
+def write_view_job(job: ViewWriteRequest) -> dict[str, Any]:
     """Stage the view's correction and write its manifest; returns the summary the log shows."""
     from pyspark.sql import SparkSession
 
     from shardsink.sinks.materialize import View
     from shardsink.spark.view import write_view
 
-    v = View.from_spec(job.view_spec)
+    v = View.from_spec(job.view)
     spark = (SparkSession.builder.appName(f"shardsink-view-{job.desc.desc_id}")
              .config("spark.sql.session.timeZone", "UTC").getOrCreate())
     try:

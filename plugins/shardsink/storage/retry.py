@@ -84,6 +84,9 @@ class RetryPolicy:
 STORAGE = RetryPolicy("storage", attempts=6, first_wait=0.05, max_wait=2.0, deadline=60.0)
 #: Re-reads and re-tries inside one compare-and-append after races or unknown outcomes.
 COMMIT = RetryPolicy("commit", attempts=12, first_wait=0.02, max_wait=1.0, deadline=120.0)
+#: Writes that only note something while another failure is handled (e.g. a source's health):
+#: a few quick tries, then the caller gives up rather than hold up the failure it reports.
+BEST_EFFORT = RetryPolicy("best_effort", attempts=3, first_wait=0.05, max_wait=0.5, deadline=5.0)
 
 
 def transient(e: BaseException) -> bool:

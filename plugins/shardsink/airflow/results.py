@@ -1,0 +1,71 @@
+"""What the tasks of a sink DAG run leave in XCom besides the descriptions: msgspec structs
+with a ``format`` version, pushed as plain JSON values and decoded once, typed, by each
+consumer (:func:`shardsink.sinks.description.decode`).
+
+* :class:`Plan` (key ``plan`` of ``attempt_<k>.mint``): the run's target as that mint saw it;
+* :class:`AppendReport` (``return_value`` of ``attempt_<k>.append``): what the attempt
+  committed (:class:`CommitRecord`), the descriptions it found lost, the shard's upper;
+* :class:`RunReport` (``return_value`` of ``report``): every range the run committed.
+
+The keys are the documented ones (``committed = [{desc_id, lower, upper, seqno, rows,
+status, corrects}]``, ``target``, ``upper``, ``writer``), plus ``format``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+#: Format of the XCom results: readers accept this or older and ignore unknown fields.
+RESULTS_FORMAT = 1
+
+
+class Plan(msgspec.Struct, frozen=True, kw_only=True):
+    """A mint's plan: the run's target ``min(interval end, watermark)`` (None: no watermark yet),
+    the watermark and interval end it came from, the range it re-processes, whether it is a dry run."""
+
+    format: int = RESULTS_FORMAT
+    target: int | None = None
+    watermark: int | None = None
+    interval_end: int | None = None
+    corrects: tuple[int, int] | None = None
+    dry_run: bool = False
+
+
+class CommitRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """One description the run committed (or found committed by a twin: ``already_committed``)."""
+
+    desc_id: str
+    lower: int
+    upper: int | None
+    seqno: int
+    rows: int
+    status: Literal["committed", "already_committed"]
+    corrects: tuple[int, int] | None = None
+
+
+class AppendReport(msgspec.Struct, frozen=True, kw_only=True):
+    """An attempt's append: its commits in order, why the others were lost, the shard's upper as
+    last seen, and (after a loss) when the next attempt may mint (epoch seconds)."""
+
+    format: int = RESULTS_FORMAT
+    shard: str
+    committed: tuple[CommitRecord, ...] = ()
+    lost: tuple[str, ...] = ()
+    upper: int | None = None
+    retry_at: float | None = None
+
+
+class RunReport(msgspec.Struct, frozen=True, kw_only=True):
+    """The run's account (the ``report`` task): its commits, its target and the shard's upper."""
+
+    format: int = RESULTS_FORMAT
+    shard: str
+    run_id: str
+    writer: str
+    committed: tuple[CommitRecord, ...] = ()
+    target: int | None = None
+    upper: int | None = None
+    #: A dry run's totals (:func:`shardsink.spark.dryrun.totals`); None for a real run.
+    dry_run: dict[str, Any] | None = None

@@ -1,0 +1,107 @@
+"""The one batch builder: every part of a shard is written through it.
+
+A :class:`BatchBuilder` writes the parts of one description (an append's ``desc_id`` or a
+compaction's ``cid``) under the prefix that description owns (:func:`shardsink.core.keys.parts_prefix`),
+through the store it was given (from the store factory: a retrying blob), and returns typed
+:class:`~shardsink.core.state.PartMeta` records. Three writers use it:
+
+* :meth:`shardsink.core.shard.Shard.stage` and the Spark executors
+  (:mod:`shardsink.spark.stage`): :meth:`BatchBuilder.stage` validates nothing (the caller
+  did), consolidates and writes;
+* compaction's streaming merge: :meth:`BatchBuilder.put_part` uploads one encoded part it
+  cut from the merged, consolidated stream;
+* corrections written already consolidated: :meth:`BatchBuilder.write_consolidated`.
+
+SUBTLE: every part gets a fresh unique key (:func:`shardsink.core.keys.part_key`), so a
+retried upload, a retried Spark task or a twin writer never overwrites an object another
+attempt may have listed in its manifest. Part uploads are therefore safe to retry blindly.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from shardsink.core import keys
+from shardsink.core import part_io as pio
+from shardsink.core.state import PartMeta
+from shardsink.storage.base import Blob
+
+
+@dataclass(frozen=True, kw_only=True)
+class PartOptions:
+    """How parts are cut and encoded (as delta-rs's ``WriterProperties``).
+
+    ``target_bytes``: in-memory size of one part before encoding; ``encoding``: ``"default"``
+    or ``"compact"`` (zstd, dictionaries only for low-cardinality columns; for small sparse
+    corrections); ``threads``: at most that many slices staged in parallel (1 where the
+    caller owns one core, as a Spark task does; None: up to the machine's cores).
+    """
+
+    target_bytes: int = pio.TARGET_PART_BYTES
+    encoding: pio.PartEncoding = "default"
+    threads: int | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.target_bytes, bool) or not isinstance(self.target_bytes, int) or not (
+                1 <= self.target_bytes <= 1 << 40):
+            raise ValueError(f"target_bytes must be an int in [1, 2^40], got {self.target_bytes!r}")
+        if self.encoding not in ("default", "compact"):
+            raise ValueError(f"encoding must be 'default' or 'compact', got {self.encoding!r}")
+        if self.threads is not None and (isinstance(self.threads, bool) or not isinstance(self.threads, int)
+                                         or not 1 <= self.threads <= 256):
+            raise ValueError(f"threads must be None or an int in [1, 256], got {self.threads!r}")
+
+
+#: The default part options (a module-level value, so signatures can default to it).
+DEFAULT_PART_OPTIONS = PartOptions()
+
+
+class BatchBuilder:
+    """Writes the parts of description ``desc_id`` into ``blob``; :attr:`parts` lists them.
+
+    ``label`` puts the parts in a sub-folder of the description's prefix (re-processing marks
+    correction parts so). Thread-safe: executors and merge threads may add parts concurrently.
+    """
+
+    def __init__(self, blob: Blob, desc_id: str, *, label: str | None = None,
+                 options: PartOptions = PartOptions()) -> None:
+        self._blob = blob
+        self.desc_id = desc_id
+        self.prefix = keys.parts_prefix(desc_id, label=label)
+        self.options = options
+        self._lock = threading.Lock()
+        self._parts: list[PartMeta] = []
+
+    @property
+    def parts(self) -> tuple[PartMeta, ...]:
+        """Every part written so far, in the order they were written."""
+        with self._lock:
+            return tuple(self._parts)
+
+    def _record(self, written: Sequence[PartMeta]) -> tuple[PartMeta, ...]:
+        with self._lock:
+            self._parts.extend(written)
+        return tuple(written)
+
+    def stage(self, updates: pa.Table, sort_keys: Sequence[str]) -> tuple[PartMeta, ...]:
+        """Consolidate validated ``updates`` (sorted by ``sort_keys``: the user columns, then
+        ``_time``) and write them as parts; returns the parts this call wrote."""
+        o = self.options
+        return self._record(pio.stage_parts(self._blob, updates, sort_keys, prefix=self.prefix,
+                                            target_bytes=o.target_bytes, encoding=o.encoding, threads=o.threads))
+
+    def write_consolidated(self, table: pa.Table) -> tuple[PartMeta, ...]:
+        """Write ``table``, already consolidated and sorted, as parts; returns them."""
+        o = self.options
+        return self._record(pio.write_parts(self._blob, table, prefix=self.prefix, target_bytes=o.target_bytes,
+                                            encoding=o.encoding))
+
+    def put_part(self, data: bytes, *, rows: int, min_time: int, max_time: int) -> PartMeta:
+        """Upload one encoded Parquet part (consolidated and sorted) under a fresh key."""
+        key = keys.part_key(self.prefix)
+        self._blob.put(key, data)
+        return self._record([PartMeta(key, rows, len(data), min_time, max_time)])[0]

@@ -1,0 +1,191 @@
+"""The read handle: the head, versions and batch lists, parts, snapshots, changes, leases, history.
+
+:class:`ReadHandle` (from :meth:`shardsink.core.shard.Shard.reader`) is every read a layer
+above core makes of a shard, as persist's ``read.rs`` sits over its private machine. It hands
+out typed values (:class:`~shardsink.core.state.Version`, batch and part records, Arrow
+tables), never the machine, the blob or a key.
+
+Contract: :meth:`ReadHandle.head` is one head read; callers that must decide several things
+from the same state pass the version it returned on (:meth:`batches`, and
+:meth:`shardsink.core.write.WriteHandle.fate`'s ``head``) rather than reading again.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from shardsink.core import checks as ck
+from shardsink.core import keys
+from shardsink.core import leases as ls
+from shardsink.core import part_io as pio
+from shardsink.core import state as st
+from shardsink.core.checks import check_as_of, check_changes
+from shardsink.core.consolidate import consolidate
+from shardsink.core.machine import Machine
+from shardsink.core.updates import COUNT, DIFF, TIME
+from shardsink.errors import CorruptionError, ReadFrontierError
+from shardsink.storage.base import Blob, ObjectInfo
+
+
+@dataclass(frozen=True)
+class ShardInfo:
+    url: str
+    seqno: int
+    upper: int | None
+    since: int
+    schema: pa.Schema
+    stats: st.Stats
+    rollup: int
+    last_commit: st.CommitInfo
+    retention: int | None = None  # ms; None: all history
+
+
+@dataclass(frozen=True)
+class _LeaseHost:
+    """What :mod:`shardsink.core.leases` needs of a shard (:class:`shardsink.core.leases.LeaseHost`)."""
+
+    url: str
+    machine: Machine
+
+    @property
+    def blob(self) -> Blob:
+        return self.machine.blob
+
+
+class ReadHandle:
+    """Reads of the shard at ``url`` through its (private) commit machine."""
+
+    def __init__(self, url: str, machine: Machine) -> None:
+        self.url = url
+        self._machine = machine
+
+    # --- state --------------------------------------------------------------------
+
+    def head(self) -> st.Version:
+        """The newest state version (one head read: the hint, then a probe past it)."""
+        return self._machine.head().version
+
+    def info(self) -> ShardInfo:
+        h = self.head()
+        return ShardInfo(self.url, h.seqno, h.header.upper, h.header.since, h.header.schema,
+                         h.header.stats, h.header.rollup, h.commit, h.header.retention)
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self.head().header.schema
+
+    def version(self, seqno: int) -> st.Version | None:
+        """State version ``seqno``; None if it does not exist (not yet, or collected by GC)."""
+        return self._machine.fetch(ck.check_count(seqno, what="seqno", lo=0))
+
+    def versions(self, seqnos: Iterable[int]) -> list[st.Version]:
+        """The versions ``seqnos`` in that order, fetched in parallel; CorruptionError if one is missing."""
+        return self._machine.fetch_many(seqnos)
+
+    def batches(self, version: st.Version | None = None) -> tuple[st.BatchMeta, ...]:
+        """The full live batch list at ``version`` (default: a fresh head)."""
+        return self._machine.full_batches(version if version is not None else self.head())
+
+    def log(self, *, limit: int = 20, head: st.Version | None = None) -> list[tuple[int, st.CommitInfo]]:
+        """Commits newest first: ``(seqno, commit info)``, back to the oldest retained version.
+
+        GC deletes versions oldest first, so the history ends at the first missing one.
+        ``head``: from a version the caller already read (:meth:`head`), else a fresh head read.
+        """
+        ck.check_count(limit, what="log limit", lo=1)
+        head = head if head is not None else self.head()
+        seqnos = range(head.seqno, max(-1, head.seqno - limit), -1)
+        return [(v.seqno, v.commit) for v in self._machine.fetch_upto_gap(seqnos)]
+
+    # --- parts --------------------------------------------------------------------
+
+    def read_parts(self, parts: Sequence[st.PartMeta], schema: pa.Schema) -> pa.Table:
+        """The rows of ``parts`` (user columns of ``schema`` + ``_time`` + ``_diff``), read in parallel."""
+        return pio.read_parts(self._machine.blob, parts, schema)
+
+    def open_part(self, part: st.PartMeta, *, referenced_by: str = "the shard state") -> pq.ParquetFile:
+        """One part, opened for streaming reads; CorruptionError naming ``referenced_by`` if missing."""
+        return pio.open_part(self._machine.blob, part, referenced_by=referenced_by)
+
+    def leaked_parts(self, *, grace_seconds: float = 0.0) -> list[ObjectInfo]:
+        """Objects under ``parts/`` that no live batch references, older than the grace period.
+
+        SUBTLE: a part younger than the grace period may belong to an in-flight writer
+        that is about to commit it; it is not reported (and must never be collected).
+        Cost: one listing of ``parts/``; meant for operators and GC, not hot paths.
+        """
+        live = {p.key for b in self.batches() for p in b.parts}
+        cutoff = time.time() - ck.check_seconds(grace_seconds, what="grace")
+        return [o for o in self._machine.blob.list(keys.PARTS_PREFIX) if o.key not in live and o.modified <= cutoff]
+
+    # --- contents -----------------------------------------------------------------
+
+    def snapshot(self, as_of: int | None = None) -> pa.Table:
+        """Consolidated contents as of ``as_of`` (default upper - 1): user columns + ``_count``.
+
+        Requires ``since <= as_of < upper``. Raises CorruptionError on a negative count.
+        """
+        v = self.head()
+        h = v.header
+        if as_of is None:
+            if h.upper is None:
+                raise ReadFrontierError(f"shard {self.url} is closed; pass an explicit as_of")
+            as_of = h.upper - 1
+        check_as_of(self.url, h, as_of)
+        wanted = [p for b in self.batches(v) if b.lower <= as_of for p in b.parts if p.min_time <= as_of]
+        data = self.read_parts(wanted, h.schema)
+        if any(p.max_time > as_of for p in wanted):
+            data = data.filter(pc.less_equal(data[TIME], as_of))
+        names = h.schema.names
+        summed = data.group_by(names, use_threads=True).aggregate([(DIFF, "sum")])
+        summed = summed.rename_columns([*names, COUNT])
+        lowest = pc.min(summed[COUNT]).as_py()
+        if lowest is not None and lowest < 0:
+            negative = summed.filter(pc.less(summed[COUNT], 0))
+            row = negative.slice(0, 1).to_pylist()[0]
+            raise CorruptionError(
+                f"shard {self.url} has {negative.num_rows} rows with negative multiplicity as of {as_of}, e.g. {row}"
+            )
+        if lowest is None or lowest > 0:
+            return summed  # nothing retracted to zero: skip copying every row through a filter
+        return summed.filter(pc.greater(summed[COUNT], 0))
+
+    def changes(self, lower: int, upper: int) -> pa.Table:
+        """The consolidated updates with ``lower <= _time < upper`` (requires since <= lower).
+
+        Times are read advanced by ``since`` (a time ``t < since`` reads as ``since``), as
+        compaction may have stored them: so ``changes(since, x)`` starts with the whole
+        history before ``since`` collapsed at ``since``, and the result is the same before
+        and after any compaction.
+        """
+        v = self.head()
+        h = v.header
+        check_changes(self.url, h, lower, upper)
+        from_start = lower <= h.since
+        wanted = [
+            p for b in self.batches(v) for p in b.parts
+            if (from_start or p.max_time >= lower) and p.min_time < upper
+        ]
+        data = self.read_parts(wanted, h.schema)
+        if from_start and data.num_rows:
+            i = data.schema.get_field_index(TIME)
+            data = data.set_column(i, data.schema.field(i),
+                                   pc.max_element_wise(data[TIME], pa.scalar(h.since, pa.int64())))
+        data = data.filter(pc.and_(pc.greater_equal(data[TIME], lower), pc.less(data[TIME], upper)))
+        return consolidate(data, [*h.schema.names, TIME])
+
+    # --- leases -------------------------------------------------------------------
+
+    def leases(self, *, now: float | None = None) -> list[ls.Lease]:
+        """Live read leases (oldest first); see :mod:`shardsink.core.leases`."""
+        return ls.live_leases(_LeaseHost(self.url, self._machine), now=now)
+
+    def min_leased_as_of(self, *, now: float | None = None) -> int | None:
+        """The lowest ``as_of`` a live lease holds: compaction must keep ``since`` at or below it."""
+        return ls.min_leased_as_of(_LeaseHost(self.url, self._machine), now=now)

@@ -1,0 +1,47 @@
+"""Root objects capabilities above core keep in a shard's store, through one checked door.
+
+Reclocking keeps read plans and health in a remap shard and a pointer in each data shard
+(:mod:`shardsink.reclock.layout`). Those layers do not open the store or spell keys of the
+shard layout: they declare their objects (:func:`shardsink.core.keys.register_root`) and
+read and write them through :class:`RootObjects`, which refuses any key that is not
+registered (so a bug above core can never overwrite state, parts, manifests or leases).
+Deleting expired caches is GC's (:meth:`shardsink.core.admin.AdminHandle.delete_registered`).
+"""
+
+from __future__ import annotations
+
+from shardsink.core import keys
+from shardsink.errors import InvalidUsageError
+from shardsink.storage.retry import RetryingBlob, RetryPolicy
+from shardsink.storage.url import open_blob
+
+
+def _registered(key: str) -> str:
+    if key.startswith(keys.CORE_PREFIXES) or key == keys.LATEST or ".." in key.split("/") or not any(
+            o.matches(key) for o in keys.registered()):
+        raise InvalidUsageError(f"{key!r} is not a registered root object (shardsink.core.keys.register_root)",
+                                value=key[:300])
+    return key
+
+
+class RootObjects:
+    """Registered root objects of the shard at ``url``. ``policy``: the retry policy of these
+    requests (None: the store's own, see :class:`shardsink.storage.options.StoreOptions`);
+    best-effort writers (recording a failure) pass a short one."""
+
+    def __init__(self, url: str, *, policy: RetryPolicy | None = None) -> None:
+        self._blob = RetryingBlob(open_blob(url), policy=policy)
+        self.url = self._blob.url
+
+    def where(self, key: str) -> str:
+        """``<shard url>/<key>``: how errors name the object."""
+        return f"{self.url}/{key}"
+
+    def put(self, key: str, data: bytes) -> None:
+        """Write (replace) registered object ``key``: a plain put, last writer wins."""
+        self._blob.put(_registered(key), data)
+
+    def get(self, key: str) -> bytes | None:
+        """The bytes of registered object ``key``; None if absent."""
+        got = self._blob.get(_registered(key))
+        return None if got is None else got.data

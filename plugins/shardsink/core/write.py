@@ -1,0 +1,295 @@
+"""The write handle: stage parts, commit, decide a description's fate, delete what it staged.
+
+:class:`WriteHandle` (from :meth:`shardsink.core.shard.Shard.writer`) is every write a layer
+above core makes to a shard, as persist's ``write.rs`` sits over its private machine: parts
+through the one batch builder (:mod:`shardsink.core.builder`), commits through the one
+compare-and-set loop (:meth:`shardsink.core.machine.Machine.commit`), fates from one state
+read (:mod:`shardsink.core.fate`), deletions through the one deleter
+(:func:`shardsink.core.fate.delete_staged`), and a description's staging manifests. Callers
+never see the machine, the blob or a key: the handle owns the layout
+(:mod:`shardsink.core.keys`).
+
+Contract: the handle holds no lock and no lease; it shares its machine (and so the head it
+last saw, :meth:`Machine.known_head`) with the :class:`~shardsink.core.shard.Shard` it came
+from and that shard's read handle.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Literal
+
+import pyarrow as pa
+
+from shardsink.core import checks as ck
+from shardsink.core import fate as ft
+from shardsink.core import keys
+from shardsink.core import manifests as mf
+from shardsink.core import state as st
+from shardsink.core import transitions as tr
+from shardsink.core import verdicts as vd
+from shardsink.core.builder import DEFAULT_PART_OPTIONS, BatchBuilder, PartOptions
+from shardsink.core.commands import AppendCommand, Command
+from shardsink.core.machine import Head, Machine
+from shardsink.core.updates import TIME, validate_updates
+from shardsink.errors import InvalidUsageError, ShardClosedError, UpperMismatchError
+
+
+def default_writer() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def now_iso() -> str:
+    """The commit-info timestamp of now (UTC, milliseconds)."""
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+@dataclass(frozen=True)
+class StagedBatch:
+    """Parts written for one description but not yet committed."""
+
+    desc_id: str
+    lower: int
+    upper: int | None
+    parts: tuple[st.PartMeta, ...]
+
+    @property
+    def rows(self) -> int:
+        return sum(p.rows for p in self.parts)
+
+
+@dataclass(frozen=True)
+class AppendResult:
+    status: Literal["committed", "already_committed"]
+    desc_id: str
+    seqno: int
+    lower: int
+    upper: int | None
+    rows: int
+
+
+class WriteHandle:
+    """Writes to the shard at ``url`` through its (private) commit machine."""
+
+    def __init__(self, url: str, machine: Machine) -> None:
+        self.url = url
+        self._machine = machine
+
+    # --- staging ------------------------------------------------------------------
+
+    def builder(self, desc_id: str, *, label: str | None = None,
+                options: PartOptions = DEFAULT_PART_OPTIONS) -> BatchBuilder:
+        """A batch builder writing parts of ``desc_id`` (fresh keys under the prefix it owns)."""
+        return BatchBuilder(self._machine.blob, ck.check_desc_id(desc_id), label=label, options=options)
+
+    def stage(self, table: pa.Table, *, lower: int, upper: int | None, desc_id: str,
+              schema: pa.Schema | None = None, label: str | None = None,
+              options: PartOptions = DEFAULT_PART_OPTIONS) -> StagedBatch:
+        """Validate, consolidate and write ``table`` as parts of description ``desc_id``.
+
+        Nothing is written if the input is refused. Parts land under the description's
+        prefix with fresh keys; they are invisible until committed. ``schema`` None: the
+        shard's (one head read).
+        """
+        ck.check_desc_id(desc_id)
+        ck.check_bounds(lower, upper)
+        table = ck.as_table(table)
+        if schema is not None and not isinstance(schema, pa.Schema):
+            raise InvalidUsageError(f"schema must be a pyarrow.Schema, got {type(schema).__name__}")
+        schema = schema if schema is not None else self._machine.head().version.header.schema
+        updates = validate_updates(table, schema, lower=lower, upper=upper)
+        written = self.builder(desc_id, label=label, options=options).stage(updates, [*schema.names, TIME])
+        return StagedBatch(desc_id, lower, upper, written)
+
+    # --- manifests ----------------------------------------------------------------
+
+    def put_manifest(self, doc: mf.ManifestDoc | mf.CompactionManifestDoc) -> str:
+        """Publish a staging manifest (a plain put: a retried attempt replaces it); returns its key."""
+        key = (keys.manifest_key(doc.desc_id, doc.slot) if isinstance(doc, mf.ManifestDoc)
+               else keys.compaction_manifest_key(doc.compaction_id))
+        self._machine.blob.put(key, mf.encode(doc))
+        return key
+
+    def get_manifest(self, desc_id: str, slot: int) -> mf.ManifestDoc | None:
+        """Slot ``slot``'s manifest of ``desc_id``; None if missing, CorruptionError (naming
+        the object) if unreadable."""
+        key = keys.manifest_key(desc_id, slot)
+        got = self._machine.blob.get(key)
+        return None if got is None else mf.decode_manifest(got.data, where=key)
+
+    def list_staged(self, desc_id: str) -> frozenset[str]:
+        """The keys of every part present under ``desc_id``'s prefix (labelled sub-folders included)."""
+        prefix = keys.staged_prefixes(desc_id)[0]
+        return frozenset(o.key for o in self._machine.blob.list(prefix))
+
+    # --- committing ---------------------------------------------------------------
+
+    def commit(self, command: Command) -> st.Version | tr.Refusal:
+        """Commit any command of :mod:`shardsink.core.commands` (compaction, since, retention,
+        ...) through the one compare-and-set loop: the next version, or a typed refusal
+        (nothing written). Decides on a fresh head read (then re-decides on every newer head
+        after a lost race)."""
+        return self._machine.commit(command)
+
+    def compare_and_append(self, staged: Sequence[StagedBatch], *, expected_upper: int,
+                           new_upper: int | None, desc_id: str, writer: str | None = None,
+                           props: Mapping[str, str] | None = None) -> AppendResult:
+        """Commit ``staged`` as the batch ``[expected_upper, new_upper)`` (DESIGN.md's commit).
+
+        ``props`` (string keys and values) are recorded in the version's commit info
+        (:class:`shardsink.core.state.CommitInfo`). Returns ``committed`` or
+        ``already_committed`` (an earlier attempt with this ``desc_id`` landed). Raises
+        UpperMismatchError (nothing committed; staged parts are left for the caller to
+        :meth:`discard`), ShardClosedError, or UnknownOutcomeError (re-read before deciding).
+        """
+        ck.check_desc_id(desc_id)
+        ck.check_bounds(expected_upper, new_upper)
+        if writer is not None:
+            ck.check_writer(writer)
+        ck.check_props(props)
+        if isinstance(staged, StagedBatch) or not all(isinstance(s, StagedBatch) for s in staged):
+            raise InvalidUsageError("staged must be a sequence of StagedBatch (from Shard.stage)")
+        for s in staged:
+            if (s.lower, s.upper) != (expected_upper, new_upper) or s.desc_id != desc_id:
+                raise InvalidUsageError(
+                    f"staged batch {s.desc_id} [{s.lower}, {s.upper}) does not belong to description "
+                    f"{desc_id} [{expected_upper}, {new_upper})"
+                )
+        # A handle that just committed or read the head starts from it (2 requests uncontended);
+        # a stale start costs a failed create, never a wrong commit (Machine.commit).
+        return self._append(staged, expected_upper=expected_upper, new_upper=new_upper, desc_id=desc_id,
+                            writer=writer, start=self._machine.known_head(), props=props)
+
+    def _append(self, staged: Sequence[StagedBatch], *, expected_upper: int, new_upper: int | None,
+                desc_id: str, writer: str | None, start: Head | None = None,
+                props: Mapping[str, str] | None = None) -> AppendResult:
+        all_parts = tuple(p for s in staged for p in s.parts)
+        pairs = tuple(sorted((str(k), str(v)) for k, v in (props or {}).items()))
+        cmd = AppendCommand(desc_id, expected_upper, new_upper, all_parts, writer or default_writer(),
+                            now_iso(), uuid.uuid4().hex, pairs)
+        out = self._machine.commit(cmd, start=start)
+        rows = sum(p.rows for p in all_parts)
+        if isinstance(out, st.Version):
+            return AppendResult("committed", desc_id, out.seqno, expected_upper, new_upper, rows)
+        if not isinstance(out, tr.AlreadyCommitted | tr.UpperMismatch):  # compare_and_append refuses with no other
+            raise AssertionError(f"unexpected refusal of an append: {out}")
+        # Committed earlier (an AlreadyCommitted from the header's window is checked for its
+        # bounds), landed long ago beyond the window, lost, or: evidence gone.
+        fate = ft.read_fate(self._machine, desc_id, expected_upper)
+        if isinstance(fate, ft.Committed):
+            return self._landed(fate, desc_id, expected_upper, new_upper)
+        if isinstance(fate, ft.Unknown):
+            raise vd.unknown_fate_error(self.url, desc_id, expected_upper, new_upper, fate)
+        if not isinstance(out, tr.UpperMismatch):  # window said committed, the fate cannot disagree
+            raise AssertionError(f"description {desc_id} is in the idempotency window but its fate is {fate}")
+        if out.current is None:
+            raise ShardClosedError(f"shard {self.url} is closed; it accepts no appends")
+        raise UpperMismatchError(
+            f"upper mismatch on {self.url}: expected upper {expected_upper}, current upper {out.current}; "
+            f"description {desc_id} was not committed",
+            expected=expected_upper,
+            current=out.current,
+        )
+
+    def _landed(self, fate: ft.Committed, desc_id: str, lower: int, upper: int | None) -> AppendResult:
+        """``already_committed`` if ``desc_id`` committed these bounds; DescriptionConflictError if others."""
+        vd.check_same_bounds(self.url, desc_id, fate, lower, upper)
+        return AppendResult("already_committed", desc_id, fate.seqno, lower, upper, fate.rows)
+
+    def append(self, table: pa.Table, *, lower: int, upper: int | None, desc_id: str | None = None,
+               writer: str | None = None) -> AppendResult:
+        """Stage and commit ``table`` as ``[lower, upper)``; on a lost race, clean up and raise
+        (see :meth:`shardsink.core.shard.Shard.append`)."""
+        # SUBTLE: only None means "mint one"; an empty id (e.g. a template that rendered to
+        # nothing) is refused rather than silently losing idempotency.
+        desc_id = ck.check_desc_id(uuid.uuid4().hex if desc_id is None else desc_id)
+        ck.check_bounds(lower, upper)
+        table = ck.as_table(table)
+        if writer is not None:
+            ck.check_writer(writer)
+        # Uncontended, this costs what a bare commit does (4 requests): GET the hint,
+        # PUT the part, create the next version (the create is the probe past the hint),
+        # replace the hint. SUBTLE: the hint may be stale. Its "committed" is final; its
+        # upper equal to ``lower`` only lets us stage: the commit decides on the newest
+        # version. Any other hint is re-read with probing before deciding anything.
+        start = self._machine.known_head()
+        v = start.version
+        if v.header.committed_seqno(desc_id) is None and v.header.upper != lower:
+            start = self._machine.head()
+            v = start.version
+        head = v.header
+        fate = self.fate(desc_id, lower, head=v)
+        if isinstance(fate, ft.Committed):
+            return self._landed(fate, desc_id, lower, upper)
+        if isinstance(fate, ft.Unknown):
+            raise vd.unknown_fate_error(self.url, desc_id, lower, upper, fate)
+        if head.upper is None:
+            raise ShardClosedError(f"shard {self.url} is closed; it accepts no appends")
+        if head.upper != lower:
+            # Refused before staging: nothing to clean up, and a lower above the upper (still
+            # possible later) never leaves parts that could not be deleted safely.
+            raise UpperMismatchError(
+                f"upper mismatch on {self.url}: expected upper {lower}, current upper {head.upper}; "
+                f"description {desc_id} was not committed",
+                expected=lower, current=head.upper,
+            )
+        staged = self.stage(table, lower=lower, upper=upper, desc_id=desc_id, schema=head.schema)
+        try:
+            result = self._append([staged], expected_upper=lower, new_upper=upper, desc_id=desc_id,
+                                  writer=writer, start=start)
+        except (UpperMismatchError, ShardClosedError):
+            self.discard([staged])
+            raise
+        if result.status == "already_committed":
+            self.discard([staged])
+        return result
+
+    def close(self, *, expected_upper: int, desc_id: str | None = None, writer: str | None = None) -> AppendResult:
+        """Seal the shard for good: its upper becomes the empty frontier."""
+        return self.compare_and_append([], expected_upper=expected_upper, new_upper=None,
+                                       desc_id=uuid.uuid4().hex if desc_id is None else desc_id, writer=writer)
+
+    # --- fate and deletion --------------------------------------------------------
+
+    def fate(self, desc_id: str, lower: int, *, inputs: Sequence[st.BatchMeta] | None = None,
+             head: st.Version | None = None) -> ft.Fate:
+        """Committed (with its bounds and part keys), CannotCommit, StillPossible or Unknown
+        (the evidence is older than the retained history), from ONE state read: ``head`` if
+        the caller already read it (:meth:`shardsink.core.read.ReadHandle.head`), else a fresh
+        one. ``inputs`` given: ``desc_id`` is a compaction id and these its input batches."""
+        lower = ck.check_time(lower, what="lower")
+        if inputs is not None:
+            return ft.decide(ft.gather_compaction(self._machine, desc_id, inputs, head=head), desc_id, lower)
+        return ft.decide(ft.gather(self._machine, desc_id, lower, head=head), desc_id, lower)
+
+    def delete_staged(self, desc_id: str, lower: int, *, only: Collection[str] | None = None,
+                      manifests: bool = True, inputs: Sequence[st.BatchMeta] | None = None,
+                      decided: ft.Committed | ft.CannotCommit | ft.Unknown | None = None) -> ft.Deleted:
+        """Delete what ``desc_id`` staged and its fate lets go: THE deleting primitive
+        (:func:`shardsink.core.fate.delete_staged`), which re-derives the fate from a fresh
+        read first. Raises DeleteRefusedError (nothing deleted) while it may still commit;
+        an Unknown fate deletes only what nothing retained references (see there). ``decided``:
+        a final fate this task already decided from a state version (no second read; see there)."""
+        return ft.delete_staged(self._machine, desc_id, lower, only=only, manifests=manifests, inputs=inputs,
+                                decided=decided)
+
+    def discard(self, staged: Sequence[StagedBatch]) -> int:
+        """Delete staged parts that no committed batch references; return how many.
+
+        Goes through :meth:`delete_staged`, which re-derives each description's fate first.
+        SUBTLE: after a lost acknowledgement a description may be committed although the
+        caller saw a failure: its batch's parts are kept. A description that may still
+        commit (the shard's upper is not past its lower) is refused with DeleteRefusedError
+        and nothing is deleted.
+        """
+        deleted = 0
+        for desc_id in sorted({s.desc_id for s in staged}):
+            mine = [s for s in staged if s.desc_id == desc_id]
+            only = {p.key for s in mine for p in s.parts}
+            deleted += self.delete_staged(desc_id, min(s.lower for s in mine), only=only, manifests=False).parts
+        return deleted

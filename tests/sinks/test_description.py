@@ -1,0 +1,65 @@
+"""Descriptions cross process boundaries as plain JSON values with a format, decoded once, typed."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from shardsink.errors import InvalidUsageError
+from shardsink.sinks.description import (
+    DESCRIPTION_FORMAT,
+    Description,
+    NoOp,
+    descriptions,
+    make_desc_id,
+    to_builtins,
+)
+
+
+def test_a_description_travels_as_json_values_and_back() -> None:
+    d = Description(make_desc_id("d", "r", 1), 10, 20, 1, (0, 5))
+    value = to_builtins([d])
+    assert json.loads(json.dumps(value)) == value  # what Airflow's XCom stores
+    assert value == [{"desc_id": d.desc_id, "lower": 10, "upper": 20, "attempt": 1, "corrects": [0, 5],
+                      "format": DESCRIPTION_FORMAT}]
+    assert descriptions(value) == [d] and Description.decode(value[0]) == d
+
+
+def test_values_without_a_format_or_with_unknown_fields_still_decode() -> None:
+    # pushed before descriptions carried a format (a run in flight across an upgrade), or by a newer writer
+    old = {"desc_id": "x", "lower": 1, "upper": 2, "attempt": 3, "corrects": None}
+    assert Description.decode(old) == Description("x", 1, 2, 3)
+    assert Description.decode({**old, "added_later": [1]}) == Description("x", 1, 2, 3)
+
+
+@pytest.mark.parametrize(("value", "names"), [
+    ([{"desc_id": "x", "lower": 0, "upper": "5", "attempt": 1}], "$[0].upper"),
+    ([{"desc_id": "x", "lower": 0, "attempt": 1}], "upper"),
+    ([{"desc_id": "x", "lower": 0, "upper": 5, "attempt": 1, "corrects": [1]}], "$[0].corrects"),
+    ({"desc_id": "x"}, "array"),
+])
+def test_a_malformed_value_is_refused_naming_the_field(value: object, names: str) -> None:
+    with pytest.raises(InvalidUsageError, match="XCom of mint is malformed") as e:
+        descriptions(value, what="XCom of mint")
+    assert names in str(e.value)
+
+
+def test_a_newer_format_is_refused_naming_it() -> None:
+    with pytest.raises(InvalidUsageError, match=r"format 2; this shardsink reads formats 1\.\.1.*upgrade"):
+        descriptions([{"desc_id": "x", "lower": 0, "upper": 5, "attempt": 1, "format": 2}])
+
+
+def test_the_dict_codecs_are_deprecated_aliases_for_one_release() -> None:
+    d = Description("x", 0, 5, 2)
+    with pytest.warns(DeprecationWarning, match="to_builtins"):
+        raw = d.to_dict()
+    assert raw == to_builtins(d)
+    with pytest.warns(DeprecationWarning, match=r"Description\.decode"):
+        assert Description.from_dict(raw) == d
+
+
+def test_a_no_op_is_a_struct_with_its_reason() -> None:
+    n = NoOp("nothing to do", 5, None, 7)
+    assert to_builtins(n) == {"reason": "nothing to do", "shard_upper": 5, "watermark": None, "interval_end": 7,
+                              "format": DESCRIPTION_FORMAT}
