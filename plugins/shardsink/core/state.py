@@ -25,16 +25,36 @@ import msgspec
 import pyarrow as pa
 
 CommitKind = Literal["create", "append", "close", "compact", "since", "retention"]
+#: The order of a part's rows (persist's ``RunOrder``). ``"sorted"``: consolidated (at most one
+#: row per distinct ``(row, _time)``, no zero diffs) and sorted by the user columns then
+#: ``_time``, nulls last: the contract of every part written before orders existed.
+#: ``"unordered"``: any row order, a ``(row, _time)`` may repeat, still no zero diffs (staging
+#: validates them away). Readers consolidate either; compaction sorts unordered parts.
+PartOrder = Literal["sorted", "unordered"]
+PART_ORDERS: tuple[PartOrder, ...] = ("sorted", "unordered")
 
 
-class PartMeta(msgspec.Struct, frozen=True):
-    """One immutable Parquet object of updates, all times in ``[min_time, max_time]``."""
+class PartMeta(msgspec.Struct, frozen=True, omit_defaults=True):
+    """One immutable Parquet object of updates, all times in ``[min_time, max_time]``.
+
+    ``order`` (a :data:`PartOrder`): stored field, added last and left out of the JSON when
+    ``"sorted"``, so parts written before it read as sorted and sorted parts encode to the
+    same bytes as before. Typed ``str`` like :attr:`CommitInfo.kind` so that a reader
+    tolerates an order a newer writer adds: anything but ``"sorted"`` is read as unordered
+    (:attr:`is_sorted`), which is always safe (reads consolidate, compaction sorts it).
+    """
 
     key: str
     rows: int
     bytes: int
     min_time: int
     max_time: int
+    order: str = "sorted"
+
+    @property
+    def is_sorted(self) -> bool:
+        """Whether the part keeps the sorted, consolidated contract (see :data:`PartOrder`)."""
+        return self.order == "sorted"
 
 
 class MergedDesc(msgspec.Struct, frozen=True, array_like=True):
@@ -72,6 +92,12 @@ class BatchMeta(msgspec.Struct, frozen=True, omit_defaults=True):
     @property
     def bytes(self) -> int:
         return sum(p.bytes for p in self.parts)
+
+    @property
+    def order(self) -> PartOrder:
+        """``"sorted"`` if every part is (an empty batch too), else ``"unordered"``: derived
+        from the parts, which record their order (a batch may mix both)."""
+        return "sorted" if all(p.is_sorted for p in self.parts) else "unordered"
 
 
 class WriterRecord(msgspec.Struct, frozen=True):
