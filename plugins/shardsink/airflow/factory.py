@@ -77,7 +77,8 @@ def ingest_dag(
     The shard is created on first use from the source's schema with upper
     ``shard.initial_upper`` (default: ``start_date``). The option objects
     (:mod:`shardsink.airflow.options`): ``spark`` how spark-submit runs, ``shard`` the
-    shard's credentials (``aws_conn_id``), initial upper, ``max_span`` and ``retention``,
+    shard's credentials (``aws_conn_id``), initial upper, ``max_span``, ``retention`` and
+    ``part_order`` (``"unordered"``: stage parts without sorting them; default ``"sorted"``),
     ``attempts`` the fresh attempts after lost races, their backoff, the tasks' retries and
     catching up. Their former flat keywords (``max_span=``, ``spark_conf=``, ...) still work
     for one release, with a ``FlatOptionWarning`` (:mod:`shardsink.airflow.deprecated`).
@@ -91,10 +92,12 @@ def ingest_dag(
     settings = sink_settings(dag_id=dag_id, url=url, spec=source.spec(), writers=writers, start_date=start_date,
                              shard=shard, attempts=attempts)
     common = write_args(url, spark, shard, attempts, default_conf=INGEST_SPARK_CONF)
+    part_order = shard.checked_part_order()
 
     def make_write(descs: Any) -> Any:
         return IngestWriteOperator.partial(task_id="write", slots=writers, source_spec=settings.source_spec,
-                                           **common).expand(desc=descs, slot=list(range(writers)))
+                                           part_order=part_order, **common).expand(desc=descs,
+                                                                                  slot=list(range(writers)))
 
     return sink_dag(
         settings, asset=shard_asset(url), attempts=attempts, mint_body=mint_task, make_write=make_write,

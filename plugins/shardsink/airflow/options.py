@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 
+from shardsink.core.state import PART_ORDERS, PartOrder
 from shardsink.errors import InvalidUsageError
 
 
@@ -46,12 +47,24 @@ class ShardOptions:
     alone; ``aws_conn_id``: an Airflow ``aws`` connection for S3 stores, resolved by the
     amazon provider's hook for every task and for spark-submit's environment, never
     logged or stored (:mod:`shardsink.airflow.credentials`); None: the AWS environment.
+    ``part_order`` (``ingest_dag`` only; views keep sorted parts): how the write jobs stage
+    parts, ``"sorted"`` (consolidated and sorted on the executors) or ``"unordered"`` (the
+    executors' rows as they come, no sort: faster ingest; reads are the same, and
+    compaction sorts them later). See :data:`shardsink.core.state.PartOrder`.
     """
 
     initial_upper: int | None = None
     max_span: timedelta | int | None = None
     retention: timedelta | str | None = None
     aws_conn_id: str | None = None
+    part_order: PartOrder = "sorted"
+
+    def checked_part_order(self) -> PartOrder:
+        """``part_order``, or InvalidUsageError naming it (at DAG parse time)."""
+        if self.part_order not in PART_ORDERS:
+            raise InvalidUsageError(f"part_order must be 'sorted' or 'unordered', got {self.part_order!r}",
+                                    value=str(self.part_order))
+        return self.part_order
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -80,6 +80,10 @@ def view_dag(
     url = str(parse_url(output_url))
     if any(i.url == url for i in view.inputs.values()):
         raise InvalidUsageError(f"view output {url} is also one of its inputs")
+    if shard.checked_part_order() != "sorted":
+        raise InvalidUsageError(f"part_order {shard.part_order!r}: a view's output keeps sorted parts "
+                                "(its corrections are small and read back by every later run)",
+                                value=str(shard.part_order))
     settings = sink_settings(dag_id=dag_id, url=url, spec=view.spec(), writers=1, start_date=start_date,
                              shard=shard, attempts=attempts)
     common = write_args(url, spark, shard, attempts, default_conf=VIEW_SPARK_CONF)

@@ -20,6 +20,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from shardsink.core.shard import Shard
+from shardsink.core.state import PartOrder
 from shardsink.provider.operators import ShardTaskMixin
 from shardsink.sinks.description import Description
 from shardsink.sinks.ingest import Committed, committed
@@ -55,7 +56,8 @@ class ShardWriteOperator(ShardTaskMixin, SparkSubmitOperator):
     stages_corrections = False
 
     def __init__(self, *, shard_url: str, source_spec: Mapping[str, Any] | SourceSpec, slots: int, desc: Any,
-                 slot: int, aws_conn_id: str | None = None, **kwargs: Any) -> None:
+                 slot: int, aws_conn_id: str | None = None, part_order: PartOrder = "sorted",
+                 **kwargs: Any) -> None:
         from shardsink.spark import job_path
 
         if "application" not in kwargs:
@@ -68,6 +70,7 @@ class ShardWriteOperator(ShardTaskMixin, SparkSubmitOperator):
         self.desc = desc
         self.slot = slot
         self.aws_conn_id = aws_conn_id
+        self.part_order: PartOrder = part_order  # how ingest slots stage parts (the request carries it)
         self._secret_env: dict[str, str] = {}
 
     def committed_already(self, d: Description) -> Committed | None:
@@ -77,7 +80,7 @@ class ShardWriteOperator(ShardTaskMixin, SparkSubmitOperator):
     def job_request(self, d: Description) -> JobRequest:
         """The job's request for description ``d`` (:mod:`shardsink.spark.request`). Hook for subclasses."""
         return IngestWriteRequest(shard_url=self.shard_url, source=spec_from_builtins(self.source_spec), desc=d,
-                                  slot=self.slot, slots=self.slots)
+                                  slot=self.slot, slots=self.slots, part_order=self.part_order)
 
     def job_args(self, d: Description) -> list[str]:
         """The application's arguments for description ``d``: its encoded request (``execute`` adds

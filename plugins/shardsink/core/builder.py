@@ -7,7 +7,9 @@ through the store it was given (from the store factory: a retrying blob), and re
 
 * :meth:`shardsink.core.shard.Shard.stage` and the Spark executors
   (:mod:`shardsink.spark.stage`): :meth:`BatchBuilder.stage` validates nothing (the caller
-  did), consolidates and writes;
+  did), consolidates and writes sorted parts, or with ``PartOptions(order="unordered")``
+  writes the rows as they came, as unordered parts (no sort, no consolidation: the fast
+  ingest path; compaction sorts them later);
 * compaction's streaming merge: :meth:`BatchBuilder.put_part` uploads one encoded part it
   cut from the merged, consolidated stream;
 * corrections written already consolidated: :meth:`BatchBuilder.write_consolidated`.
@@ -27,7 +29,7 @@ import pyarrow as pa
 
 from shardsink.core import keys
 from shardsink.core import part_io as pio
-from shardsink.core.state import PartMeta
+from shardsink.core.state import PART_ORDERS, PartMeta, PartOrder
 from shardsink.storage.base import Blob
 
 
@@ -38,12 +40,15 @@ class PartOptions:
     ``target_bytes``: in-memory size of one part before encoding; ``encoding``: ``"default"``
     or ``"compact"`` (zstd, dictionaries only for low-cardinality columns; for small sparse
     corrections); ``threads``: at most that many slices staged in parallel (1 where the
-    caller owns one core, as a Spark task does; None: up to the machine's cores).
+    caller owns one core, as a Spark task does; None: up to the machine's cores);
+    ``order`` (:data:`shardsink.core.state.PartOrder`): what :meth:`BatchBuilder.stage` writes,
+    ``"sorted"`` (consolidated and sorted parts) or ``"unordered"`` (the rows as given).
     """
 
     target_bytes: int = pio.TARGET_PART_BYTES
     encoding: pio.PartEncoding = "default"
     threads: int | None = None
+    order: PartOrder = "sorted"
 
     def __post_init__(self) -> None:
         if isinstance(self.target_bytes, bool) or not isinstance(self.target_bytes, int) or not (
@@ -54,6 +59,8 @@ class PartOptions:
         if self.threads is not None and (isinstance(self.threads, bool) or not isinstance(self.threads, int)
                                          or not 1 <= self.threads <= 256):
             raise ValueError(f"threads must be None or an int in [1, 256], got {self.threads!r}")
+        if self.order not in PART_ORDERS:
+            raise ValueError(f"order must be 'sorted' or 'unordered', got {self.order!r}")
 
 
 #: The default part options (a module-level value, so signatures can default to it).
@@ -89,8 +96,13 @@ class BatchBuilder:
 
     def stage(self, updates: pa.Table, sort_keys: Sequence[str]) -> tuple[PartMeta, ...]:
         """Consolidate validated ``updates`` (sorted by ``sort_keys``: the user columns, then
-        ``_time``) and write them as parts; returns the parts this call wrote."""
+        ``_time``) and write them as parts; returns the parts this call wrote. With
+        ``options.order == "unordered"``: write them as they are, as unordered parts."""
         o = self.options
+        if o.order == "unordered":
+            return self._record(pio.stage_unordered(self._blob, updates, prefix=self.prefix,
+                                                    target_bytes=o.target_bytes, encoding=o.encoding,
+                                                    threads=o.threads))
         return self._record(pio.stage_parts(self._blob, updates, sort_keys, prefix=self.prefix,
                                             target_bytes=o.target_bytes, encoding=o.encoding, threads=o.threads))
 

@@ -1,11 +1,14 @@
 """Parquet parts: consolidated updates written as parts, and parts read back.
 
-A part holds a consolidated slice of an updates table (:mod:`shardsink.core.consolidate`):
+A *sorted* part holds a consolidated slice of an updates table (:mod:`shardsink.core.consolidate`):
 at most one row per distinct ``(row, _time)``, no zero diffs, sorted by the user columns
 then time, under a fresh unique key (``prefix/<uuid>.parquet``). :func:`stage_parts`
-consolidates and writes validated updates; :func:`open_part` and :func:`read_parts` raise
-CorruptionError naming a missing, unreadable or mismatched part, and reads canonicalise
-floats (:mod:`shardsink.core.floats`).
+consolidates and writes validated updates. An *unordered* part
+(:data:`shardsink.core.state.PartOrder`) holds validated updates as they came: no sort, no
+consolidation, no second pass (:func:`stage_unordered`); validation already refused zero
+diffs, so it has none. :func:`open_part` and :func:`read_parts` raise CorruptionError naming
+a missing, unreadable or mismatched part, and reads canonicalise floats
+(:mod:`shardsink.core.floats`).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import pyarrow.parquet as pq
 from shardsink.core import floats as fl
 from shardsink.core import keys
 from shardsink.core.consolidate import consolidate, consolidate_fast, one_array
-from shardsink.core.state import PartMeta
+from shardsink.core.state import PartMeta, PartOrder
 from shardsink.core.updates import DIFF, TIME
 from shardsink.errors import CorruptionError
 from shardsink.storage.base import Blob
@@ -63,6 +66,36 @@ def stage_parts(
     def one(i: int) -> tuple[PartMeta, ...]:
         return _stage_slice(blob, updates.slice(i, step), keys, prefix=prefix, target_bytes=target_bytes,
                             encoding=encoding)
+
+    if slices == 1:
+        return one(0)
+    with ThreadPoolExecutor(max_workers=slices) as pool:
+        return tuple(p for parts in pool.map(one, range(0, n, step)) for p in parts)
+
+
+def stage_unordered(
+    blob: Blob,
+    updates: pa.Table,
+    *,
+    prefix: str,
+    target_bytes: int = TARGET_PART_BYTES,
+    encoding: PartEncoding = "default",
+    threads: int | None = None,
+) -> tuple[PartMeta, ...]:
+    """Write validated ``updates`` as unordered parts, in the order given: no sort, no
+    consolidation (a ``(row, _time)`` may repeat; readers and compaction consolidate).
+
+    Cut like :func:`stage_parts` (one contiguous slice per core for large inputs, at most
+    ``threads``), each slice written as parts of about ``target_bytes``. Each part keeps
+    its statistics: rows, bytes, min and max ``_time``.
+    """
+    n = updates.num_rows
+    slices = max(1, min(os.cpu_count() or 1, 4, threads or 4)) if n >= PARALLEL_STAGE_ROWS else 1
+    step = -(-n // slices) if n else 1
+
+    def one(i: int) -> tuple[PartMeta, ...]:
+        return write_parts(blob, updates.slice(i, step), prefix=prefix, target_bytes=target_bytes,
+                           encoding=encoding, order="unordered")
 
     if slices == 1:
         return one(0)
@@ -131,8 +164,10 @@ def write_parts(
     prefix: str,
     target_bytes: int = TARGET_PART_BYTES,
     encoding: PartEncoding = "default",
+    order: PartOrder = "sorted",
 ) -> tuple[PartMeta, ...]:
-    """Write a consolidated updates table as parts under ``prefix/`` (fresh unique keys).
+    """Write a consolidated updates table as parts under ``prefix/`` (fresh unique keys);
+    ``order="unordered"``: any updates table, recorded as unordered parts.
 
     ``encoding="compact"`` (for small, sparse sets of updates such as a view's
     correction): zstd, and a dictionary only for columns with few distinct values
@@ -148,14 +183,16 @@ def write_parts(
             few = [c for c in piece.column_names if pc.count_distinct(piece[c]).as_py() * 4 <= piece.num_rows]
             pq.write_table(piece, buf, compression="zstd", use_dictionary=few)
         else:
-            pq.write_table(piece, buf, **_default_options(piece))
+            pq.write_table(piece, buf, **_default_options(piece, sorted_rows=order == "sorted"))
 
-    return _write_slices(blob, table, prefix=prefix, rows_per_part=max(1, target_bytes // per_row), write=write)
+    return _write_slices(blob, table, prefix=prefix, rows_per_part=max(1, target_bytes // per_row), write=write,
+                         order=order)
 
 
 def _write_slices(blob: Blob, table: pa.Table, *, prefix: str, rows_per_part: int,
-                  write: Callable[[pa.Table, io.BytesIO], None]) -> tuple[PartMeta, ...]:
-    """Write ``table`` (consolidated, sorted) as parts of ``rows_per_part`` rows, in parallel."""
+                  write: Callable[[pa.Table, io.BytesIO], None], order: PartOrder = "sorted") -> tuple[PartMeta, ...]:
+    """Write ``table`` (consolidated and sorted, unless ``order`` says otherwise) as parts of
+    ``rows_per_part`` rows, in parallel."""
     if table.num_rows == 0:
         return ()
     slices = [table.slice(i, rows_per_part) for i in range(0, table.num_rows, rows_per_part)]
@@ -167,7 +204,7 @@ def _write_slices(blob: Blob, table: pa.Table, *, prefix: str, rows_per_part: in
         key = keys.part_key(prefix)
         blob.put(key, data)
         mm = pc.min_max(piece[TIME])
-        return PartMeta(key, piece.num_rows, len(data), mm["min"].as_py(), mm["max"].as_py())
+        return PartMeta(key, piece.num_rows, len(data), mm["min"].as_py(), mm["max"].as_py(), order)
 
     if len(slices) == 1:
         return (one(slices[0]),)
@@ -175,16 +212,17 @@ def _write_slices(blob: Blob, table: pa.Table, *, prefix: str, rows_per_part: in
         return tuple(pool.map(one, slices))
 
 
-def _default_options(table: pa.Table) -> dict[str, Any]:
-    """Parquet options of a default part. Statistics only for the first key, ``_time`` and
-    ``_diff``: a part is sorted by the keys, so only those ranges are selective (readers
-    prune by time; min/max of the other columns would span nearly their whole domain),
-    and computing them is a fifth of the write. ``_diff``'s range lets a scan for
-    retractions (``_diff < 0``) skip row groups of insertions unread. No dictionary for ``_time``: event times are
-    mostly distinct, and a dictionary the writer builds then abandons costs time and bytes.
+def _default_options(table: pa.Table, *, sorted_rows: bool = True) -> dict[str, Any]:
+    """Parquet options of a default part. Statistics only for the first key (of a sorted
+    part), ``_time`` and ``_diff``: a part is sorted by the keys, so only those ranges are
+    selective (readers prune by time; min/max of the other columns would span nearly their
+    whole domain), and computing them is a fifth of the write. ``_diff``'s range lets a scan
+    for retractions (``_diff < 0``) skip row groups of insertions unread. No dictionary for
+    ``_time``: event times are mostly distinct, and a dictionary the writer builds then
+    abandons costs time and bytes.
     """
-    first = table.column_names[0]
-    return {"write_statistics": list(dict.fromkeys([first, TIME, DIFF])),
+    first = [table.column_names[0]] if sorted_rows else []
+    return {"write_statistics": list(dict.fromkeys([*first, TIME, DIFF])),
             "use_dictionary": [c for c in table.column_names if c != TIME]}
 
 

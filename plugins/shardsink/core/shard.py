@@ -100,13 +100,15 @@ class Shard:
     # --- writing (the write handle) ---------------------------------------------
 
     def stage(self, table: pa.Table, *, lower: int, upper: int | None, desc_id: str,
-              schema: pa.Schema | None = None) -> StagedBatch:
+              schema: pa.Schema | None = None, order: st.PartOrder = "sorted") -> StagedBatch:
         """Validate, consolidate and write ``table`` as parts of description ``desc_id``.
 
         Nothing is written if the input is refused. Parts land under
         ``parts/<desc_id>/`` with fresh keys; they are invisible until committed.
+        ``order="unordered"``: write the validated rows as given, without sorting or
+        consolidating them (faster; every read is the same, compaction sorts them later).
         """
-        return self._writer.stage(table, lower=lower, upper=upper, desc_id=desc_id, schema=schema)
+        return self._writer.stage(table, lower=lower, upper=upper, desc_id=desc_id, schema=schema, order=order)
 
     def compare_and_append(self, staged: Sequence[StagedBatch], *, expected_upper: int,
                            new_upper: int | None, desc_id: str, writer: str | None = None,

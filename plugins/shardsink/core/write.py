@@ -20,7 +20,7 @@ import os
 import socket
 import uuid
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Literal
 
@@ -89,16 +89,22 @@ class WriteHandle:
 
     def stage(self, table: pa.Table, *, lower: int, upper: int | None, desc_id: str,
               schema: pa.Schema | None = None, label: str | None = None,
-              options: PartOptions = DEFAULT_PART_OPTIONS) -> StagedBatch:
+              options: PartOptions = DEFAULT_PART_OPTIONS, order: st.PartOrder | None = None) -> StagedBatch:
         """Validate, consolidate and write ``table`` as parts of description ``desc_id``.
 
         Nothing is written if the input is refused. Parts land under the description's
         prefix with fresh keys; they are invisible until committed. ``schema`` None: the
-        shard's (one head read).
+        shard's (one head read). ``order`` (None: ``options.order``): ``"sorted"`` parts are
+        consolidated and sorted; ``"unordered"`` parts hold the validated rows as given (no
+        sort, no consolidation; reads are the same, compaction sorts them later).
         """
         ck.check_desc_id(desc_id)
         ck.check_bounds(lower, upper)
         table = ck.as_table(table)
+        if order is not None:
+            if order not in st.PART_ORDERS:
+                raise InvalidUsageError(f"order must be 'sorted' or 'unordered', got {order!r}", value=str(order))
+            options = replace(options, order=order)
         if schema is not None and not isinstance(schema, pa.Schema):
             raise InvalidUsageError(f"schema must be a pyarrow.Schema, got {type(schema).__name__}")
         schema = schema if schema is not None else self._machine.head().version.header.schema

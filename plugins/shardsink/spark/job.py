@@ -56,14 +56,14 @@ def write_slot(job: IngestWriteRequest) -> dict[str, Any]:
         df, inputs = source.read_slot(spark, lower=desc.lower, upper=desc.upper, slot=job.slot, slots=job.slots,
                                       schema=schema, seals=seals(shard, head=head))
         parts = stage_dataframe(df, shard_url=job.shard_url, schema=schema, lower=desc.lower, upper=desc.upper,
-                                desc_id=desc.desc_id)
+                                desc_id=desc.desc_id, order=job.part_order)
         hooks.fire("write.staged", shard_url=job.shard_url, slot=job.slot, attempt=desc.attempt, desc_id=desc.desc_id,
                    parts=len(parts))
         doc = write_manifest(shard, desc, slot=job.slot, slots=job.slots, parts=parts, inputs=inputs)
     finally:
         spark.stop()
     return {"status": "staged", "slot": job.slot, "parts": len(parts), "rows": doc["rows"],
-            "inputs": len(inputs), "seconds": round(time.monotonic() - t0, 2)}
+            "inputs": len(inputs), "order": job.part_order, "seconds": round(time.monotonic() - t0, 2)}
 
 
 def write_correction_request(req: IngestCorrectRequest) -> dict[str, object]:

@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
+from shardsink.core.state import PartOrder
 from shardsink.errors import InvalidUsageError
 from shardsink.sinks.description import Description
 from shardsink.specs import SourceSpec
@@ -41,11 +42,14 @@ class RequestBase(msgspec.Struct, frozen=True, kw_only=True, tag_field="job"):
 
 
 class IngestWriteRequest(RequestBase, frozen=True, kw_only=True, tag="ingest_write"):
-    """Stage slot ``slot`` of ``slots`` of ``desc`` from ``source``."""
+    """Stage slot ``slot`` of ``slots`` of ``desc`` from ``source``, as ``part_order`` parts
+    (:data:`shardsink.core.state.PartOrder`; a request without it, from an older operator,
+    stages sorted parts)."""
 
     source: SourceSpec
     slot: int
     slots: int
+    part_order: PartOrder = "sorted"
 
 
 class IngestCorrectRequest(RequestBase, frozen=True, kw_only=True, tag="ingest_correct"):
