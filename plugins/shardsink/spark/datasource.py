@@ -23,10 +23,10 @@ the global sum to a Spark aggregation:
   job on a negative sum (corruption).
 * ``mode=changes``: user columns + ``_time`` + ``_diff`` for ``from <= _time < to``, times
   below ``since`` read as ``since`` (as :meth:`Shard.changes`; compaction may store them
-  either way). Each
-  part is consolidated per ``(row, _time)``, but parts staged by several Spark tasks for
-  one batch may repeat a ``(row, _time)``; :func:`~shardsink.spark.read.read_changes`
-  consolidates globally.
+  either way). A sorted
+  part is consolidated per ``(row, _time)`` (an unordered part is not), and parts staged by
+  several Spark tasks for one batch may repeat a ``(row, _time)``;
+  :func:`~shardsink.spark.read.read_changes` consolidates globally.
 
 **Planning happens at ``load()``** (in a Python worker the JVM starts on the driver):
 the state is read once, the frontier checked (ReadFrontierError, before any job), and
@@ -159,15 +159,16 @@ def select_parts(batches: Sequence[BatchMeta], lower: int, upper: int) -> list[P
 
 
 def isolated_parts(parts: Sequence[PartMeta], lower: int, upper: int) -> tuple[list[PartMeta], list[PartMeta]]:
-    """``parts`` split into those whose times in ``[lower, upper)`` overlap no other part's
-    and the rest.
+    """``parts`` split into sorted parts whose times in ``[lower, upper)`` overlap no other
+    part's, and the rest.
 
-    Every part is consolidated on its own, and two parts can only hold the same
-    ``(row, _time)`` if their time ranges overlap; so the updates of an isolated part need
-    no consolidation with any other part's.
+    A sorted part is consolidated on its own, and two parts can only hold the same
+    ``(row, _time)`` if their time ranges overlap; so the updates of an isolated sorted part
+    need no consolidation with any other part's. An unordered part may repeat a
+    ``(row, _time)`` within itself: it always needs the consolidation.
     """
     spans = sorted((max(p.min_time, lower), min(p.max_time, upper - 1), i) for i, p in enumerate(parts))
-    shared: set[int] = set()
+    shared: set[int] = {i for i, p in enumerate(parts) if not p.is_sorted}
     reach, owner = MIN_TIME - 1, -1  # the furthest end so far, and the part that has it
     for lo, hi, i in spans:
         if lo <= reach:

@@ -33,9 +33,9 @@ the pinned state version lists (pruned by batch bounds and each part's min/max t
 with the time filter and the ``_diff`` handling in Spark; otherwise they read through the
 Python data source (:mod:`shardsink.spark.datasource`). ``native="never"`` forces the
 data source, ``"always"`` refuses the fallback. Both give the same rows. ``changes``
-skips the global consolidation for parts whose time ranges overlap no other part's
-(every part is consolidated on its own), which is every part of a shard written one
-task per batch.
+skips the global consolidation for sorted parts whose time ranges overlap no other part's
+(a sorted part is consolidated on its own; an unordered one is always consolidated),
+which is every sorted part of a shard written one task per batch.
 
 HAZARD: Spark's grouping normalises NaN and -0.0 in float columns; rows differing
 only there are merged where pyarrow would keep them apart. A native read does not
