@@ -1,6 +1,6 @@
-"""Merging sorted, consolidated parts into fewer, larger ones, in bounded memory.
+"""Merging parts into fewer, larger, sorted and consolidated ones, in bounded memory.
 
-Every part is sorted by the user columns then ``_time`` and consolidated (core.consolidate).
+A sorted part is sorted by the user columns then ``_time`` and consolidated (core.consolidate).
 :func:`merge_parts` streams a k-way merge over them: each input is read record batch by
 record batch (``ParquetFile.iter_batches``), and a round emits every pooled row that is
 strictly below the smallest *last loaded* row among the inputs not yet exhausted (the
@@ -8,6 +8,12 @@ strictly below the smallest *last loaded* row among the inputs not yet exhausted
 bound: the emitted rows are final, and each group of equal ``(row, _time)`` is complete
 when emitted, so it is consolidated on the spot. Then the input that set the bound loads
 its next batch (so every round makes progress).
+
+Unordered parts (the fast ingest path, :data:`shardsink.core.state.PartOrder`) are first
+sorted into sorted runs in chunks of a memory budget, spilled to temporary Parquet files
+past the first (:mod:`shardsink.maintenance.runs`: an external sort's first phase); the
+k-way merge then reads those runs beside the sorted parts. ``MergeOptions.memory_budget``
+bounds that phase; the merge itself holds one batch per input, as before.
 
 SUBTLE: strictly below, not ``<=``: advancing times to ``since`` can make consecutive
 rows of ONE input equal (``(r, t1)`` and ``(r, t2)``, both below since), so the next
@@ -33,6 +39,7 @@ so each input stays sorted and the merge stays valid.
 from __future__ import annotations
 
 import io
+import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -42,12 +49,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from shardsink.core import floats as fl
 from shardsink.core.builder import BatchBuilder
 from shardsink.core.consolidate import consolidate
 from shardsink.core.state import PartMeta
-from shardsink.core.updates import DIFF, TIME
-from shardsink.errors import CorruptionError
+from shardsink.core.updates import TIME
+from shardsink.maintenance.runs import SORT_FACTOR, RunInput, RunOptions, RunStats, full_schema, part_batches, sort_runs
 
 _MARK = "__shardsink_bound"
 
@@ -56,17 +62,27 @@ _MARK = "__shardsink_bound"
 class MergeOptions:
     """Knobs of one merge. ``batch_rows``: rows per record batch read from an input;
     ``part_bytes``: decoded bytes per output part; ``small_bytes``: inputs up to this
-    decoded size are merged in one go."""
+    decoded size are merged in one go; ``memory_budget``: decoded bytes the sorting of
+    unordered inputs may hold (chunks of ``memory_budget / SORT_FACTOR`` are sorted, and
+    spilled past the first, under ``spill_dir``: None is the system's temporary folder)."""
 
     batch_rows: int = 65_536
     part_bytes: int = 64 * 1024 * 1024
     small_bytes: int = 32 * 1024 * 1024
     row_group_rows: int = 65_536
+    memory_budget: int = 512 * 1024 * 1024
+    spill_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.memory_budget, bool) or not isinstance(self.memory_budget, int) or self.memory_budget < 1:
+            raise ValueError(f"memory_budget must be a positive int (bytes), got {self.memory_budget!r}")
 
 
 @dataclass
 class MergeStats:
-    """What a merge did; ``peak_rows`` is the most rows it held decoded at once."""
+    """What a merge did; ``peak_rows`` is the most rows it held decoded at once; ``runs``:
+    sorted runs made of unordered inputs, ``spilled`` of them written to temporary files
+    (``spill_bytes`` in all)."""
 
     inputs: int = 0
     rows_in: int = 0
@@ -76,6 +92,9 @@ class MergeStats:
     streamed: bool = False
     batches_read: int = 0
     parts: list[PartMeta] = field(default_factory=list)
+    runs: int = 0
+    spilled: int = 0
+    spill_bytes: int = 0
 
 
 class PartSource(Protocol):
@@ -91,18 +110,6 @@ class PartSource(Protocol):
 
 #: Test hook: called with (input index, rows) for every record batch read from an input.
 OnBatch = Callable[[int, int], None]
-
-
-def _full_schema(schema: pa.Schema) -> pa.Schema:
-    return pa.schema([*schema, pa.field(TIME, pa.int64(), False), pa.field(DIFF, pa.int64(), False)])
-
-
-def _advance(table: pa.Table, since: int) -> pa.Table:
-    t = table.column(TIME)
-    if table.num_rows == 0 or pc.min(t).as_py() >= since:
-        return table
-    i = table.schema.get_field_index(TIME)
-    return table.set_column(i, table.schema.field(i), pc.max_element_wise(t, pa.scalar(since, pa.int64())))
 
 
 class _Writer:
@@ -165,52 +172,100 @@ def _open_all(source: PartSource, parts: Sequence[PartMeta]) -> list[pq.ParquetF
         return list(pool.map(source.open_part, parts))
 
 
-def _reader(f: pq.ParquetFile, p: PartMeta, source: PartSource, full: pa.Schema, since: int,
-            batch_rows: int) -> Iterator[pa.Table]:
-    try:
-        for rb in f.iter_batches(batch_size=batch_rows, columns=full.names):
-            yield _advance(fl.canonical_table(pa.Table.from_batches([rb]).cast(full)), since)
-    except CorruptionError:
-        raise
-    except Exception as e:
-        raise CorruptionError(f"part {source.url}/{p.key} is unreadable: {type(e).__name__}: {e}") from e
+def _counted(i: int, tables: Iterator[pa.Table], stats: MergeStats, on_batch: OnBatch | None) -> Iterator[pa.Table]:
+    """Input ``i``'s batches, counted in ``stats`` and reported to the test hook."""
+    for t in tables:
+        stats.batches_read += 1
+        if on_batch is not None:
+            on_batch(i, t.num_rows)
+        yield t
 
 
 def merge_parts(source: PartSource, parts: Sequence[PartMeta], schema: pa.Schema, *, into: BatchBuilder,
                 since: int, options: MergeOptions = MergeOptions(), on_batch: OnBatch | None = None) -> MergeStats:
-    """Merge ``parts`` (each sorted and consolidated, opened through ``source``) into
-    consolidated, sorted parts written by ``into`` (e.g. ``admin.builder(cid)``), with every
-    time below ``since`` advanced to ``since``. Returns the stats; ``stats.parts`` are the
-    written parts (none if everything cancelled out)."""
-    full = _full_schema(schema)
+    """Merge ``parts`` (opened through ``source``; sorted or unordered, see
+    :attr:`~shardsink.core.state.PartMeta.order`) into consolidated, sorted parts written by
+    ``into`` (e.g. ``admin.builder(cid)``), with every time below ``since`` advanced to
+    ``since``. Returns the stats; ``stats.parts`` are the written parts (none if everything
+    cancelled out)."""
+    full = full_schema(schema)
     keys = [*schema.names, TIME]
     stats = MergeStats(inputs=len(parts), rows_in=sum(p.rows for p in parts))
     out = _Writer(into, full, options, stats)
+    if not all(p.is_sorted for p in parts):
+        _merge_unordered(source, parts, full, keys, since, options, stats, out, on_batch)
+        out.flush()
+        return stats
     files = _open_all(source, parts)
-    decoded = sum(f.metadata.row_group(i).total_byte_size for f in files for i in range(f.metadata.num_row_groups))
-    if decoded <= options.small_bytes:
-        tables = []
-        for i, (f, p) in enumerate(zip(files, parts, strict=True)):
-            for t in _reader(f, p, source, full, since, options.batch_rows):
-                stats.batches_read += 1
-                if on_batch is not None:
-                    on_batch(i, t.num_rows)
-                tables.append(t)
+    readers = [_counted(i, part_batches(f, p, source.url, full, since, options.batch_rows), stats, on_batch)
+               for i, (f, p) in enumerate(zip(files, parts, strict=True))]
+    if _decoded(files) <= options.small_bytes:
+        tables = [t for r in readers for t in r]
         data = pa.concat_tables(tables) if tables else full.empty_table()
         stats.peak_rows = data.num_rows
         out.write(consolidate(data, keys))
         out.flush()
         return stats
     stats.streamed = True
-    _stream(files, parts, source, full, keys, since, options, stats, out, on_batch)
+    _stream(readers, keys, stats, out)
     out.flush()
     return stats
 
 
-def _stream(files: list[pq.ParquetFile], parts: Sequence[PartMeta], source: PartSource, full: pa.Schema,
-            keys: list[str], since: int, options: MergeOptions, stats: MergeStats, out: _Writer,
-            on_batch: OnBatch | None) -> None:
-    readers = [_reader(f, p, source, full, since, options.batch_rows) for f, p in zip(files, parts, strict=True)]
+def _decoded(files: Sequence[pq.ParquetFile]) -> int:
+    return sum(f.metadata.row_group(i).total_byte_size for f in files for i in range(f.metadata.num_row_groups))
+
+
+def _merge_unordered(source: PartSource, parts: Sequence[PartMeta], full: pa.Schema, keys: list[str], since: int,
+                     options: MergeOptions, stats: MergeStats, out: _Writer, on_batch: OnBatch | None) -> None:
+    """Merge inputs of which some are unordered: sort those into runs (spilled past the memory
+    budget, :func:`shardsink.maintenance.runs.sort_runs`), then stream the k-way merge over the
+    runs and the sorted parts. Sorted parts that fit ``small_bytes`` join the sort instead
+    (one sort of a small input, as the one-shot path does)."""
+    ordered = [(i, p) for i, p in enumerate(parts) if p.is_sorted]
+    files = _open_all(source, [p for _, p in ordered])
+    small = _decoded(files) <= options.small_bytes
+    to_sort: list[RunInput] = [(i, p, _opener(source, p)) for i, p in enumerate(parts) if not p.is_sorted]
+    if small:
+        to_sort += [(i, p, _opened(f)) for (i, p), f in zip(ordered, files, strict=True)]
+    run_stats = RunStats()
+
+    def on_read(i: int, rows: int) -> None:
+        stats.batches_read += 1
+        if on_batch is not None:
+            on_batch(i, rows)
+
+    with tempfile.TemporaryDirectory(prefix="shardsink-merge-", dir=options.spill_dir) as tmp:
+        runs = sort_runs(sorted(to_sort, key=lambda x: x[0]), source.url, full, keys, since,
+                         options=RunOptions(chunk_bytes=max(1, options.memory_budget // SORT_FACTOR),
+                                            batch_rows=options.batch_rows, row_group_rows=options.row_group_rows,
+                                            spill_dir=tmp),
+                         stats=run_stats, on_read=on_read)
+        stats.runs, stats.spilled, stats.spill_bytes = run_stats.runs, run_stats.spilled, run_stats.spill_bytes
+        stats.peak_rows = max(stats.peak_rows, run_stats.peak_rows)
+        streams = [] if small else [
+            _counted(i, part_batches(f, p, source.url, full, since, options.batch_rows), stats, on_batch)
+            for (i, p), f in zip(ordered, files, strict=True)]
+        del files
+        if not streams and len(runs) == 1:  # one sorted, consolidated run (times already advanced): as it is
+            for t in runs[0].batches(full, options.batch_rows):
+                out.write(t)
+        elif streams or runs:
+            stats.streamed = True
+            _stream([*streams, *(r.batches(full, options.batch_rows) for r in runs)], keys, stats, out)
+        out.flush()  # before the spill files go
+
+
+def _opener(source: PartSource, p: PartMeta) -> Callable[[], pq.ParquetFile]:
+    return lambda: source.open_part(p)
+
+
+def _opened(f: pq.ParquetFile) -> Callable[[], pq.ParquetFile]:
+    return lambda: f
+
+
+def _stream(readers: list[Iterator[pa.Table]], keys: list[str], stats: MergeStats, out: _Writer) -> None:
+    """The k-way merge of ``readers`` (each yields sorted, consolidated tables in order)."""
     last: dict[int, pa.Table] = {}  # input -> its last loaded row (1-row table), inputs not exhausted
     pool: list[pa.Table] = []
 
@@ -218,9 +273,6 @@ def _stream(files: list[pq.ParquetFile], parts: Sequence[PartMeta], source: Part
         for t in readers[i]:
             if t.num_rows == 0:
                 continue
-            stats.batches_read += 1
-            if on_batch is not None:
-                on_batch(i, t.num_rows)
             pool.append(t)
             last[i] = t.slice(t.num_rows - 1, 1)
             return

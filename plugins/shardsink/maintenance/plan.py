@@ -8,7 +8,9 @@ below it while the lower group's level is not above its own. Afterwards the leve
 the groups strictly decrease from oldest to newest, so there are at most
 ``log_F(total rows) + 1`` of them: live batches stay logarithmic in the number of
 appends, and each row is rewritten about ``log_F`` times over the shard's life.
-Only groups of two or more batches are merges to run.
+Only groups of two or more batches are merges to run, and a lone batch with unordered
+parts (the fast ingest path, :data:`shardsink.core.state.PartOrder`): compaction is what
+sorts and consolidates them.
 
 Batches holding re-processing corrections (parts under ``parts/<desc>/corrects-A_B/``,
 see :mod:`shardsink.sinks.reprocess`) are never merged: re-processing finds earlier
@@ -57,7 +59,7 @@ def level(rows: int, fan_in: int, min_rows: int = 1) -> int:
 
 
 def plan_merges(batches: Sequence[BatchMeta], options: PlanOptions = PlanOptions()) -> list[tuple[BatchMeta, ...]]:
-    """Runs of adjacent batches to merge (each of >= 2 batches), oldest first."""
+    """Runs of adjacent batches to merge (each of >= 2 batches, or one unordered batch), oldest first."""
     if options.fan_in < 2 or options.max_batches < 2 or options.min_rows < 1:
         raise InvalidUsageError(f"plan options {options} are invalid: fan_in and max_batches must be at least 2, "
                                 "min_rows at least 1")
@@ -65,7 +67,7 @@ def plan_merges(batches: Sequence[BatchMeta], options: PlanOptions = PlanOptions
     done: list[tuple[BatchMeta, ...]] = []
     for b in batches:
         if holds_corrections(b):  # a barrier: flush the groups before it, merge nothing across it
-            done += [tuple(g) for g, _ in stack if len(g) >= 2]
+            done += [tuple(g) for g, _ in stack if _worth_merging(g)]
             stack = []
             continue
         stack.append(([b], b.rows))
@@ -75,4 +77,9 @@ def plan_merges(batches: Sequence[BatchMeta], options: PlanOptions = PlanOptions
             if lb > lt or len(below) + len(top) > options.max_batches:
                 break
             stack[-2:] = [(below + top, rb + rt)]
-    return done + [tuple(g) for g, _ in stack if len(g) >= 2]
+    return done + [tuple(g) for g, _ in stack if _worth_merging(g)]
+
+
+def _worth_merging(group: Sequence[BatchMeta]) -> bool:
+    """Two or more batches, or one whose parts are not all sorted (its merge sorts them)."""
+    return len(group) >= 2 or any(b.order != "sorted" for b in group)
