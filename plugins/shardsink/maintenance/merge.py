@@ -2,12 +2,15 @@
 
 A sorted part is sorted by the user columns then ``_time`` and consolidated (core.consolidate).
 :func:`merge_parts` streams a k-way merge over them: each input is read record batch by
-record batch (``ParquetFile.iter_batches``), and a round emits every pooled row that is
+record batch (``ParquetFile.iter_batches``), and a round emits every loaded row that is
 strictly below the smallest *last loaded* row among the inputs not yet exhausted (the
 "bound"). Rows of an input arrive in order, so no row still to be read sorts below the
 bound: the emitted rows are final, and each group of equal ``(row, _time)`` is complete
 when emitted, so it is consolidated on the spot. Then the input that set the bound loads
-its next batch (so every round makes progress).
+its next batch (so every round makes progress). Each input's loaded rows stay sorted, so
+the rows below the bound are a prefix found by binary search (comparing rows as Python
+values in the sort's order, :func:`shardsink.maintenance.runs.row_key`), and only those
+are sorted together: every row is sorted once.
 
 Unordered parts (the fast ingest path, :data:`shardsink.core.state.PartOrder`) are first
 sorted into sorted runs in chunks of a memory budget, spilled to temporary Parquet files
@@ -53,9 +56,18 @@ from shardsink.core.builder import BatchBuilder
 from shardsink.core.consolidate import consolidate
 from shardsink.core.state import PartMeta
 from shardsink.core.updates import TIME
-from shardsink.maintenance.runs import SORT_FACTOR, RunInput, RunOptions, RunStats, full_schema, part_batches, sort_runs
-
-_MARK = "__shardsink_bound"
+from shardsink.maintenance.runs import (
+    SORT_FACTOR,
+    RowKey,
+    RunInput,
+    RunOptions,
+    RunStats,
+    full_schema,
+    part_batches,
+    row_key,
+    rows_below,
+    sort_runs,
+)
 
 
 @dataclass(frozen=True)
@@ -265,46 +277,46 @@ def _opened(f: pq.ParquetFile) -> Callable[[], pq.ParquetFile]:
 
 
 def _stream(readers: list[Iterator[pa.Table]], keys: list[str], stats: MergeStats, out: _Writer) -> None:
-    """The k-way merge of ``readers`` (each yields sorted, consolidated tables in order)."""
-    last: dict[int, pa.Table] = {}  # input -> its last loaded row (1-row table), inputs not exhausted
-    pool: list[pa.Table] = []
+    """The k-way merge of ``readers`` (each yields sorted, consolidated tables in order).
+
+    Each input keeps its loaded, not yet emitted rows (``pending``, still sorted). A round
+    takes the bound (the smallest last-loaded row of the inputs still being read), cuts
+    from every input the prefix strictly below it (a binary search: the rows are sorted),
+    sorts and consolidates only those prefixes together, and loads the next batch of the
+    input that set the bound. Every row is sorted once, not once per round it waits.
+    """
+    pending: list[pa.Table | None] = [None] * len(readers)
+    last: dict[int, RowKey] = {}  # input -> the key of its last loaded row, inputs not exhausted
 
     def load(i: int) -> None:
         for t in readers[i]:
             if t.num_rows == 0:
                 continue
-            pool.append(t)
-            last[i] = t.slice(t.num_rows - 1, 1)
+            p = pending[i]
+            pending[i] = t if p is None or p.num_rows == 0 else pa.concat_tables([p, t])
+            last[i] = row_key(t, t.num_rows - 1, keys)
             return
         last.pop(i, None)
 
     for i in range(len(readers)):
         load(i)
-    sort_keys = [(k, "ascending", "at_end") for k in keys]
-    while pool:
+    while last:
         stats.rounds += 1
-        carry = pa.concat_tables(pool)
-        pool.clear()
-        stats.peak_rows = max(stats.peak_rows, carry.num_rows)
-        if not last:
-            out.write(consolidate(carry, keys))
-            return
-        # The bound: the smallest last-loaded row of the inputs still being read.
-        ids = list(last)
-        lasts = pa.concat_tables([last[i] for i in ids])
-        first = pc.sort_indices(lasts, sort_keys=sort_keys)[0].as_py()
-        setter = ids[first]
-        bound = lasts.slice(first, 1)
-        # The bound sorts before data rows equal to it (mark 0 < 1): emit what precedes it.
-        marked = pa.concat_tables([
-            carry.append_column(_MARK, pa.array([1] * carry.num_rows, pa.int8())),
-            bound.append_column(_MARK, pa.array([0], pa.int8())),
-        ])
-        order = pc.sort_indices(marked, sort_keys=[*sort_keys, (_MARK, "ascending", "at_end")])
-        ordered = marked.take(order).drop_columns([_MARK])
-        at = pc.index(pc.take(marked.column(_MARK), order), pa.scalar(0, pa.int8())).as_py()
-        out.write(consolidate(ordered.slice(0, at), keys))
-        rest = ordered.slice(at + 1)
-        if rest.num_rows:
-            pool.append(rest)
+        setter = min(last, key=last.__getitem__)
+        bound = last[setter]
+        emit: list[pa.Table] = []
+        for i, p in enumerate(pending):
+            n = 0 if p is None else rows_below(p, bound, keys)
+            if p is not None and n:
+                emit.append(p.slice(0, n))
+                pending[i] = p.slice(n)
+        stats.peak_rows = max(stats.peak_rows, sum(p.num_rows for p in pending if p is not None)
+                              + sum(e.num_rows for e in emit))
+        if emit:
+            out.write(consolidate(pa.concat_tables(emit), keys))
         load(setter)
+    rest = [p for p in pending if p is not None and p.num_rows]
+    if rest:
+        tail = pa.concat_tables(rest)
+        stats.peak_rows = max(stats.peak_rows, tail.num_rows)
+        out.write(consolidate(tail, keys))

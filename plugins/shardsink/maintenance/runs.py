@@ -24,10 +24,12 @@ SORT_FACTOR``. Spill files live in a temporary folder the caller owns and remove
 
 from __future__ import annotations
 
+import math
 import os
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -69,6 +71,44 @@ def part_batches(f: pq.ParquetFile, p: PartMeta, url: str, full: pa.Schema, sinc
         raise
     except Exception as e:
         raise CorruptionError(f"part {url}/{p.key} is unreadable: {type(e).__name__}: {e}") from e
+
+
+#: A row's sort key as Python values (:func:`row_key`).
+RowKey = tuple[tuple[int, Any], ...]
+
+
+def row_key(table: pa.Table, j: int, keys: Sequence[str]) -> RowKey:
+    """Row ``j`` of ``table`` as a tuple that Python orders exactly as the merge's sort does
+    (:func:`shardsink.core.consolidate.consolidate`, ``pc.sort_indices`` with nulls last): per
+    column ``(0, value)``, NaN ``(1, 0)`` after every number, null ``(2, 0)`` last. Temporal
+    values compare as their integers; strings by code point (UTF-8's byte order), binary by
+    bytes. Floats are canonical on read (-0.0 is 0.0, :mod:`shardsink.core.floats`)."""
+    out: list[tuple[int, Any]] = []
+    for k in keys:
+        s = table.column(k)[j]
+        if not s.is_valid:
+            out.append((2, 0))
+            continue
+        t = s.type
+        if pa.types.is_temporal(t) and not pa.types.is_interval(t):
+            s = s.cast(pa.int32() if t.bit_width == 32 else pa.int64())
+        v = s.as_py()
+        out.append((1, 0) if isinstance(v, float) and math.isnan(v) else (0, v))
+    return tuple(out)
+
+
+def rows_below(table: pa.Table, bound: RowKey, keys: Sequence[str]) -> int:
+    """How many leading rows of ``table`` (sorted) sort strictly below ``bound`` (binary search)."""
+    lo, hi = 0, table.num_rows
+    if hi == 0 or row_key(table, hi - 1, keys) < bound:
+        return hi
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if row_key(table, mid, keys) < bound:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
 
 
 @dataclass
