@@ -208,3 +208,20 @@ def test_attempt_options_from_the_environment_are_the_example_dags_one_reading()
     for name in ("example_arrivals.py", "example_kafka.py"):  # the shared reading, not a copy of it
         text = (Path(__file__).resolve().parents[2] / "dags" / name).read_text()
         assert "AttemptOptions.from_env()" in text and "SHARDSINK_TASK_RETRY_DELAY_S\"" not in text, name
+
+
+def test_part_order_reaches_the_write_jobs_request_and_views_keep_sorted_parts(tmp_path: Path) -> None:
+    from shardsink.sinks.description import Description
+
+    assert _ingest(tmp_path).get_task("attempt_1.write").partial_kwargs["part_order"] == "sorted"
+    dag = _ingest(tmp_path, shard=ShardOptions(part_order="unordered"))
+    write = dag.get_task("attempt_1.write")
+    assert write.partial_kwargs["part_order"] == "unordered"
+    op = write.operator_class(task_id="w", shard_url="file:///s", source_spec=write.partial_kwargs["source_spec"],
+                              slots=1, slot=0, desc=None, part_order="unordered")
+    req = op.job_request(Description(desc_id="d-1", lower=0, upper=10, attempt=1))
+    assert req.part_order == "unordered", "the typed spark-submit request carries the order to the job"
+    with pytest.raises(InvalidUsageError, match="part_order"):
+        _ingest(tmp_path, shard=ShardOptions(part_order="shuffled"))  # type: ignore[arg-type]
+    with pytest.raises(InvalidUsageError, match="sorted parts"):
+        _view(tmp_path, shard=ShardOptions(part_order="unordered"))

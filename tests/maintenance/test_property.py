@@ -1,8 +1,11 @@
 """Property test: compaction and since advances never change what a reader can see.
 
 Extends the core model test's state machine (:class:`core.test_model.ShardModel`: random
-appends with retractions, retries, fresh handles) with compactions (random fan-in,
-streaming or one-shot merges) and since advances (retention or explicit targets).
+appends with retractions, retries, fresh handles) with appends of unordered parts (issue
+20: rows as given, duplicates of ``(row, time)`` allowed; alone or mixed with sorted parts in
+one batch), compactions (random fan-in, streaming or one-shot merges, a memory budget small
+enough that unordered input spills sorted runs, or not) and since advances (retention or
+explicit targets).
 Around every compaction, ``snapshot(t)`` for every ``t >= since`` (every time that
 matters: update times, since, upper - 1) and ``changes(a, b)`` for ``a >= since`` must be
 identical before and after, and equal the model.
@@ -16,6 +19,7 @@ consolidated; for ``a > since`` that is just the updates in ``[a, b)``.
 from __future__ import annotations
 
 import shutil
+import uuid
 from collections import Counter
 from typing import Any
 
@@ -23,9 +27,10 @@ import pytest
 from core.test_model import ShardModel, _settings
 from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule, run_state_machine_as_test
-from support import audit, changes_counter, consolidated, contents, snapshot_counter
+from support import audit, changes_counter, consolidated, contents, snapshot_counter, table_of
 
 from shardsink import ReadFrontierError
+from shardsink.core.state import PartOrder
 from shardsink.maintenance import CompactOptions, MergeOptions, PlanOptions, advance_since, compact, set_retention
 from shardsink_dev.testing import MotoServer
 
@@ -61,18 +66,48 @@ class MaintainedShardModel(ShardModel):
         for (a, b), got in feeds.items():
             assert got == consolidated(u for u in adv if a <= u[2] < b), f"changes({a}, {b}) differs from the model"
 
+    # --- unordered appends ----------------------------------------------------------
+
+    @precondition(lambda self: hasattr(self, "shard"))
+    @rule(span=st.integers(1, 5), data=st.data(),
+          orders=st.sampled_from([("unordered",), ("unordered", "sorted"), ("sorted", "unordered"),
+                                  ("unordered", "unordered")]))
+    def append_unordered_parts_at_upper(self, span: int, data: st.DataObject, orders: tuple[PartOrder, ...]) -> None:
+        """One batch staged as unordered parts (the rows shuffled, a row repeated), alone or
+        beside sorted parts of the same description."""
+        rows = self._batch(data, self.upper, self.upper + span)
+        if rows and data.draw(st.booleans(), label="repeat a (row, time)"):
+            k, n, t, _ = rows[0]
+            rows.append((k, n, t, 1))  # an insert never makes a multiplicity negative
+        rows = data.draw(st.permutations(rows), label="row order")
+        cut = data.draw(st.integers(0, len(rows)), label="cut") if len(orders) == 2 else len(rows)
+        desc = f"u{len(self.batches)}-{uuid.uuid4().hex[:6]}"
+        lower, upper = self.upper, self.upper + span
+        staged = [self.shard.stage(table_of(piece), lower=lower, upper=upper, desc_id=desc, order=order)
+                  for piece, order in zip((rows[:cut], rows[cut:]), orders, strict=False)]
+        r = self.shard.compare_and_append(staged, expected_upper=lower, new_upper=upper, desc_id=desc)
+        assert (r.status, r.seqno) == ("committed", self.seqno + 1), r
+        self.seqno += 1
+        self.upper = upper
+        self.updates.extend(rows)
+        self.committed[desc] = rows
+        self.batches[desc] = (lower, upper, rows, r.seqno)
+
     # --- maintenance rules --------------------------------------------------------
 
     @precondition(lambda self: hasattr(self, "shard"))
-    @rule(fan_in=st.integers(2, 4), streamed=st.booleans(), batch_rows=st.integers(1, 4))
-    def compact_changes_nothing_visible(self, fan_in: int, streamed: bool, batch_rows: int) -> None:
+    @rule(fan_in=st.integers(2, 4), streamed=st.booleans(), batch_rows=st.integers(1, 4),
+          budget=st.sampled_from([1, 2_000, 1 << 30]))
+    def compact_changes_nothing_visible(self, fan_in: int, streamed: bool, batch_rows: int, budget: int) -> None:
         before = self._view() if self.upper > self.since else None
         opts = CompactOptions(plan=PlanOptions(fan_in=fan_in),
-                              merge=MergeOptions(batch_rows=batch_rows, small_bytes=0 if streamed else 1 << 30))
+                              merge=MergeOptions(batch_rows=batch_rows, small_bytes=0 if streamed else 1 << 30,
+                                                 memory_budget=budget))
         res = compact(self.shard, options=opts)
         assert all(m.status == "applied" for m in res.merges), res
         self.seqno += len(res.merges)
         self.compactions += len(res.merges)
+        assert all(b.order == "sorted" for b in self.shard.batches()), "compaction left unordered parts"
         if before is not None:
             after = self._view()
             assert after == before, "a compaction changed a snapshot or a change feed"

@@ -31,6 +31,37 @@ def test_only_parts_whose_time_ranges_overlap_need_consolidating_together() -> N
     assert [p.key for p in alone] == ["a", "d", "e"] and [p.key for p in shared] == ["b", "c"]
 
 
+def test_an_unordered_part_is_always_consolidated_even_alone_in_its_time_range() -> None:
+    """An unordered part may repeat a (row, time) within itself (issue 20's fast ingest path)."""
+    parts = [PartMeta("a", 1, 1, 0, 9), PartMeta("u", 2, 1, 10, 19, "unordered"), PartMeta("f", 1, 1, 50, 60)]
+    alone, shared = isolated_parts(parts, 0, 100)
+    assert [p.key for p in alone] == ["a", "f"] and [p.key for p in shared] == ["u"]
+
+
+def test_reads_over_unordered_parts_staged_by_spark_equal_the_shard_on_both_read_paths(spark: Any,
+                                                                                       tmp_path: Any) -> None:
+    from shardsink import StagedBatch
+    from shardsink.spark.stage import stage_dataframe
+
+    s = Shard.create(f"file://{tmp_path}/unordered", SCHEMA)
+    rows = [("b", 1.0, 3, 1), ("a", 2.0, 1, 1), ("b", 1.0, 3, 2), ("c", None, 2, 1), ("a", 2.0, 1, -1),
+            (None, 0.5, 5, 1), ("b", 1.0, 3, -1)]
+    df = spark.createDataFrame(rows, "k string, x double, _time long, _diff long").repartition(2)
+    parts = stage_dataframe(df, shard_url=s.url, schema=SCHEMA, lower=0, upper=10, desc_id="u1", order="unordered")
+    assert parts and all(p.order == "unordered" for p in parts)
+    assert sum(p.rows for p in parts) == len(rows), "unordered staging neither sorts nor consolidates"
+    s.compare_and_append([StagedBatch("u1", 0, 10, tuple(parts))], expected_upper=0, new_upper=10, desc_id="u1")
+    s.append(pa.table({"k": ["b"], "x": [1.0], "_time": [12], "_diff": [-1]}), lower=10, upper=20, desc_id="s2")
+    assert [b.order for b in s.batches()] == ["unordered", "sorted"]
+    with ShardReads(spark, native="never") as slow, ShardReads(spark, native="always") as fast:
+        for lo, hi in [(0, 20), (0, 10), (3, 4), (1, 2)]:
+            want = sorted((tuple(r.values()) for r in s.changes(lo, hi).to_pylist()), key=repr)
+            assert _rows(fast.changes(s.url, lo, hi)) == _rows(slow.changes(s.url, lo, hi)) == want, (lo, hi)
+        for as_of in (0, 1, 3, 9, 19):
+            want = sorted((tuple(r.values()) for r in s.snapshot(as_of).to_pylist()), key=repr)
+            assert _rows(fast.snapshot(s.url, as_of)) == _rows(slow.snapshot(s.url, as_of)) == want, as_of
+
+
 def _rows(df: Any) -> list[tuple[Any, ...]]:
     return sorted((tuple(r) for r in df.collect()), key=repr)
 

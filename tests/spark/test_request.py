@@ -45,6 +45,7 @@ def _job(name: str) -> ModuleType:
 
 REQUESTS: list[JobRequest] = [
     IngestWriteRequest(shard_url="s3://b/shard", source=LANDING, desc=DESC, slot=1, slots=3),
+    IngestWriteRequest(shard_url="s3://b/shard", source=LANDING, desc=DESC, slot=0, slots=1, part_order="unordered"),
     IngestWriteRequest(shard_url="s3://b/shard", desc=DESC, slot=0, slots=1,
                        source=CustomSpec(target="my.mod:Src", options={"remap": "s3://b/r", "n": [1, 2]})),
     IngestCorrectRequest(shard_url="s3://b/shard",
@@ -73,11 +74,12 @@ def test_a_bad_request_is_refused_naming_the_field() -> None:
         ({**good, "format": "shardsink.job-request/9"}, r"unsupported format.*`\$\.format`"),
         ({**good, "job": "view_write"}, r"missing required field `view`"),
         ({**good, "slot": 3}, r"slot 3 is not in \[0, 3\) - at `\$\.slot`"),
+        ({**good, "part_order": "shuffled"}, r"at `\$\.part_order`"),
     ]
     for doc, match in cases:
         with pytest.raises(InvalidUsageError, match=match):
             decode_request(json.dumps(doc), IngestWriteRequest)
-    view = encode_request(REQUESTS[3])
+    view = encode_request(REQUESTS[4])
     with pytest.raises(InvalidUsageError, match=r"job 'view_write' sent to the 'ingest_write' application"):
         decode_request(view, IngestWriteRequest)
     no_range = IngestCorrectRequest(shard_url="s3://b/shard", source=LANDING, desc=DESC)
@@ -85,6 +87,13 @@ def test_a_bad_request_is_refused_naming_the_field() -> None:
         decode_request(encode_request(no_range), IngestCorrectRequest)
     with pytest.raises(InvalidUsageError, match="not JSON"):
         decode_request("--shard-url", IngestWriteRequest)
+
+
+def test_a_write_request_without_a_part_order_from_an_older_operator_stages_sorted_parts() -> None:
+    doc = json.loads(encode_request(REQUESTS[1]))
+    assert doc["part_order"] == "unordered"
+    del doc["part_order"]
+    assert decode_request(json.dumps(doc), IngestWriteRequest).part_order == "sorted"
 
 
 @pytest.mark.parametrize("name", ["ingest_write", "ingest_correct", "view_write"])

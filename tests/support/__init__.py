@@ -121,7 +121,8 @@ def audit(blob: Blob, committed: Mapping[str, Iterable[Row]], *, url: str | None
     * each description id appears in exactly one version, and the set of committed
       description ids equals the model's: nothing lost, nothing duplicated, nothing
       phantom;
-    * every part a live batch references exists (nothing referenced was deleted);
+    * every part a live batch references exists (nothing referenced was deleted), and one
+      recorded as sorted (no ``order``, or ``"sorted"``) is sorted and consolidated;
     * the updates in the referenced parts, read directly, equal the model's; and the
       library's snapshot at ``upper - 1`` and change feed over ``[initial, upper)``
       equal the model.
@@ -178,14 +179,22 @@ def audit(blob: Blob, committed: Mapping[str, Iterable[Row]], *, url: str | None
     missing = referenced - parts
     assert not missing, f"parts referenced by the state are missing: {sorted(missing)}"
 
-    # The data, read straight from the referenced parts.
+    # The data, read straight from the referenced parts. A part recorded without an order (or
+    # "sorted") must be consolidated and sorted; an "unordered" one may hold rows in any order.
+    orders = {p["key"]: p.get("order", "sorted") for b in live.values() for p in b["parts"]}
     stored: Counter[tuple[str, int, int]] = Counter()
     for key in sorted(referenced):
         got = blob.get(key)
         assert got is not None, f"part {key} vanished"
+        assert orders[key] in ("sorted", "unordered"), f"part {key} records an unknown order {orders[key]!r}"
+        seen: list[tuple[tuple[bool, Any], ...]] = []  # (is null, value) per key: nulls sort last
         for r in pq.read_table(pa.BufferReader(got.data)).to_pylist():
             assert r["_diff"] != 0, f"part {key} holds a zero diff"
             stored[(r["k"], r["n"], max(r["_time"], since))] += r["_diff"]
+            seen.append(tuple((v is None, 0 if v is None else v) for v in (r["k"], r["n"], r["_time"])))
+        if orders[key] == "sorted":
+            assert all(a < b for a, b in itertools.pairwise(seen)), (
+                f"part {key} is recorded as sorted but is not sorted and consolidated by (row, time)")
     stored = Counter({k: d for k, d in stored.items() if d != 0})
     everything = [row for rows in model.values() for row in rows]
     # Compaction may have advanced times below since to since: compare at that resolution.
