@@ -30,7 +30,6 @@ import pyarrow as pa
 import pytest
 
 from shardsink.airflow.view import ViewWriteOperator
-from shardsink.core import fate as ft
 from shardsink.core import leases as ls
 from shardsink.core import shard as core_shard
 from shardsink.core.shard import Shard
@@ -105,19 +104,6 @@ def reads(monkeypatch: pytest.MonkeyPatch) -> Iterator[Reads]:
     monkeypatch.setattr(ls, "acquire_pinned", seen.leased(ls.acquire_pinned))
     yield seen
 
-
-@pytest.fixture
-def fates(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
-    """How many times each description's fate was decided (the real rule runs; this only counts)."""
-    seen: Counter[str] = Counter()
-    real = ft.decide
-
-    def counting(ev: ft.Evidence, desc_id: str, lower: int) -> ft.Fate:
-        seen[desc_id] += 1
-        return real(ev, desc_id, lower)
-
-    monkeypatch.setattr(ft, "decide", counting)
-    return seen
 
 
 def mint(v: View, out_url: str, run_id: str) -> Description:
