@@ -67,9 +67,9 @@ ui: venv
 # Three pytest processes side by side on two cores: the real-Airflow tests (tests/airflow)
 # mostly wait (Airflow parses and schedules, spark-submit starts JVMs) while the rest mostly
 # computes. The Airflow tests run as two groups balanced on measured durations (pytest
-# --durations, 2026-11-24: the real-scheduler backfill 556 s and re-processing 517 s, with the
-# AWS-connection 140 s and reclock DAG 90 s tests, against the other ~1,290 s). Their logs
-# follow the first process's.
+# --durations, fresh clone, 2026-11-24 16:19: the real-scheduler backfill 480 s and
+# re-processing 279 s, with the AWS-connection and reclock DAG tests: group 1 963 s, against
+# group 2 1,013 s and the rest 882 s). Their logs follow the first process's.
 AIRFLOW_GROUP := tests/airflow/test_backfill_concurrency.py tests/airflow/test_reprocess_dry_run.py \
 	tests/airflow/test_aws_connection.py tests/airflow/test_reclock_dag.py
 test: venv java chromium

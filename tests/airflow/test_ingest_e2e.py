@@ -29,11 +29,14 @@ def test_every_dag_file_imports_cleanly(af: Env) -> None:
 
 
 def test_runs_ingest_exactly_once_and_rerun_changes_nothing(af: Env) -> None:
+    """The first run writes with two slots (the DAG's default; multi-slot ingest is proved here),
+    the second with one: what it adds is the next interval after a committed one, and a second
+    slot would only be another spark-submit."""
     generate(af.landing, start=START, days=2, files_per_day=2, rows_per_file=150)
     ok(af.dags_test("2024-01-02"))  # covers [Jan 1, Jan 2)
     shard = Shard.open(af.shard_url)
     assert shard.info().upper == START + DAY
-    ok(af.dags_test("2024-01-03"))
+    ok(af.dags_test("2024-01-03", extra={"SHARDSINK_WRITERS": "1"}))
     info = shard.info()
     assert info.upper == START + 2 * DAY and info.seqno == 2
     assert_exactly_once(af.shard_url, af.landing, START, START + 2 * DAY)

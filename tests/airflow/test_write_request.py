@@ -44,3 +44,33 @@ def test_the_view_operator_sends_the_view_spec() -> None:
                            application="app.py")
     assert decode_request(op.job_args(DESC)[1], ViewWriteRequest) == ViewWriteRequest(
         shard_url="s3://b/view", view=view, desc=DESC)
+
+
+def test_the_ingest_operator_passes_the_version_it_decided_at_so_the_job_reads_no_head(tmp_path: Path) -> None:
+    """The write task's one head read is the operator's: its fate decision's version goes to the
+    job as ``decided_at``, and the job works from that immutable version (no head read, no fate)."""
+    import pyarrow as pa
+
+    from shardsink.core.shard import Shard
+    from shardsink.spark.job import slot_facts
+
+    url = f"file://{tmp_path}/shard"
+    Shard.create(url, pa.schema([("x", pa.int64())]), upper=100)  # DESC [100, 200) may still commit
+    src = LandingSource(str(tmp_path / "landing"))
+    op = IngestWriteOperator(task_id="write", shard_url=url, source_spec=src.spec(), slots=1, slot=0,
+                             desc=to_builtins(DESC), application="app.py")
+    assert op.committed_already(DESC) is None
+    req = decode_request(op.job_args(DESC)[1], IngestWriteRequest)
+    assert req.decided_at == Shard(url).reader().head().seqno
+    job_shard = Shard(url)
+    head, done = slot_facts(job_shard, req)
+    assert done is None and head.seqno == req.decided_at and head.header.upper == 100
+    by = job_shard.blob.requests_by_kind  # type: ignore[attr-defined]
+    head_reads = [n for (method, kind), n in by.items() if kind == "state" or (method, kind) == ("list", "state/v")]
+    assert sum(head_reads) == 0
+    # Without a decision (a job submitted by hand), the job reads the head once and decides itself.
+    alone = Shard(url)
+    head2, done2 = slot_facts(alone, IngestWriteRequest(shard_url=url, source=req.source, desc=DESC, slot=0, slots=1))
+    assert done2 is None and head2.seqno == head.seqno
+    by2 = alone.blob.requests_by_kind  # type: ignore[attr-defined]
+    assert sum(n for (method, kind), n in by2.items() if kind == "state" and method == "get") == 1

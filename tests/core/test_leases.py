@@ -141,3 +141,15 @@ def test_keeper_reports_a_lost_lease(shard: Shard) -> None:
     keeper.renew_all()
     with pytest.raises(LeaseLostError, match=lease.lease_id):
         keeper.close()
+
+
+def test_a_lease_taken_from_the_tasks_version_reads_the_head_once_and_pins_that_read(shard: Shard) -> None:
+    """The check before writing uses the version the task already read; the one head read is the
+    re-check after the lease is written, and the leased read takes its parts from that version."""
+    task = Shard(shard.url)
+    v = task.reader().head()
+    before = task.blob.requests_by_kind[("get", "state")]  # type: ignore[attr-defined]
+    lease, pinned = ls.acquire_pinned(task, v.header.upper - 1, holder="t", head=v)
+    assert task.blob.requests_by_kind[("get", "state")] - before == 1  # type: ignore[attr-defined]
+    assert pinned.seqno >= v.seqno and lease.seqno == v.seqno
+    assert [x.lease_id for x in ls.all_leases(shard)] == [lease.lease_id]

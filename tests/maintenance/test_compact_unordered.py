@@ -8,7 +8,6 @@ from __future__ import annotations
 import datetime as dt
 import io
 import random
-from collections import Counter
 from pathlib import Path
 
 import pyarrow as pa

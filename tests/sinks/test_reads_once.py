@@ -20,7 +20,6 @@ import pyarrow as pa
 import pytest
 
 from shardsink import hooks
-from shardsink.core import fate as ft
 from shardsink.core.shard import Shard
 from shardsink.sinks.description import Description
 from shardsink.sinks.ingest import Seen, append_chain, committed, mint_chain, open_with_info, read_watermark
@@ -53,19 +52,6 @@ def head_reads(shard: Shard) -> int:
     by = shard.blob.requests_by_kind  # type: ignore[attr-defined]
     return int(by[("get", key_class("state/LATEST.json"))] + by[("list", "state/v")])
 
-
-@pytest.fixture
-def fates(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
-    """How many times each description's fate was decided (the real rule runs; this only counts)."""
-    seen: Counter[str] = Counter()
-    real = ft.decide
-
-    def counting(ev: ft.Evidence, desc_id: str, lower: int) -> ft.Fate:
-        seen[desc_id] += 1
-        return real(ev, desc_id, lower)
-
-    monkeypatch.setattr(ft, "decide", counting)
-    return seen
 
 
 @pytest.fixture

@@ -53,6 +53,7 @@ REQUESTS: list[JobRequest] = [
                          source=KafkaSpec(bootstrap="h:1", topic="t", remap="s3://b/remap", route_by="team",
                                           outputs={"a": "s3://b/a"}, output="a")),
     ViewWriteRequest(shard_url="s3://b/view", desc=DESC, view={"sql": "select 1 as x", "inputs": {}}),
+    ViewWriteRequest(shard_url="s3://b/view", desc=DESC, view={"sql": "select 1 as x", "inputs": {}}, decided_at=7),
 ]
 
 
@@ -82,6 +83,8 @@ def test_a_bad_request_is_refused_naming_the_field() -> None:
     view = encode_request(REQUESTS[4])
     with pytest.raises(InvalidUsageError, match=r"job 'view_write' sent to the 'ingest_write' application"):
         decode_request(view, IngestWriteRequest)
+    with pytest.raises(InvalidUsageError, match=r"decided_at -1 is not a seqno.*`\$\.decided_at`"):
+        decode_request(json.dumps({**json.loads(view), "decided_at": -1}), ViewWriteRequest)
     no_range = IngestCorrectRequest(shard_url="s3://b/shard", source=LANDING, desc=DESC)
     with pytest.raises(InvalidUsageError, match=r"`\$\.desc\.corrects`"):
         decode_request(encode_request(no_range), IngestCorrectRequest)

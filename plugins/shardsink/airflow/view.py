@@ -96,10 +96,16 @@ class ViewWriteOperator(ShardWriteOperator):
         super().__init__(source_spec=view_spec, slots=1, **kwargs)
 
     def committed_already(self, d: Description) -> Committed | None:
-        try:  # the fate's read is the one head read (no output shard yet: not committed)
-            return committed(Shard(self.shard_url), d)
+        """The task's one head read of the output (no output shard yet: not committed): the fate
+        is decided from it, and its seqno goes to the job (``decided_at``)."""
+        shard = Shard(self.shard_url)
+        try:
+            head = shard.reader().head()
         except ShardNotFoundError:
             return None
+        self._decided_at = head.seqno
+        return committed(shard, d, head=head)
 
     def job_request(self, d: Description) -> JobRequest:
-        return ViewWriteRequest(shard_url=self.shard_url, view=dict(self.source_spec), desc=d)
+        return ViewWriteRequest(shard_url=self.shard_url, view=dict(self.source_spec), desc=d,
+                                decided_at=self._decided_at)

@@ -72,15 +72,24 @@ class ShardWriteOperator(ShardTaskMixin, SparkSubmitOperator):
         self.aws_conn_id = aws_conn_id
         self.part_order: PartOrder = part_order  # how ingest slots stage parts (the request carries it)
         self._secret_env: dict[str, str] = {}
+        #: The state version :meth:`committed_already` decided at (passed to the job: one read per task).
+        self._decided_at: int | None = None
 
     def committed_already(self, d: Description) -> Committed | None:
-        """The commit of ``d`` if it landed (then the JVM is skipped). Hook for subclasses."""
-        return committed(Shard(self.shard_url), d)  # the fate's read is the one head read
+        """The commit of ``d`` if it landed (then the JVM is skipped). Hook for subclasses.
+
+        The task's one head read: the fate is decided from it, and its seqno goes to the job
+        (``decided_at``), which reads that immutable version instead of the head."""
+        shard = Shard(self.shard_url)
+        head = shard.reader().head()
+        self._decided_at = head.seqno
+        return committed(shard, d, head=head)
 
     def job_request(self, d: Description) -> JobRequest:
         """The job's request for description ``d`` (:mod:`shardsink.spark.request`). Hook for subclasses."""
         return IngestWriteRequest(shard_url=self.shard_url, source=spec_from_builtins(self.source_spec), desc=d,
-                                  slot=self.slot, slots=self.slots, part_order=self.part_order)
+                                  slot=self.slot, slots=self.slots, part_order=self.part_order,
+                                  decided_at=self._decided_at)
 
     def job_args(self, d: Description) -> list[str]:
         """The application's arguments for description ``d``: its encoded request (``execute`` adds

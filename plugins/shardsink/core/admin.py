@@ -278,8 +278,7 @@ class AdminHandle:
         objects may go (GC: registered ``expiry="after_grace"`` and older than its grace).
         """
         for key in doomed:
-            if (key.startswith(keys.CORE_PREFIXES) or ".." in key.split("/")
-                    or not any(o.matches(key) for o in keys.registered())):
+            if not keys.is_registered_root(key):
                 raise InvalidUsageError(f"{key!r} is not a registered root object; not deleted", value=key[:300])
         self._m.blob.delete_many(list(doomed))
         return len(doomed)

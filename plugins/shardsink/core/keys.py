@@ -152,6 +152,13 @@ def registered() -> tuple[RootObject, ...]:
         return tuple(_registered.values())
 
 
+def is_registered_root(key: str) -> bool:
+    """Whether ``key`` is a root object (or under a root folder) a capability registered, and
+    nothing of core's own layout (state, parts, manifests, leases, the hint)."""
+    return (bool(key) and not key.startswith(CORE_PREFIXES) and key != LATEST and ".." not in key.split("/")
+            and any(o.matches(key) for o in registered()))
+
+
 def known(key: str) -> bool:
     """Whether ``key`` belongs to the layout: core's prefixes, the hint, or a registered root object."""
     return key.startswith(CORE_PREFIXES) or any(o.matches(key) for o in registered())

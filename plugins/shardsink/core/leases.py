@@ -44,6 +44,7 @@ import msgspec
 
 from shardsink.core import checks as ck
 from shardsink.core import keys
+from shardsink.core import state as st
 from shardsink.core.documents import ENCODER, decode_doc
 from shardsink.core.machine import Machine
 from shardsink.errors import InvalidUsageError, LeaseLostError, ReadFrontierError, ShardsinkError
@@ -109,29 +110,44 @@ def _decode(data: bytes, *, where: str) -> Lease:
 
 
 def acquire(shard: LeaseHost, as_of: int, *, holder: str, ttl_s: float = DEFAULT_TTL_S,
-            clock: Clock = time.time) -> Lease:
+            clock: Clock = time.time, head: st.Version | None = None) -> Lease:
     """Take a lease at ``as_of`` on ``shard``; ReadFrontierError if ``as_of < since``.
 
     Checks ``since`` before writing (no lease objects on a bad call or a missing shard)
     and again after (see the module docstring). The upper bound of a read is the
-    caller's business: a lease only holds ``since`` back.
+    caller's business: a lease only holds ``since`` back. ``head``: see :func:`acquire_pinned`.
+    """
+    return acquire_pinned(shard, as_of, holder=holder, ttl_s=ttl_s, clock=clock, head=head)[0]
+
+
+def acquire_pinned(shard: LeaseHost, as_of: int, *, holder: str, ttl_s: float = DEFAULT_TTL_S,
+                   clock: Clock = time.time, head: st.Version | None = None) -> tuple[Lease, st.Version]:
+    """:func:`acquire`, returning also the version of the re-check read after the lease was
+    written: the version a leased read takes its parts from (GC, which lists leases after it
+    computes its horizon, keeps every part that version references while the lease lives).
+
+    ``head``: a version of ``shard`` the caller already read (its one head read) for the check
+    before writing; else a fresh head read. SUBTLE: only the re-check must be fresh (it is
+    what makes the lease visible to every ``since`` advance after it); the check before is a
+    courtesy (no lease object on a bad call), which any version the caller read can give.
     """
     ck.check_seconds(ttl_s, what="lease ttl", positive=True)
     ck.check_time(as_of, what="lease as_of")
     if not isinstance(holder, str) or not holder:
         raise InvalidUsageError(f"lease holder {holder!r} must be a non-empty string")
-    head = shard.machine.head().version
+    head = head if head is not None else shard.machine.head().version
     _check_since(shard, head.header.since, as_of)
     now = clock()
     lease = Lease(lease_id=uuid.uuid4().hex, as_of=as_of, seqno=head.seqno, holder=holder, acquired_at=now,
                   expires_at=now + ttl_s)
     shard.blob.put(lease.key, _encode(lease))
     try:
-        _check_since(shard, shard.machine.head().version.header.since, as_of)
+        pinned = shard.machine.head().version
+        _check_since(shard, pinned.header.since, as_of)
     except ShardsinkError:
         release(shard, lease)
         raise
-    return lease
+    return lease, pinned
 
 
 def _check_since(shard: LeaseHost, since: int, as_of: int) -> None:
@@ -215,14 +231,19 @@ class LeaseKeeper:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def acquire(self, shard: LeaseHost, as_of: int, *, holder: str) -> Lease:
-        lease = acquire(shard, as_of, holder=holder, ttl_s=self.ttl_s, clock=self.clock)
+    def acquire(self, shard: LeaseHost, as_of: int, *, holder: str, head: st.Version | None = None) -> Lease:
+        return self.acquire_pinned(shard, as_of, holder=holder, head=head)[0]
+
+    def acquire_pinned(self, shard: LeaseHost, as_of: int, *, holder: str,
+                       head: st.Version | None = None) -> tuple[Lease, st.Version]:
+        """Take and keep a lease (:func:`acquire_pinned`): the lease and the version to read from."""
+        lease, pinned = acquire_pinned(shard, as_of, holder=holder, ttl_s=self.ttl_s, clock=self.clock, head=head)
         with self._lock:
             self.held.append((shard, lease))
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="shardsink-leases", daemon=True)
                 self._thread.start()
-        return lease
+        return lease, pinned
 
     def leases(self) -> Sequence[Lease]:
         with self._lock:

@@ -17,8 +17,7 @@ from shardsink.storage.url import open_blob
 
 
 def _registered(key: str) -> str:
-    if key.startswith(keys.CORE_PREFIXES) or key == keys.LATEST or ".." in key.split("/") or not any(
-            o.matches(key) for o in keys.registered()):
+    if not keys.is_registered_root(key):
         raise InvalidUsageError(f"{key!r} is not a registered root object (shardsink.core.keys.register_root)",
                                 value=key[:300])
     return key

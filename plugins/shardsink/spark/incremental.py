@@ -51,7 +51,7 @@ from shardsink.errors import ReadFrontierError
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-    from shardsink.core.state import CommitInfo
+    from shardsink.core.state import CommitInfo, Version
     from shardsink.sinks.materialize import View
     from shardsink.spark.read import ShardReads
 
@@ -91,17 +91,20 @@ def fingerprint(shaped: DataFrame, v: View, *, input_schema: str) -> str | None:
 
 
 def plan(reads: ShardReads, v: View, *, fp: str | None, output: Shard | None, input_url: str,
-         lower: int) -> Plan:
+         lower: int, head: Version | None = None) -> Plan:
     """Decide the basis of the run ``[lower, ...)`` (module docstring).
 
     Incremental only: a lease at ``lower - 1`` on the input is then held by ``reads``.
+    ``head``: the output's state version the caller works from (e.g. the one its write task
+    decided the fate at; a newer commit that changes the contents makes the run lose at
+    append anyway), else one head read of ``output``.
     """
     if fp is None:
         return Plan(basis="full", props={})
     full = Plan(basis="full", props={FINGERPRINT: fp, BASIS: "full", RUN: "0"})
     if output is None or v.full_every <= 1:
         return full
-    prior = _content_commit(output)
+    prior = _content_commit(output, head=head)
     if prior is None or prior.kind != "append" or prior.upper != lower:
         return full
     props = dict(prior.props)
@@ -111,17 +114,18 @@ def plan(reads: ShardReads, v: View, *, fp: str | None, output: Shard | None, in
     if run >= v.full_every:
         return full
     try:
-        reads.keeper.acquire(Shard.open(input_url), lower - 1, holder=reads.holder)
+        reads.keeper.acquire(Shard(input_url), lower - 1, holder=reads.holder)  # the lease reads the head
     except ReadFrontierError:  # the input was compacted past lower - 1
         return full
     return Plan(basis="incremental", props={FINGERPRINT: fp, BASIS: "incremental", RUN: str(run)})
 
 
-def _content_commit(shard: Shard) -> CommitInfo | None:
+def _content_commit(shard: Shard, *, head: Version | None = None) -> CommitInfo | None:
     """The newest commit of ``shard`` that may have changed its contents, or None if it
-    is further back than :data:`_LOOK_BACK` commits or its version is gone."""
+    is further back than :data:`_LOOK_BACK` commits or its version is gone. ``head``: the
+    version to walk back from (else one head read)."""
     reader = shard.reader()
-    head = reader.head()
+    head = head if head is not None else reader.head()
     for seqno in range(head.seqno, max(-1, head.seqno - _LOOK_BACK), -1):
         version = head if seqno == head.seqno else reader.version(seqno)
         if version is None:

@@ -16,9 +16,14 @@ the append step deletes (see shardsink.sinks.ingest).
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shardsink.spark.request import IngestCorrectRequest, IngestWriteRequest
+
+if TYPE_CHECKING:
+    from shardsink.core.fate import Committed
+    from shardsink.core.shard import Shard
+    from shardsink.core.state import Version
 
 #: Deprecated alias (the request is the job): use :class:`IngestWriteRequest`.
 IngestWriteJob = IngestWriteRequest
@@ -34,7 +39,6 @@ def write_slot(job: IngestWriteRequest) -> dict[str, Any]:
     from shardsink import hooks
     from shardsink.core.shard import Shard
     from shardsink.errors import InvalidUsageError
-    from shardsink.sinks.ingest import committed
     from shardsink.sinks.seals import seals
     from shardsink.sinks.staging import write_manifest
     from shardsink.sources.base import source_from_spec
@@ -45,8 +49,7 @@ def write_slot(job: IngestWriteRequest) -> dict[str, Any]:
     t0 = time.monotonic()
     desc = job.desc
     shard = Shard(job.shard_url)
-    head = shard.reader().head()  # the task's one head read: fate, schema and seals all come from it
-    done = committed(shard, desc, head=head)
+    head, done = slot_facts(shard, job)
     if done is not None:
         return {"status": "already_committed", "seqno": done.seqno, "slot": job.slot}
     source = source_from_spec(job.source)
@@ -64,6 +67,24 @@ def write_slot(job: IngestWriteRequest) -> dict[str, Any]:
         spark.stop()
     return {"status": "staged", "slot": job.slot, "parts": len(parts), "rows": doc["rows"],
             "inputs": len(inputs), "order": job.part_order, "seconds": round(time.monotonic() - t0, 2)}
+
+
+def slot_facts(shard: Shard, job: IngestWriteRequest) -> tuple[Version, Committed | None]:
+    """The state version a write slot works from, and the commit of its description if it landed.
+
+    The write task reads the head once: when the operator already decided the fate at
+    ``job.decided_at``, that immutable version is fetched (no head read, no second decision;
+    see :class:`~shardsink.spark.request.IngestWriteRequest` for why a version seconds old is
+    safe); else (no decision passed, or that version was collected meanwhile) the head is
+    read once and the fate decided from it.
+    """
+    from shardsink.sinks.ingest import committed
+
+    head = shard.reader().version(job.decided_at) if job.decided_at is not None else None
+    if head is not None:
+        return head, None
+    head = shard.reader().head()
+    return head, committed(shard, job.desc, head=head)
 
 
 def write_correction_request(req: IngestCorrectRequest) -> dict[str, object]:

@@ -28,10 +28,11 @@ from shardsink.spark import types as sty
 from shardsink.spark.incremental import fingerprint
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
 
     from pyspark.sql import DataFrame, SparkSession
 
+    from shardsink.core.state import Version
     from shardsink.sinks.materialize import View
     from shardsink.spark.read import ShardReads
 
@@ -66,15 +67,17 @@ class RowWiseView:
     fingerprint: str | None
 
 
-def row_wise_view(spark: SparkSession, v: View, *,
-                  run: Callable[[dict[str, DataFrame]], DataFrame]) -> RowWiseView | None:
-    """``v``'s input if ``v`` is row-wise, else None (module docstring). Driver only: no lease, no job."""
+def row_wise_view(spark: SparkSession, v: View, *, run: Callable[[dict[str, DataFrame]], DataFrame],
+                  heads: Mapping[str, Version] | None = None) -> RowWiseView | None:
+    """``v``'s input if ``v`` is row-wise, else None (module docstring). Driver only: no lease, no job.
+    ``heads``: the inputs' state versions the caller read, by URL (else one head read)."""
     if len(v.inputs) != 1:
         return None
     (name, inp), = v.inputs.items()
     if inp.mode != "snapshot":
         return None
-    schema = Shard.open(inp.url).schema
+    head = heads.get(inp.url) if heads is not None else None
+    schema = (head if head is not None else Shard(inp.url).reader().head()).header.schema
     probe = spark.createDataFrame([], sty.spark_schema(schema, time=False, diff=None))
     if COUNT in (shaped := run({name: probe})).columns or not is_row_wise(shaped, probe):
         return None
@@ -102,15 +105,16 @@ def signed_views(rw: RowWiseView, raw: DataFrame, *,
     return run({rw.name: repeated(1)}), run({rw.name: repeated(-1)})
 
 
-def linear_view_frames(reads: ShardReads, v: View, *, as_of: int,
-                       run: Callable[[dict[str, DataFrame]], DataFrame]) -> tuple[DataFrame, DataFrame] | None:
+def linear_view_frames(reads: ShardReads, v: View, *, as_of: int, run: Callable[[dict[str, DataFrame]], DataFrame],
+                       heads: Mapping[str, Version] | None = None) -> tuple[DataFrame, DataFrame] | None:
     """``(V(positive updates), V(negative updates))`` of ``v``'s one input as of ``as_of``
     (leased by ``reads``), or None if ``v`` is not row-wise (module docstring).
 
     ``run(frames)`` applies the view to named input frames (the caller's query runner,
-    which turns Spark's analysis errors into InvalidUsageError).
+    which turns Spark's analysis errors into InvalidUsageError). ``heads``: the inputs'
+    state versions the caller read, by URL (else one head read).
     """
-    rw = row_wise_view(reads.spark, v, run=run)
+    rw = row_wise_view(reads.spark, v, run=run, heads=heads)
     if rw is None:
         return None
-    return signed_views(rw, reads.updates(rw.url, as_of), run=run)
+    return signed_views(rw, reads.updates(rw.url, as_of, at=heads.get(rw.url) if heads else None), run=run)

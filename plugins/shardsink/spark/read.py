@@ -56,7 +56,7 @@ import pyarrow as pa
 
 from shardsink.core.leases import DEFAULT_TTL_S, LeaseKeeper
 from shardsink.core.shard import Shard, default_writer
-from shardsink.core.state import PartMeta
+from shardsink.core.state import PartMeta, Version
 from shardsink.core.updates import COUNT, DIFF, TIME
 from shardsink.errors import CorruptionError, InvalidUsageError, ReadFrontierError, ShardsinkError
 from shardsink.outcome import MARK, ErrorClass, error_from_record, record_of
@@ -127,9 +127,10 @@ class ShardReads:
                     raise CorruptionError(f"part {part} is missing or unreadable: {_first_line(e)}") from e
 
     def _shard(self, url: str) -> Shard:
+        """A handle on ``url`` (no read: the read's own head read raises ShardNotFoundError)."""
         if not self._open:
             raise InvalidUsageError("ShardReads is not open: use it as a context manager (with ShardReads(...))")
-        return Shard.open(url)
+        return Shard(url)
 
     def _reader(self) -> DataFrameReader:
         try:
@@ -138,22 +139,27 @@ class ShardReads:
             spread = 1
         return self.spark.read.format(ds.NAME).option("minPartitions", str(spread))
 
-    def updates(self, url: str, as_of: int | None = None) -> DataFrame:
-        """Leased raw snapshot updates (user columns + ``_diff``, unconsolidated; see datasource)."""
-        return self._updates(url, as_of)[0]
+    def updates(self, url: str, as_of: int | None = None, *, at: Version | None = None) -> DataFrame:
+        """Leased raw snapshot updates (user columns + ``_diff``, unconsolidated; see datasource).
 
-    def _updates(self, url: str, as_of: int | None) -> tuple[DataFrame, int]:
+        ``at``: a state version of ``url`` the caller already read, for the frontier check and
+        the schema (else one head read); the parts always come from a version read after the
+        lease is held (:mod:`shardsink.core.leases`)."""
+        return self._updates(url, as_of, at=at)[0]
+
+    def _updates(self, url: str, as_of: int | None, *, at: Version | None = None) -> tuple[DataFrame, int]:
         shard = self._shard(url)
-        h = shard.reader().head().header
+        v = at if at is not None else shard.reader().head()
+        h = v.header
         if as_of is None:
             if h.upper is None:
                 raise ReadFrontierError(f"shard {shard.url} is closed; pass an explicit as_of")
             as_of = h.upper - 1
         ds.check_as_of(shard.url, h, as_of)
-        self.keeper.acquire(shard, as_of, holder=self.holder)
+        pinned = self.keeper.acquire_pinned(shard, as_of, holder=self.holder, head=v)[1]
         root = self._native_root(shard, h.schema)
         if root is not None:
-            parts, seqno = self._pinned_parts(shard, ds.MIN_TIME, as_of + 1)
+            parts, seqno = self._pinned_parts(shard, pinned, ds.MIN_TIME, as_of + 1)
             return self._scan(shard, root, h.schema, parts, seqno, ds.MIN_TIME, as_of + 1, time=False), as_of
         reader = self._reader().option("as_of", str(as_of))
         return reader.load(shard.url), as_of
@@ -181,11 +187,9 @@ class ShardReads:
             self._roots.append(root)
         return root
 
-    def _pinned_parts(self, shard: Shard, lower: int, upper: int) -> tuple[list[PartMeta], int]:
-        """The parts of the newest state version (read after the lease is held) for ``[lower, upper)``."""
-        reader = shard.reader()
-        v = reader.head()
-        return ds.select_parts(reader.batches(v), lower, upper), v.seqno
+    def _pinned_parts(self, shard: Shard, v: Version, lower: int, upper: int) -> tuple[list[PartMeta], int]:
+        """The parts of ``v`` (the lease's re-check version, read after the lease is held) for ``[lower, upper)``."""
+        return ds.select_parts(shard.reader().batches(v), lower, upper), v.seqno
 
     def _scan(self, shard: Shard, root: str, schema: pa.Schema, parts: Sequence[PartMeta], seqno: int,
               lower: int, upper: int, *, time: bool) -> DataFrame:
@@ -217,11 +221,13 @@ class ShardReads:
             df = df.filter(t < upper)
         return df.select(*cols)
 
-    def snapshot(self, url: str, as_of: int | None = None, *, repeat: bool = False) -> DataFrame:
-        """The consolidated contents as of ``as_of`` (default upper - 1); see the module docstring."""
+    def snapshot(self, url: str, as_of: int | None = None, *, repeat: bool = False,
+                 at: Version | None = None) -> DataFrame:
+        """The consolidated contents as of ``as_of`` (default upper - 1); see the module docstring.
+        ``at``: as for :meth:`updates`."""
         from pyspark.sql import functions as F
 
-        raw, resolved = self._updates(url, as_of)
+        raw, resolved = self._updates(url, as_of, at=at)
         cols = [c for c in raw.columns if c != DIFF]
         where = f"shard {url} as of {resolved}"
         summed = raw.groupBy(*cols).agg(F.sum(DIFF).alias(COUNT))
@@ -231,16 +237,18 @@ class ShardReads:
         ones = F.array_repeat(F.lit(True), F.col(COUNT).cast("int"))
         return out.withColumn("__one", F.explode(ones)).select(*cols)
 
-    def changes(self, url: str, lower: int, upper: int, *, consolidate: bool = True) -> DataFrame:
-        """Updates with ``lower <= _time < upper`` (user columns + ``_time`` + ``_diff``)."""
-
+    def changes(self, url: str, lower: int, upper: int, *, consolidate: bool = True,
+                at: Version | None = None) -> DataFrame:
+        """Updates with ``lower <= _time < upper`` (user columns + ``_time`` + ``_diff``).
+        ``at``: as for :meth:`updates`."""
         shard = self._shard(url)
-        h = shard.reader().head().header
+        v = at if at is not None else shard.reader().head()
+        h = v.header
         ds.check_changes(shard.url, h, lower, upper)
-        self.keeper.acquire(shard, lower, holder=self.holder)
+        pinned = self.keeper.acquire_pinned(shard, lower, holder=self.holder, head=v)[1]
         root = self._native_root(shard, h.schema)
         if root is not None:
-            parts, seqno = self._pinned_parts(shard, ds.MIN_TIME if lower <= h.since else lower, upper)
+            parts, seqno = self._pinned_parts(shard, pinned, ds.MIN_TIME if lower <= h.since else lower, upper)
             if lower <= h.since and any(p.min_time < h.since for p in parts):
                 # SUBTLE: times below since are read as since (compaction may have advanced
                 # them): the data source implements that; the native scan does not.

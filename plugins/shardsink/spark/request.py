@@ -44,12 +44,22 @@ class RequestBase(msgspec.Struct, frozen=True, kw_only=True, tag_field="job"):
 class IngestWriteRequest(RequestBase, frozen=True, kw_only=True, tag="ingest_write"):
     """Stage slot ``slot`` of ``slots`` of ``desc`` from ``source``, as ``part_order`` parts
     (:data:`shardsink.core.state.PartOrder`; a request without it, from an older operator,
-    stages sorted parts)."""
+    stages sorted parts).
+
+    ``decided_at``: the seqno of the state version at which the write task already decided
+    that ``desc`` may still commit (the operator's one head read); the job then reads that
+    immutable version for the schema and the seals instead of the head, and does not decide
+    the fate again. SUBTLE: safe although the version may be seconds old: a twin's commit
+    of ``desc`` meanwhile only makes this slot's parts leftovers that the append deletes
+    (never referenced), and a rival's commit past ``desc.lower`` makes ``desc`` lose at
+    append whatever the job staged. None: the job reads the head and decides itself.
+    """
 
     source: SourceSpec
     slot: int
     slots: int
     part_order: PartOrder = "sorted"
+    decided_at: int | None = None
 
 
 class IngestCorrectRequest(RequestBase, frozen=True, kw_only=True, tag="ingest_correct"):
@@ -61,9 +71,22 @@ class IngestCorrectRequest(RequestBase, frozen=True, kw_only=True, tag="ingest_c
 
 
 class ViewWriteRequest(RequestBase, frozen=True, kw_only=True, tag="view_write"):
-    """Stage ``desc`` of the view ``view`` (``shardsink.sinks.materialize.View.spec()``)."""
+    """Stage ``desc`` of the view ``view`` (``shardsink.sinks.materialize.View.spec()``).
+
+    ``decided_at``: the seqno of the OUTPUT shard's state version at which the write task
+    already decided that ``desc`` may still commit (the operator's one head read); the job
+    then works from that immutable version (schema, basis, persisted batches) instead of the
+    head, and does not decide the fate again. SUBTLE: safe although the version may be
+    seconds old, as for :class:`IngestWriteRequest`: a twin's commit of ``desc`` meanwhile
+    only makes the staged parts leftovers that the append deletes, and any other commit that
+    changes the output's contents moves its upper past ``desc.lower``, so ``desc`` loses at
+    append whatever the job staged (commits that keep the contents, e.g. compaction, leave
+    the correction exact). The persisted rows themselves are read under a lease, from a
+    version read after it. None: the job reads the head and decides itself.
+    """
 
     view: dict[str, Any]
+    decided_at: int | None = None
 
 
 JobRequest = IngestWriteRequest | IngestCorrectRequest | ViewWriteRequest
@@ -118,6 +141,10 @@ def _check(req: JobRequest) -> None:
     if isinstance(req, IngestCorrectRequest) and req.desc.corrects is None:
         raise InvalidUsageError("spark-submit request: a correction job needs a description that corrects a "
                                 "range - at `$.desc.corrects`")
+    if isinstance(req, IngestWriteRequest | ViewWriteRequest) and req.decided_at is not None \
+            and not 0 <= req.decided_at < 2**63:
+        raise InvalidUsageError(f"spark-submit request: decided_at {req.decided_at} is not a seqno in [0, 2^63) - "
+                                "at `$.decided_at`", value=str(req.decided_at))
     if isinstance(req, IngestWriteRequest | IngestCorrectRequest) and not 0 <= req.slot < req.slots:
         raise InvalidUsageError(f"spark-submit request: slot {req.slot} is not in [0, {req.slots}) - at `$.slot`",
                                 value=str(req.slot))

@@ -11,6 +11,12 @@ would run unprotected). The staged parts are then published with the ingest sink
 manifest (one slot: the correction is a single Spark job, parallel inside Spark), so
 the append step is the ingest sink's, unchanged.
 
+Reads (issue 18, each fact once per task): the output's state version comes from the write
+task's fate decision (``decided_at``, fetched as an immutable version) or ONE head read; each
+input's head is read once (:class:`Facts`); both are passed down (``at=``/``head=``/``heads=``).
+The leased reads add what the lease protocol needs (:mod:`shardsink.core.leases`: the checks
+around the lease's write, and the version pinned after it).
+
 Errors: a query Spark refuses at analysis (bad SQL, unknown column/table) or a schema
 that differs from the output's is InvalidUsageError, raised before any job and before
 anything is written. A failure at run time (e.g. ``raise_error`` in the query) fails the
@@ -25,29 +31,30 @@ import functools
 import itertools
 import math
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from shardsink.core.fate import Committed
 from shardsink.core.shard import AppendResult, Shard
+from shardsink.core.state import Version
 from shardsink.core.updates import COUNT, DIFF, TIME, check_schema
-from shardsink.errors import InvalidUsageError, ShardExistsError
+from shardsink.errors import InvalidUsageError, ShardExistsError, ShardNotFoundError
 from shardsink.sinks.description import Description, NoOp
 from shardsink.sinks.ingest import committed
-from shardsink.sinks.materialize import View, open_output
+from shardsink.sinks.materialize import View
 from shardsink.sinks.staging import write_manifest
 from shardsink.spark import incremental
 from shardsink.spark.correction import (
     check_desired_schema,
-    compute_correction,
     correction_frame,
     incremental_correction,
     linear_correction,
-    persisted_updates,
 )
 from shardsink.spark.incremental import Basis
-from shardsink.spark.linear import row_wise_view, signed_views
+from shardsink.spark.linear import RowWiseView, row_wise_view, signed_views
 from shardsink.spark.read import ShardReads
 from shardsink.spark.stage import stage_dataframe
 from shardsink.storage.retry import RetryPolicy
@@ -60,29 +67,88 @@ if TYPE_CHECKING:
 REFRESH = RetryPolicy("view-refresh", attempts=5, first_wait=0.1, max_wait=2.0, deadline=math.inf)
 
 
-def desired_frame(reads: ShardReads, v: View, *, as_of: int) -> tuple[DataFrame, list[dict[str, Any]]]:
+@dataclass(frozen=True, kw_only=True)
+class Facts:
+    """What one view write works from, each read once: ``output``, the output shard's state
+    version (None: no output shard yet) and ``inputs``, each input shard's head by URL."""
+
+    output: Version | None
+    inputs: Mapping[str, Version]
+
+
+def input_heads(v: View) -> dict[str, Version]:
+    """Each input shard's head by URL (one read each); ShardNotFoundError naming a missing input."""
+    heads: dict[str, Version] = {}
+    for name, inp in v.inputs.items():
+        if inp.url not in heads:
+            try:
+                heads[inp.url] = Shard(inp.url).reader().head()
+            except ShardNotFoundError as e:
+                raise ShardNotFoundError(f"view input {name!r} names no shard: {inp.url} ({e})") from e
+    return heads
+
+
+def output_facts(output_url: str, desc: Description, *,
+                 decided_at: int | None = None) -> tuple[Version | None, Committed | None]:
+    """The output's state version a write works from (None: no output shard yet), and the
+    commit of ``desc`` if it landed. ``decided_at``: the version at which the task already
+    decided ``desc`` may still commit (fetched, immutable: no head read, no second decision;
+    :class:`~shardsink.spark.request.ViewWriteRequest`); else (or if GC collected it) ONE
+    head read, from which the fate is decided."""
+    shard = Shard(output_url)
+    if decided_at is not None:
+        got = shard.reader().version(decided_at)
+        if got is not None:
+            return got, None
+    try:
+        head = shard.reader().head()
+    except ShardNotFoundError:
+        return None, None
+    return head, committed(shard, desc, head=head)
+
+
+def read_facts(v: View, output_url: str) -> Facts:
+    """:class:`Facts` from fresh reads: the output's head (or None) and each input's head."""
+    try:
+        out: Version | None = Shard(output_url).reader().head()
+    except ShardNotFoundError:
+        out = None
+    return Facts(output=out, inputs=input_heads(v))
+
+
+def _head(heads: Mapping[str, Version] | None, url: str) -> Version:
+    """The head of ``url`` from ``heads`` (read once by the caller), else one read."""
+    got = heads.get(url) if heads is not None else None
+    return got if got is not None else Shard(url).reader().head()
+
+
+def desired_frame(reads: ShardReads, v: View, *, as_of: int,
+                  heads: Mapping[str, Version] | None = None) -> tuple[DataFrame, list[dict[str, Any]]]:
     """The view's contents as of ``as_of`` (lazy) and a JSON-able list of what it reads.
+    ``heads``: the inputs' heads by URL as the caller read them (:func:`input_heads`).
 
     Raises InvalidUsageError if Spark refuses the query at analysis, naming the cause.
     """
+    heads = input_heads(v) if heads is None else heads
     frames: dict[str, DataFrame] = {}
     for name, inp in v.inputs.items():
+        at = _head(heads, inp.url)
         if inp.mode == "snapshot":
-            frames[name] = reads.snapshot(inp.url, as_of, repeat=True)
+            frames[name] = reads.snapshot(inp.url, as_of, repeat=True, at=at)
         else:
-            since = Shard.open(inp.url).info().since
-            frames[name] = reads.changes(inp.url, since, as_of + 1)
-    return run_view(reads.spark, v, frames), inputs_read(v, as_of=as_of)
+            frames[name] = reads.changes(inp.url, at.header.since, as_of + 1, at=at)
+    return run_view(reads.spark, v, frames), inputs_read(v, as_of=as_of, heads=heads)
 
 
-def inputs_read(v: View, *, as_of: int) -> list[dict[str, Any]]:
-    """What a run of ``v`` as of ``as_of`` reads, JSON-able (recorded in the manifest)."""
+def inputs_read(v: View, *, as_of: int, heads: Mapping[str, Version] | None = None) -> list[dict[str, Any]]:
+    """What a run of ``v`` as of ``as_of`` reads, JSON-able (recorded in the manifest).
+    ``heads``: as for :func:`desired_frame` (an ``updates`` input's since comes from it)."""
     inputs: list[dict[str, Any]] = []
     for name, inp in v.inputs.items():
         if inp.mode == "snapshot":
             inputs.append({"name": name, "url": inp.url, "mode": inp.mode, "as_of": as_of})
         else:
-            since = Shard.open(inp.url).info().since
+            since = _head(heads, inp.url).header.since
             inputs.append({"name": name, "url": inp.url, "mode": inp.mode, "from": since, "to": as_of + 1})
     return inputs
 
@@ -126,8 +192,8 @@ def _create_output(url: str, schema: pa.Schema, desired: DataFrame, *, upper: in
     try:
         return Shard.create(url, schema, upper=upper)
     except ShardExistsError:
-        shard = Shard.open(url)
-        check_desired_schema(desired, shard.schema, where=shard.url)
+        shard = Shard(url)
+        check_desired_schema(desired, shard.reader().head().header.schema, where=shard.url)
         return shard
 
 
@@ -144,68 +210,93 @@ class ViewCorrection:
     props: dict[str, str]
 
 
-def correct_view(reads: ShardReads, v: View, *, output_url: str, desc: Description) -> ViewCorrection:
+def correct_view(reads: ShardReads, v: View, *, output_url: str, desc: Description,
+                 facts: Facts | None = None) -> ViewCorrection:
     """The correction of ``desc``. Shared by the write job and dry runs (:mod:`shardsink.spark.dryrun`).
 
     A row-wise view of one input is corrected from its input's changes in ``desc`` when
     the output's newest batch comes from the same definition
     (:mod:`shardsink.spark.incremental`), else in one aggregation over its raw input
     updates and the output (:mod:`shardsink.spark.linear`); every other view through its
-    desired contents.
+    desired contents. ``facts``: the output's version and the inputs' heads the caller
+    read (:func:`output_facts`, :func:`input_heads`); None: read here, once each.
     """
-    out = open_output(output_url)
+    facts = read_facts(v, output_url) if facts is None else facts
     as_of = desc.upper - 1
     run = functools.partial(run_view, reads.spark, v)
-    rw = row_wise_view(reads.spark, v, run=run)
+    rw = row_wise_view(reads.spark, v, run=run, heads=facts.inputs)
     if rw is not None:
-        how = incremental.plan(reads, v, fp=rw.fingerprint, output=out, input_url=rw.url, lower=desc.lower)
-        if how.basis == "incremental":
-            assert out is not None
-            changes = reads.changes(rw.url, desc.lower, desc.upper, consolidate=False)
-            positive, negative = signed_views(rw, changes, run=run)
-            corr = incremental_correction(positive, negative, schema=out.schema, upper=desc.upper, where=out.url)
-            inputs = [{**i, "changes_from": desc.lower} for i in inputs_read(v, as_of=as_of)]
-            return ViewCorrection(frame=corr, schema=out.schema, inputs=inputs, basis=how.basis, props=how.props)
-        positive, negative = signed_views(rw, reads.updates(rw.url, as_of), run=run)
-        schema = output_schema(positive) if out is None else out.schema
-        persisted = None if out is None else persisted_updates(reads, out.url, lower=desc.lower)
-        where = output_url if out is None else out.url
-        inputs_where = ", ".join(f"input shard {i.url} as of {as_of}" for i in v.inputs.values())
-        corr = linear_correction(positive, negative, persisted, schema=schema, upper=desc.upper, where=where,
-                                 inputs_where=inputs_where)
-        return ViewCorrection(frame=corr, schema=schema, inputs=inputs_read(v, as_of=as_of), basis=how.basis,
-                              props=how.props)
-    desired, inputs = desired_frame(reads, v, as_of=as_of)
-    if out is None:
+        return _row_wise_correction(reads, v, rw, output_url=output_url, desc=desc, facts=facts)
+    desired, inputs = desired_frame(reads, v, as_of=as_of, heads=facts.inputs)
+    at = facts.output
+    if at is None:
         schema = output_schema(desired)
         corr = correction_frame(desired, None, schema=schema, upper=desc.upper, where=output_url)
         return ViewCorrection(frame=corr, schema=schema, inputs=inputs, basis="full", props={})
-    corr = compute_correction(reads, desired, out.url, lower=desc.lower, upper=desc.upper)
-    return ViewCorrection(frame=corr, schema=out.schema, inputs=inputs, basis="full", props={})
+    out = Shard(output_url)
+    persisted = _persisted(reads, out, at, lower=desc.lower)
+    corr = correction_frame(desired, persisted, schema=at.header.schema, upper=desc.upper, where=out.url)
+    return ViewCorrection(frame=corr, schema=at.header.schema, inputs=inputs, basis="full", props={})
+
+
+def _row_wise_correction(reads: ShardReads, v: View, rw: RowWiseView, *, output_url: str, desc: Description,
+                         facts: Facts) -> ViewCorrection:
+    """:func:`correct_view` of a row-wise view: incremental if its basis holds, else linear."""
+    as_of = desc.upper - 1
+    run = functools.partial(run_view, reads.spark, v)
+    at = facts.output
+    out = None if at is None else Shard(output_url)
+    input_at = facts.inputs.get(rw.url)
+    how = incremental.plan(reads, v, fp=rw.fingerprint, output=out, input_url=rw.url, lower=desc.lower, head=at)
+    if how.basis == "incremental":
+        assert out is not None and at is not None
+        changes = reads.changes(rw.url, desc.lower, desc.upper, consolidate=False, at=input_at)
+        positive, negative = signed_views(rw, changes, run=run)
+        corr = incremental_correction(positive, negative, schema=at.header.schema, upper=desc.upper, where=out.url)
+        inputs = [{**i, "changes_from": desc.lower} for i in inputs_read(v, as_of=as_of, heads=facts.inputs)]
+        return ViewCorrection(frame=corr, schema=at.header.schema, inputs=inputs, basis=how.basis, props=how.props)
+    positive, negative = signed_views(rw, reads.updates(rw.url, as_of, at=input_at), run=run)
+    schema = output_schema(positive) if at is None else at.header.schema
+    persisted = None if out is None or at is None else _persisted(reads, out, at, lower=desc.lower)
+    inputs_where = ", ".join(f"input shard {i.url} as of {as_of}" for i in v.inputs.values())
+    corr = linear_correction(positive, negative, persisted, schema=schema, upper=desc.upper,
+                             where=output_url if out is None else out.url, inputs_where=inputs_where)
+    return ViewCorrection(frame=corr, schema=schema, inputs=inputs_read(v, as_of=as_of, heads=facts.inputs),
+                          basis=how.basis, props=how.props)
+
+
+def _persisted(reads: ShardReads, out: Shard, at: Version, *, lower: int) -> DataFrame | None:
+    """The output's raw updates as of ``lower - 1`` (leased; frontiers and schema from ``at``),
+    or None if no batch at ``at`` covers a time before ``lower`` (nothing persisted yet).
+    As :func:`shardsink.spark.correction.persisted_updates`, from the version the task works from."""
+    if any(b.lower < lower for b in out.reader().batches(at)):
+        return reads.updates(out.url, lower - 1, at=at)
+    return None
 
 
 def write_view(spark: SparkSession, v: View, *, output_url: str, desc: Description,
-               holder: str | None = None) -> dict[str, Any]:
+               holder: str | None = None, decided_at: int | None = None) -> dict[str, Any]:
     """Stage the correction of ``desc`` and publish its manifest (slot 0 of 1); return a summary.
 
-    Returns status ``already_committed`` without reading anything if ``desc`` landed
+    Returns status ``already_committed`` without reading anything else if ``desc`` landed
     already. The output shard is created here on the first run (module docstring of
-    :mod:`shardsink.sinks.materialize`).
+    :mod:`shardsink.sinks.materialize`). ``decided_at``: the output's state version at which
+    the write task decided ``desc`` may still commit (:func:`output_facts`): the write then
+    reads no head of the output; else one head read decides.
     """
     t0 = time.monotonic()
-    out = open_output(output_url)
-    if out is not None:
-        done = committed(out, desc)
-        if done is not None:
-            return {"status": "already_committed", "seqno": done.seqno, "slot": 0}
+    at, done = output_facts(output_url, desc, decided_at=decided_at)
+    if done is not None:
+        return {"status": "already_committed", "seqno": done.seqno, "slot": 0}
+    facts = Facts(output=at, inputs=input_heads(v))
     with ShardReads(spark, holder=holder or f"view-write:{desc.desc_id}") as reads:
-        c = correct_view(reads, v, output_url=output_url, desc=desc)
+        c = correct_view(reads, v, output_url=output_url, desc=desc, facts=facts)
         # A correction is a small, sparse set of rows: compact parts (zstd, selective dictionaries).
         parts = stage_dataframe(c.frame, shard_url=output_url, schema=c.schema, lower=desc.lower,
                                 upper=desc.upper, desc_id=desc.desc_id, encoding="compact")
-    if out is None:
-        # SUBTLE: created only now, after the query ran: a failing query leaves no shard behind.
-        out = _create_output(output_url, c.schema, c.frame.drop(TIME, DIFF), upper=desc.lower)
+    # SUBTLE: created only now, after the query ran: a failing query leaves no shard behind.
+    out = Shard(output_url) if at is not None else _create_output(output_url, c.schema, c.frame.drop(TIME, DIFF),
+                                                                   upper=desc.lower)
     # SUBTLE: the props (the basis the next run builds on) travel in the manifest with the
     # parts they describe: a twin attempt's manifest replaces both at once.
     doc = write_manifest(out, desc, slot=0, slots=1, parts=parts, inputs=c.inputs, props=c.props)
@@ -233,7 +324,8 @@ def refresh_view(spark: SparkSession, v: View, *, output_url: str, initial_upper
         if isinstance(desc, NoOp):
             return desc
         write_view(spark, v, output_url=output_url, desc=desc)
-        return append_from_manifests(Shard.open(output_url), desc, 1, writer=f"{name}/{run_id}")
+        # No read here: the append's fate read is its one head read.
+        return append_from_manifests(Shard(output_url), desc, 1, writer=f"{name}/{run_id}")
 
     policy = dataclasses.replace(REFRESH, attempts=max_attempts)
     return policy.call(one_run, retry_on=lambda e: isinstance(e, LostRaceError))

@@ -21,7 +21,8 @@ ViewWriteJob = ViewWriteRequest
 
 
 def write_view_job(job: ViewWriteRequest) -> dict[str, Any]:
-    """Stage the view's correction and write its manifest; returns the summary the log shows."""
+    """Stage the view's correction and write its manifest; returns the summary the log shows.
+    Works from the output version the write task decided the fate at (``job.decided_at``)."""
     from pyspark.sql import SparkSession
 
     from shardsink.sinks.materialize import View
@@ -31,6 +32,6 @@ def write_view_job(job: ViewWriteRequest) -> dict[str, Any]:
     spark = (SparkSession.builder.appName(f"shardsink-view-{job.desc.desc_id}")
              .config("spark.sql.session.timeZone", "UTC").getOrCreate())
     try:
-        return write_view(spark, v, output_url=job.shard_url, desc=job.desc)
+        return write_view(spark, v, output_url=job.shard_url, desc=job.desc, decided_at=job.decided_at)
     finally:
         spark.stop()
