@@ -200,7 +200,13 @@ def _verify(shard: Shard, args: argparse.Namespace) -> int:
 
 def _read(shard: Shard, args: argparse.Namespace) -> int:
     """``snapshot`` and ``changes``: the rows sorted, in the requested format."""
-    if args.cmd == "snapshot":
+    if getattr(args, "engine", "pyarrow") != "pyarrow":  # a leased engine read (shardsink.read)
+        from shardsink.read.tables import engine_table
+
+        changes = None if args.cmd == "snapshot" else (args.lower, args.upper)
+        t = engine_table(args.engine, shard.url, as_of=args.as_of if changes is None else None, changes=changes)
+        keys = shard.schema.names if changes is None else [*shard.schema.names, TIME]
+    elif args.cmd == "snapshot":
         t = shard.snapshot(args.as_of)
         keys = shard.schema.names
     else:

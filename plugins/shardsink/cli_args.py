@@ -134,4 +134,6 @@ def build_parser() -> argparse.ArgumentParser:
             r.add_argument("--to", dest="upper", type=parse_time, required=True)
         r.add_argument("--format", choices=["jsonl", "csv", "parquet"], default=None)
         r.add_argument("--output", default=None, metavar="FILE")
+        r.add_argument("--engine", choices=["pyarrow", "duckdb"], default="pyarrow",
+                       help="read with pyarrow (default) or DuckDB (needs shardsink[duckdb]); same rows")
     return p

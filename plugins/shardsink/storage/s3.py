@@ -87,6 +87,20 @@ def store_options(options: StoreOptions | None = None, access: S3Access | None =
     return options or (access.options if access is not None else None) or StoreOptions.from_env()
 
 
+def current_access() -> S3Access:
+    """The access an S3 client made now would use, resolved: the one set by
+    :func:`using_s3_access`, else the standard AWS environment (session, endpoint, options).
+
+    For engines that reach S3 without boto3 (pyarrow's filesystem, Polars): they get the
+    same credentials and endpoint as the store. Its session holds secrets: never log it.
+    """
+    access = _ACCESS.get()
+    endpoint = ((access.endpoint_url if access else None) or os.environ.get("AWS_ENDPOINT_URL_S3")
+                or os.environ.get("AWS_ENDPOINT_URL"))
+    session = access.session if access is not None else _session(*(os.environ.get(k) for k in _SESSION_ENV))
+    return S3Access(session=session, endpoint_url=endpoint, options=store_options(None, access))
+
+
 def make_client(endpoint_url: str | None = None, *, access: S3Access | None = None,
                 options: StoreOptions | None = None) -> Any:
     """A boto3 S3 client with botocore retries off and bounded timeouts.

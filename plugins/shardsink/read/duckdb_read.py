@@ -1,0 +1,112 @@
+"""DuckDB relations of shard snapshots and change feeds (see :mod:`shardsink.read`).
+
+The relation scans exactly the parts of the pinned plan (:mod:`shardsink.read.plan`):
+local parts with DuckDB's own ``read_parquet``, S3 parts (and local paths with glob
+characters) as a ``pyarrow.dataset`` over pyarrow's filesystem, which DuckDB scans with
+projection and filter pushdown; no DuckDB extension is needed or downloaded. The time
+filter, float normalisation and ``sum(_diff)`` ``GROUP BY`` run in DuckDB, lazily: nothing
+is read until the relation is executed.
+
+Floats: grouping keys are normalised first (``-0.0`` as ``0.0``, every NaN as the one
+NaN), as :mod:`shardsink.core.floats` defines row equality. SUBTLE: DuckDB folds
+``isnan(x)`` to false when a Parquet file's statistics of ``x`` exclude NaN (pyarrow writes
+them so), so the NaN test reads ``[x][1]``, which carries no statistics.
+
+A negative multiplicity fails the query with DuckDB's ``InvalidInputException`` whose
+message starts with ``CorruptionError:`` and names the shard (DuckDB's ``error()``): the
+check runs inside the engine, when the relation executes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import pyarrow.dataset as pads
+
+from shardsink.core.updates import COUNT, DIFF, TIME
+from shardsink.errors import InvalidUsageError
+from shardsink.read import store
+from shardsink.read.plan import ReadPlan
+
+
+def quote(name: str) -> str:
+    """``name`` as a DuckDB identifier."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def literal(text: str) -> str:
+    """``text`` as a DuckDB string literal."""
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _normalised(col: str, duck_type: str) -> str:
+    """The expression of column ``col`` with floats canonical (module docstring)."""
+    q = quote(col)
+    if duck_type in ("DOUBLE", "FLOAT"):
+        return (f"CASE WHEN isnan([{q}][1]) THEN CAST('NaN' AS {duck_type}) "
+                f"ELSE {q} + CAST(0 AS {duck_type}) END AS {q}")
+    return q
+
+
+def scan(con: duckdb.DuckDBPyConnection, plan: ReadPlan) -> duckdb.DuckDBPyRelation:
+    """The raw updates of ``plan``'s parts: its columns + ``_time`` + ``_diff``, unfiltered.
+
+    SUBTLE: every part is read with the plan's columns (today all parts share them; a
+    per-part projection would scan each group of parts and union them by name here).
+    """
+    where = store.locate(plan.url, tuple(r.part for r in plan.parts))
+    wanted = [*plan.parts[0].columns, TIME, DIFF]
+    if not where.s3 and not where.globby:
+        rel = con.read_parquet(list(where.paths), hive_partitioning=False, union_by_name=False)
+    else:
+        fs = store.arrow_filesystem(store.s3_config()) if where.s3 else None
+        full = pa.schema([*plan.schema, pa.field(TIME, pa.int64(), False), pa.field(DIFF, pa.int64(), False)])
+        dataset = pads.dataset(list(where.paths), schema=full, format="parquet", filesystem=fs)
+        rel = con.from_arrow(dataset)
+    return rel.project(", ".join(quote(c) for c in wanted))
+
+
+def relation(con: duckdb.DuckDBPyConnection, plan: ReadPlan) -> duckdb.DuckDBPyRelation:
+    """The consolidated snapshot or change feed of ``plan`` as a lazy relation."""
+    if plan.empty:
+        return _empty(con, plan)
+    rel = scan(con, plan)
+    t = quote(TIME)
+    if plan.mode == "snapshot":
+        if plan.filter_upper:
+            rel = rel.filter(f"{t} <= {plan.as_of}")
+    else:
+        if plan.filter_lower:
+            rel = rel.filter(f"{t} >= {plan.lower}")
+        if plan.filter_upper:
+            rel = rel.filter(f"{t} < {plan.upper}")
+    types = dict(zip(rel.columns, (str(x) for x in rel.types), strict=True))
+    keys = [quote(c) for c in plan.columns]
+    cols = [_normalised(c, types[c]) for c in plan.columns]
+    d = quote(DIFF)
+    if plan.mode == "changes":
+        time = f"greatest({t}, CAST({plan.since} AS BIGINT)) AS {t}" if plan.advance else t
+        rel = rel.project(", ".join([*cols, time, d]))
+        summed = rel.aggregate(", ".join([*keys, t, f"CAST(sum({d}) AS BIGINT) AS {d}"]), ", ".join([*keys, t]))
+        return summed.filter(f"{d} <> 0")
+    c = quote(COUNT)
+    rel = rel.project(", ".join([*cols, d]))
+    summed = rel.aggregate(", ".join([*keys, f"CAST(sum({d}) AS BIGINT) AS {c}"]), ", ".join(keys))
+    message = literal(f"CorruptionError: {plan.describe()} has a row with negative multiplicity ")
+    checked = f"CASE WHEN {c} < 0 THEN error({message} || CAST({c} AS VARCHAR)) ELSE {c} END AS {c}"
+    return summed.project(", ".join([*keys, checked])).filter(f"{c} > 0")
+
+
+def _empty(con: duckdb.DuckDBPyConnection, plan: ReadPlan) -> duckdb.DuckDBPyRelation:
+    extra = [pa.field(COUNT, pa.int64())] if plan.mode == "snapshot" else \
+        [pa.field(TIME, pa.int64()), pa.field(DIFF, pa.int64())]
+    table = pa.schema([*plan.schema, *extra]).empty_table()
+    return con.from_arrow(table)
+
+
+def check_connection(con: Any) -> None:
+    """InvalidUsageError unless ``con`` is a DuckDB connection."""
+    if not isinstance(con, duckdb.DuckDBPyConnection):
+        raise InvalidUsageError(f"con must be a duckdb.DuckDBPyConnection, got {type(con).__name__}")

@@ -1,0 +1,93 @@
+"""Polars LazyFrames of shard snapshots and change feeds (see :mod:`shardsink.read`).
+
+The frame scans exactly the parts of the pinned plan (:mod:`shardsink.read.plan`) with
+``pl.scan_parquet`` (local paths, or ``s3://`` URIs that Polars reads natively with the
+store's endpoint and credentials, :func:`shardsink.read.store.polars_storage_options`);
+no globbing, no hive partitions. The time filter, float normalisation and the ``_diff``
+sum run in Polars, lazily.
+
+Floats: grouping keys are normalised first (``-0.0`` as ``0.0``, every NaN as the one
+NaN), as :mod:`shardsink.core.floats` defines row equality.
+
+HAZARD (secrets): on S3 the frame's scan carries the storage options, credentials
+included; ``LazyFrame.serialize()`` writes them out. Never serialise such a frame into
+logs, XComs or files; pass the URL and re-plan instead.
+
+A negative multiplicity fails ``collect()`` with CorruptionError naming the shard (raised
+by a check on the summed column inside the query; Polars passes it through).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+import pyarrow as pa
+
+from shardsink.core.updates import COUNT, DIFF, TIME
+from shardsink.errors import CorruptionError
+from shardsink.read import store
+from shardsink.read.plan import ReadPlan
+
+
+def scan(plan: ReadPlan) -> pl.LazyFrame:
+    """The raw updates of ``plan``'s parts: its columns + ``_time`` + ``_diff``, unfiltered.
+
+    SUBTLE: every part is read with the plan's columns (a per-part projection would scan
+    each group of parts and concatenate them here)."""
+    where = store.locate(plan.url, tuple(r.part for r in plan.parts))
+    options: dict[str, Any] = {}
+    if where.s3:
+        options = {"storage_options": store.polars_storage_options(store.s3_config()), "credential_provider": None}
+    lf = pl.scan_parquet(list(where.uris()), glob=False, hive_partitioning=False, **options)
+    return lf.select([*plan.parts[0].columns, TIME, DIFF])
+
+
+def _normalised(col: str, dtype: pl.DataType) -> pl.Expr:
+    c = pl.col(col)
+    if dtype not in (pl.Float32, pl.Float64):
+        return c
+    return (pl.when(c.is_nan()).then(pl.lit(float("nan"), dtype)).when(c == 0).then(pl.lit(0.0, dtype))
+            .otherwise(c).alias(col))
+
+
+def frame(plan: ReadPlan) -> pl.LazyFrame:
+    """The consolidated snapshot or change feed of ``plan`` as a LazyFrame."""
+    if plan.empty:
+        return _empty(plan)
+    lf = scan(plan)
+    t = pl.col(TIME)
+    if plan.mode == "snapshot":
+        if plan.filter_upper:
+            lf = lf.filter(t <= plan.as_of)
+    else:
+        if plan.filter_lower:
+            lf = lf.filter(t >= plan.lower)
+        if plan.filter_upper:
+            lf = lf.filter(t < plan.upper)
+    dtypes = lf.collect_schema()
+    cols = [_normalised(c, dtypes[c]) for c in plan.columns]
+    keys = list(plan.columns)
+    if plan.mode == "changes":
+        time = pl.max_horizontal(t, pl.lit(plan.since, pl.Int64)).alias(TIME) if plan.advance else t
+        summed = lf.select([*cols, time, pl.col(DIFF)]).group_by([*keys, TIME]).agg(pl.col(DIFF).sum())
+        return summed.filter(pl.col(DIFF) != 0)
+    where = plan.describe()
+
+    def check(counts: pl.Series) -> pl.Series:
+        negative = counts.filter(counts < 0)
+        if len(negative):
+            raise CorruptionError(f"{where} has {len(negative)} rows with negative multiplicity, e.g. {negative[0]!r}")
+        return counts
+
+    summed = lf.select([*cols, pl.col(DIFF)]).group_by(keys).agg(pl.col(DIFF).sum().alias(COUNT))
+    checked = summed.with_columns(pl.col(COUNT).map_batches(check, return_dtype=pl.Int64))
+    return checked.filter(pl.col(COUNT) > 0)
+
+
+def _empty(plan: ReadPlan) -> pl.LazyFrame:
+    extra = [pa.field(COUNT, pa.int64())] if plan.mode == "snapshot" else \
+        [pa.field(TIME, pa.int64()), pa.field(DIFF, pa.int64())]
+    out = pl.from_arrow(pa.schema([*plan.schema, *extra]).empty_table())
+    assert isinstance(out, pl.DataFrame)
+    return out.lazy()
