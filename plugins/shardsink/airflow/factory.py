@@ -20,6 +20,12 @@ Scheduling: a cron string or timedelta becomes a *data-interval* timetable, so a
 logical date L covers [L, L+period); ``airflow dags test D L`` covers the period
 ending at L). Runs default to ``max_active_runs=1``; concurrent runs are still safe,
 they just race (and the losers retry).
+
+Partitioned runs (Airflow 3.2+): ``schedule=daily_partitions()`` / ``hourly_partitions()``
+or any ``CronPartitionTimetable`` makes one run per partition key; the run covers the
+interval its key names (:mod:`shardsink.airflow.partitions`), with the same guarantees as
+an interval run, and its asset events carry the key. A backfill over partitions (``airflow
+backfill create``) and a manual run with a key (REST API ``partition_key``) too.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from airflow.sdk import DAG, Asset
 from shardsink.airflow.build import sink_dag, sink_settings, timetable, write_args
 from shardsink.airflow.deprecated import INGEST_ALIASES, with_flat_aliases
 from shardsink.airflow.options import AttemptOptions, ShardOptions, SparkOptions
+from shardsink.airflow.partitions import check_partition_schedule
 from shardsink.airflow.reprocess import IngestWriteOperator, run_params
 from shardsink.airflow.tasks import mint_task
 from shardsink.errors import InvalidUsageError
@@ -83,12 +90,17 @@ def ingest_dag(
     catching up. Their former flat keywords (``max_span=``, ``spark_conf=``, ...) still work
     for one release, with a ``FlatOptionWarning`` (:mod:`shardsink.airflow.deprecated`).
     Any other keyword goes to Airflow's ``DAG``.
+
+    ``schedule``: a cron string or timedelta (a data-interval timetable), a partition
+    timetable (:func:`shardsink.airflow.daily_partitions`; its keys must decode back to their
+    partitions, checked now: a bad one fails the parse), or anything else Airflow accepts.
     """
     spark, shard, attempts = with_flat_aliases("ingest_dag", INGEST_ALIASES, dag_kwargs, spark=spark, shard=shard,
                                                attempts=attempts)
     if writers < 1 or attempts.max_attempts < 1:
         raise InvalidUsageError(f"writers ({writers}) and max_attempts ({attempts.max_attempts}) must be at least 1")
     url = str(parse_url(shard_url))
+    check_partition_schedule(schedule, start_date=start_date)
     settings = sink_settings(dag_id=dag_id, url=url, spec=source.spec(), writers=writers, start_date=start_date,
                              shard=shard, attempts=attempts)
     common = write_args(url, spark, shard, attempts, default_conf=INGEST_SPARK_CONF)

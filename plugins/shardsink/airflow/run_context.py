@@ -25,8 +25,25 @@ def _millis(value: Any) -> int | None:
     return int(value)
 
 
+def partition_key_of(context: dict[str, Any]) -> str | None:
+    """The run's partition key (Airflow 3.2+ partitioned runs), None for an interval run."""
+    key = context.get("partition_key")
+    return key if key is not None else getattr(context.get("dag_run"), "partition_key", None)
+
+
 def interval_of(context: dict[str, Any]) -> tuple[int | None, int | None]:
-    """The run's data interval in ms (``airflow dags test D L`` covers the period ending at L)."""
+    """The run's data interval in ms (``airflow dags test D L`` covers the period ending at L).
+
+    A run with a partition key covers the interval the key names under the DAG's timetable
+    (:func:`shardsink.airflow.partitions.partition_interval`), whatever data interval it
+    carries; InvalidUsageError names a key that names none (the mints turn it into a failed
+    task before anything is written)."""
+    key = partition_key_of(context)
+    if key is not None:
+        from shardsink.airflow.partitions import partition_interval
+
+        lower, upper = partition_interval(context["dag"].timetable, key)
+        return lower, upper
     end = _millis(context.get("data_interval_end")) or _millis(context.get("logical_date"))
     return _millis(context.get("data_interval_start")), end
 

@@ -14,6 +14,13 @@ Scheduling (``schedule=``):
 * a cron string or timedelta: a data-interval timetable, as in the ingest DAG; the
   run's interval end also bounds the batch (a backfill of day D computes the view as
   of the end of D);
+* :class:`~shardsink.airflow.partitions.InputPartitions` (e.g. ``InputPartitions(period="daily")``):
+  one run per partition of its inputs (Airflow 3.2+ partitioned asset scheduling, all inputs
+  having an event for the key); the run's interval is the one its key names, so it bounds
+  the batch as a data interval does. Inputs written by a partition-scheduled ingest DAG need
+  it: Airflow does not queue non-partitioned DAGs (``"inputs"``) on events that carry a
+  partition key. A ``PartitionedAssetTimetable`` of your own works too if its mappers are
+  temporal (``StartOfDayMapper``, ...);
 * anything else Airflow accepts (``None``, assets, timetables), passed through.
 """
 
@@ -28,6 +35,7 @@ from shardsink.airflow.build import sink_dag, sink_settings, timetable, write_ar
 from shardsink.airflow.deprecated import VIEW_ALIASES, with_flat_aliases
 from shardsink.airflow.factory import shard_asset
 from shardsink.airflow.options import AttemptOptions, ShardOptions, SparkOptions
+from shardsink.airflow.partitions import InputPartitions
 from shardsink.airflow.reprocess import run_params
 from shardsink.airflow.view import ViewWriteOperator, mint_view_task
 from shardsink.errors import InvalidUsageError
@@ -39,8 +47,10 @@ VIEW_SPARK_CONF = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": 
                    "spark.sql.session.timeZone": "UTC"}
 
 
-def view_schedule(v: View, schedule: Literal["inputs"] | Any) -> Any:
+def view_schedule(v: View, schedule: Literal["inputs"] | InputPartitions | Any) -> Any:
     """What ``schedule=`` becomes (see the module docstring)."""
+    if isinstance(schedule, InputPartitions):
+        return schedule.timetable([shard_asset(i.url) for i in v.inputs.values()])
     if schedule == "inputs":
         assets = [shard_asset(i.url) for i in v.inputs.values()]
         return assets if len(assets) == 1 else AssetAny(*assets)
@@ -52,7 +62,7 @@ def view_dag(
     dag_id: str,
     output_url: str,
     view: View,
-    schedule: Literal["inputs"] | Any = "inputs",
+    schedule: Literal["inputs"] | InputPartitions | Any = "inputs",
     start_date: datetime = datetime(2024, 1, 1, tzinfo=UTC),
     spark: SparkOptions | None = None,
     shard: ShardOptions | None = None,
