@@ -23,9 +23,11 @@ ROOT = Path(__file__).resolve().parent.parent
 COMPOSE_FILE = ROOT / "docker-compose.yaml"
 
 AIRFLOW_SERVICES = ["airflow-init", "airflow-apiserver", "airflow-scheduler", "airflow-dag-processor",
-                    "airflow-triggerer"]
+                    "airflow-triggerer", "airflow-worker"]
 SPARK_SERVICES = ["spark-master", "spark-worker"]
-OTHER_SERVICES = ["postgres", "minio", "minio-init"]
+OTHER_SERVICES = ["postgres", "redis", "minio", "minio-init"]
+#: The services that grow with ``docker compose up --scale <service>=N`` (docs/deployment.md).
+SCALABLE = ["airflow-worker", "spark-worker"]
 
 #: The variables that carry credentials, with their documented dev defaults (.env.example).
 DEV_SECRETS = {
@@ -36,7 +38,10 @@ DEV_SECRETS = {
     "AIRFLOW_JWT_SECRET": "shardsink-dev-jwt-secret",
     "AIRFLOW_API_SECRET_KEY": "shardsink-dev-api-secret",
     "AIRFLOW_FERNET_KEY": "",
+    "REDIS_PASSWORD": "shardsink-dev-redis",
 }
+#: Where the shared services are, for hosts that run only workers (docs/deployment.md).
+HOST_VARS = ("POSTGRES_HOST", "REDIS_HOST", "S3_ENDPOINT_URL", "SPARK_MASTER_HOST", "AIRFLOW_API_URL")
 SECRET_KEY = re.compile(r"PASSWORD|SECRET|ACCESS_KEY|FERNET|TOKEN|CREDENTIAL", re.I)
 INTERPOLATION = re.compile(r"^\$\{(?P<var>[A-Z0-9_]+)(:-(?P<default>[^}]*))?\}$")
 
@@ -64,8 +69,8 @@ needs_compose = pytest.mark.skipif(COMPOSE is None, reason=NO_COMPOSE_REASON)
 def _config(**env: str) -> dict[str, Any]:
     """``docker compose config --format json``, with a clean environment plus ``env``."""
     assert COMPOSE is not None
-    clean = {k: v for k, v in os.environ.items() if k not in DEV_SECRETS and not k.startswith(("SHARDSINK_",
-                                                                                                  "COMPOSE_"))}
+    clean = {k: v for k, v in os.environ.items()
+             if k not in DEV_SECRETS and k not in HOST_VARS and not k.startswith(("SHARDSINK_", "COMPOSE_"))}
     out = subprocess.run(
         [*COMPOSE, "--env-file", os.devnull, "-f", str(COMPOSE_FILE), "config", "--format", "json"],
         capture_output=True, text=True, cwd=ROOT, env={**clean, **env}, timeout=120,
@@ -101,6 +106,7 @@ def test_airflow_commands(config: dict[str, Any]) -> None:
     assert s["airflow-scheduler"]["command"] == ["scheduler"]
     assert s["airflow-dag-processor"]["command"] == ["dag-processor"]
     assert s["airflow-triggerer"]["command"] == ["triggerer"]
+    assert s["airflow-worker"]["command"] == ["celery", "worker"]
 
 
 @needs_compose
@@ -138,17 +144,20 @@ def test_dependencies_wait_for_health(config: dict[str, Any]) -> None:
         assert s[name]["depends_on"]["airflow-init"]["condition"] == "service_completed_successfully"
         assert s[name]["depends_on"]["minio-init"]["condition"] == "service_completed_successfully"
         assert "healthcheck" in s[name], f"{name} has no healthcheck"
-    assert s["airflow-scheduler"]["depends_on"]["spark-master"]["condition"] == "service_healthy"
+    for name in AIRFLOW_SERVICES[1:]:
+        assert s[name]["depends_on"]["redis"]["condition"] == "service_healthy", f"{name} starts before the broker"
+    # The write tasks' Spark drivers run in the Celery workers (client mode).
+    assert s["airflow-worker"]["depends_on"]["spark-master"]["condition"] == "service_healthy"
     assert s["spark-worker"]["depends_on"]["spark-master"]["condition"] == "service_healthy"
     assert s["minio-init"]["depends_on"]["minio"]["condition"] == "service_healthy"
-    for name in ("postgres", "minio", *SPARK_SERVICES):
+    for name in ("postgres", "redis", "minio", *SPARK_SERVICES):
         assert "healthcheck" in s[name], f"{name} has no healthcheck"
 
 
 @needs_compose
 def test_example_dag_is_wired_to_minio_and_spark(config: dict[str, Any]) -> None:
     s = config["services"]
-    for name in ("airflow-scheduler", "airflow-dag-processor"):
+    for name in ("airflow-scheduler", "airflow-dag-processor", "airflow-worker"):
         env = s[name]["environment"]
         assert env["AWS_ENDPOINT_URL"] == "http://minio:9000"
         assert env["SHARDSINK_SHARD"].startswith("s3://shardsink/")
@@ -172,6 +181,60 @@ def test_compose_sets_only_settings_the_example_dag_reads(config: dict[str, Any]
     set_here = {k for k in env if k.startswith("SHARDSINK_")}
     assert set_here <= read, f"compose sets {sorted(set_here - read)}, which dags/example_ingest.py never reads"
     assert {"SHARDSINK_SHARD", "SHARDSINK_LANDING"} <= set_here
+
+
+@needs_compose
+def test_every_airflow_component_uses_celery_on_redis_with_the_db_as_result_backend(config: dict[str, Any]) -> None:
+    s = config["services"]
+    db = s["airflow-scheduler"]["environment"]["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]
+    for name in AIRFLOW_SERVICES:
+        env = s[name]["environment"]
+        assert env["AIRFLOW__CORE__EXECUTOR"] == "CeleryExecutor", name
+        assert re.fullmatch(r"redis://default:[^@]+@redis:6379/0", env["AIRFLOW__CELERY__BROKER_URL"]), name
+        # Celery's result backend is the metadata DB (same host, user and database, SQLAlchemy's db+ form).
+        assert env["AIRFLOW__CELERY__RESULT_BACKEND"] == "db+" + db.replace("postgresql+psycopg2", "postgresql"), name
+        assert env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] == db, name
+    # The broker's password reaches redis-server through a config file, never its command line.
+    redis = s["redis"]
+    assert "requirepass" in " ".join(redis["command"]) and "$REDIS_PASSWORD" in " ".join(redis["command"])
+    assert redis["environment"]["REDISCLI_AUTH"] == redis["environment"]["REDIS_PASSWORD"]
+
+
+@needs_compose
+def test_scalable_services_have_no_fixed_name_hostname_or_host_port(config: dict[str, Any]) -> None:
+    """``--scale airflow-worker=N --scale spark-worker=N`` needs replicas that can coexist: a
+    container_name or host port would collide, a fixed hostname would give every Celery worker
+    the same node name (celery@<hostname>)."""
+    s = config["services"]
+    for name in SCALABLE:
+        for key in ("container_name", "ports", "hostname"):
+            assert not s[name].get(key), f"{name} sets {key}: {s[name].get(key)!r}; its replicas would collide"
+        assert "healthcheck" in s[name], name
+    assert s["airflow-worker"]["environment"]["DUMB_INIT_SETSID"] == "0"  # warm shutdown of Celery
+    for name, svc in s.items():  # and nothing binds a host port beyond localhost
+        for port in svc.get("ports") or ():
+            assert port.get("host_ip") == "127.0.0.1", f"{name} publishes {port} beyond localhost"
+
+
+@needs_compose
+def test_a_worker_host_points_its_workers_at_the_central_services() -> None:
+    """What a second machine's .env sets (docs/deployment.md): every URL a worker reads moves there."""
+    central = {"POSTGRES_HOST": "10.0.0.5:5432", "REDIS_HOST": "10.0.0.5", "S3_ENDPOINT_URL": "http://10.0.0.6:9000",
+               "SPARK_MASTER_HOST": "10.0.0.7", "AIRFLOW_API_URL": "http://10.0.0.5:8080"}
+    s = _config(**central)["services"]
+    for name in ("airflow-worker", "airflow-triggerer", "airflow-scheduler"):
+        env = s[name]["environment"]
+        assert "@10.0.0.5:5432/airflow" in env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]
+        assert "@10.0.0.5:5432/airflow" in env["AIRFLOW__CELERY__RESULT_BACKEND"]
+        assert "@10.0.0.5:6379/0" in env["AIRFLOW__CELERY__BROKER_URL"]
+        assert env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"] == "http://10.0.0.5:8080/execution/"
+        assert env["AWS_ENDPOINT_URL"] == "http://10.0.0.6:9000"
+        assert yaml.safe_load(env["AIRFLOW_CONN_SPARK_DEFAULT"])["host"] == "spark://10.0.0.7"
+    assert "spark://10.0.0.7:7077" in s["spark-worker"]["command"]
+    assert s["spark-worker"]["environment"]["AWS_ENDPOINT_URL"] == "http://10.0.0.6:9000"
+    leftovers = [(n, k, v) for n in SCALABLE for k, v in s[n]["environment"].items()
+                 if re.search(r"(@|//)(postgres|redis|minio|spark-master|airflow-apiserver)\b", str(v))]
+    assert not leftovers, f"still pointing at this host's services: {leftovers}"
 
 
 def _environments(raw: dict[str, Any]) -> list[tuple[str, str, Any]]:
@@ -216,6 +279,11 @@ def test_overridden_secrets_leave_no_default_behind() -> None:
     assert s["minio"]["environment"]["MINIO_ROOT_PASSWORD"] == overrides["MINIO_ROOT_PASSWORD"]
     assert overrides["POSTGRES_PASSWORD"] in s["airflow-scheduler"]["environment"][
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]
+    for name in ("airflow-scheduler", "airflow-worker"):
+        env = s[name]["environment"]
+        assert f":{overrides['REDIS_PASSWORD']}@" in env["AIRFLOW__CELERY__BROKER_URL"]
+        assert f":{overrides['POSTGRES_PASSWORD']}@" in env["AIRFLOW__CELERY__RESULT_BACKEND"]
+    assert s["redis"]["environment"]["REDISCLI_AUTH"] == overrides["REDIS_PASSWORD"]
     for service, key, value in _environments(resolved):
         if SECRET_KEY.search(key) and not key.endswith("_FILE") and value:
             assert value not in DEV_SECRETS.values(), f"{service}: {key} kept a dev default after override"

@@ -128,13 +128,17 @@ def ok(r: subprocess.CompletedProcess[str]) -> str:
 
 @contextmanager
 def airflow_stack(env: dict[str, str]) -> Iterator[None]:
-    """api-server (execution API only), scheduler and dag-processor; stopped on exit."""
+    """api-server (execution API only), scheduler, dag-processor and triggerer; stopped on exit.
+
+    The triggerer runs the deferred waits of the mint tasks (:mod:`shardsink.airflow.triggers`):
+    without one a waiting run stays ``deferred`` forever."""
     logs = env["AIRFLOW_HOME"]
     procs = []
     try:
         for name, args in (("api", ["api-server", "--port", env["_API_PORT"], "--workers", "1", "--apps", "execution"]),
                            ("scheduler", ["scheduler", "--skip-serve-logs"]),
-                           ("dag-processor", ["dag-processor"])):
+                           ("dag-processor", ["dag-processor"]),
+                           ("triggerer", ["triggerer", "--skip-serve-logs"])):
             out = open(f"{logs}/{name}.log", "w")  # noqa: SIM115 - closed with the process
             procs.append((subprocess.Popen([str(VENV_BIN / "airflow"), *args], env=env, stdout=out,
                                            stderr=subprocess.STDOUT, start_new_session=True), out))

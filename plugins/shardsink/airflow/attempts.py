@@ -16,8 +16,9 @@ and ``append`` commits the chain in order. A run
 continues with the next attempt while its target is not covered (a lost race, a chain cut
 at ``max_chain``); ``report`` lists what the run committed and fails the run unless its
 target is covered: a green run covers its interval, whatever the concurrency.
-Waits (an earlier interval not covered yet, backoff after a lost race) reschedule the
-mint task: no worker slot is held while waiting.
+Waits (an earlier interval not covered yet, backoff after a lost race) defer the mint
+task to Airflow's triggerer (:mod:`shardsink.airflow.triggers`): no worker slot is held
+while waiting, and the deployment needs a running triggerer.
 """
 
 from __future__ import annotations

@@ -1,10 +1,17 @@
-"""The gates of a sink DAG run: whether a task goes on now, waits (rescheduled, holding no
-worker slot), or ends the run's work (skipping the rest but the ``report``).
+"""The gates of a sink DAG run: whether a task goes on now, waits (deferred to Airflow's
+triggerer, holding no worker slot), or ends the run's work (skipping the rest but the ``report``).
 
 Every decision is taken from the shard state as the task read it (once: the gates are handed
-the facts, they read nothing themselves) and the run's context; a wait raises
-``AirflowRescheduleException``, an end raises ``DownstreamTasksSkipped`` /
-``AirflowSkipException``, so callers push their XComs before calling.
+the facts, they read nothing themselves) and the run's context; a wait raises ``TaskDeferred``
+(through the task's ``defer``: the task resumes from the top, see :mod:`shardsink.airflow.triggers`),
+an end raises ``DownstreamTasksSkipped`` / ``AirflowSkipException``, so callers push their
+XComs before calling.
+
+Why defer, not reschedule (issue 21): with rescheduled mints, a ``--run-backwards
+--max-active-runs 1`` backfill under a real scheduler failed 4 of 5 runs (the scheduler
+logged "finished with state success, but the task instance's state attribute is queued"
+and a try_number mismatch, then marked the rescheduled mint failed). Deferring is the wait
+Airflow 3 provides for tasks: the triggerer watches, the task keeps its try.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from airflow.sdk.exceptions import AirflowSkipException, DownstreamTasksSkipped
 
 from shardsink.airflow.run_context import earlier_appends
 from shardsink.airflow.settings import IngestSettings
+from shardsink.airflow.triggers import RESUME_METHOD, EarlierIntervalsTrigger, behind, idle_seconds
 from shardsink.core.shard import ShardInfo
 
 log = logging.getLogger("shardsink.airflow")
@@ -55,17 +63,26 @@ def nothing_to_do(context: dict[str, Any], reason: str, writers: int) -> NoRetur
     raise AirflowSkipException(reason)
 
 
-def reschedule(settings: IngestSettings, reason: str, *, at: float | None = None) -> NoReturn:
-    """Give the worker slot back and run this task again later (``at``, epoch seconds, or one poke)."""
-    from airflow.sdk.exceptions import AirflowRescheduleException
+def defer(context: dict[str, Any], trigger: Any, reason: str) -> NoReturn:
+    """Give the worker slot back until ``trigger`` fires in the triggerer; then the task runs again
+    from the top (``RESUME_METHOD`` of :class:`shardsink.provider.operators.ShardTaskOperator`)
+    and decides from its own read. The task's state meanwhile is ``deferred`` (same try)."""
+    log.info("%s; deferred to the triggerer (the worker slot is released while waiting)", reason)
+    context["task"].defer(trigger=trigger, method_name=RESUME_METHOD)
+    raise AssertionError("unreachable")  # pragma: no cover - defer always raises TaskDeferred
 
-    when = datetime.fromtimestamp(at if at is not None else time.time() + settings.poke_interval, tz=UTC)
-    log.info("%s; rescheduled for %s (the worker slot is released while waiting)", reason, when.isoformat())
-    raise AirflowRescheduleException(when)
+
+def defer_until(context: dict[str, Any], reason: str, *, at: float) -> NoReturn:
+    """:func:`defer` until ``at`` (epoch seconds): a backoff or a poke, waited in the triggerer."""
+    from airflow.providers.standard.triggers.temporal import DateTimeTrigger
+
+    when = datetime.fromtimestamp(at, tz=UTC)
+    defer(context, DateTimeTrigger(moment=when), f"{reason}; resuming at {when.isoformat()}")
 
 
 def retry_gate(settings: IngestSettings, attempt: int, context: dict[str, Any]) -> bool:
-    """Before attempt ``attempt`` (>= 2) mints: back off (rescheduled) if attempt k-1 lost a race.
+    """Before attempt ``attempt`` (>= 2) mints: back off (deferred until the backoff's end) if attempt
+    k-1 lost a race.
 
     Whether there is anything left to do is decided by the caller from the SHARD STATE
     (its target against the shard's upper), not from what attempt k-1 reported. Returns
@@ -77,35 +94,38 @@ def retry_gate(settings: IngestSettings, attempt: int, context: dict[str, Any]) 
         return corrected
     prev = earlier[-1]
     if prev.lost and prev.retry_at is not None and time.time() < prev.retry_at:
-        reschedule(settings, f"attempt {attempt - 1} lost its race; backing off before minting afresh",
-                   at=prev.retry_at)
+        defer_until(context, f"attempt {attempt - 1} lost its race; backing off before minting afresh",
+                    at=prev.retry_at)
     return corrected
 
 
 def wait_for_earlier_intervals(settings: IngestSettings, info: ShardInfo, interval_start: int | None,
                                context: dict[str, Any]) -> None:
-    """Reschedule while an earlier interval is not covered yet and the shard is progressing.
+    """Defer while an earlier interval is not covered yet and the shard is progressing.
 
     The runs of earlier intervals normally cover them; catching up in parallel would only
     make runs race. But their owner may never come (``--run-backwards`` with one active
     run, a backfill starting above the upper, a failed run): once neither this run's start
     nor the shard's last commit is within ``catch_up_after`` seconds, the run returns and
-    catches up itself. ``info``: the shard's head as the task read it (no read here).
+    catches up itself. While waiting, the task is deferred to an :class:`EarlierIntervalsTrigger`
+    that reads the shard's upper every ``poke_interval`` and hands the task back when either
+    holds (the same rule, :func:`shardsink.airflow.triggers.idle_seconds`). ``info``: the
+    shard's head as the task read it (no read here).
     """
-    upper = info.upper
-    if interval_start is None or upper is None or upper >= interval_start:
+    if interval_start is None or not behind(info, interval_start):
         return
-    last = info.last_commit
     started = getattr(context.get("dag_run"), "start_date", None)
-    marks = [datetime.fromisoformat(last.at).timestamp()]
-    if isinstance(started, datetime):
-        marks.append(started.timestamp())
-    idle = time.time() - max(marks)
+    run_started = started.timestamp() if isinstance(started, datetime) else None
+    idle = idle_seconds(info, run_started, time.time())
     if idle < settings.catch_up_after:
-        reschedule(settings, f"earlier intervals are not covered yet (shard upper {upper} < this run's interval "
-                             f"start {interval_start}); waiting for their runs ({idle:.0f}s of "
-                             f"{settings.catch_up_after:.0f}s without progress before catching up)")
-    log.info("no progress on %s for %.0fs: this run catches up from upper %d itself", info.url, idle, upper)
+        trigger = EarlierIntervalsTrigger(shard_url=settings.shard_url, interval_start=interval_start,
+                                          catch_up_after=settings.catch_up_after,
+                                          poke_interval=settings.poke_interval, run_started=run_started,
+                                          aws_conn_id=settings.aws_conn_id)
+        defer(context, trigger, f"earlier intervals are not covered yet (shard upper {info.upper} < this run's "
+                                f"interval start {interval_start}); waiting for their runs ({idle:.0f}s of "
+                                f"{settings.catch_up_after:.0f}s without progress before catching up)")
+    log.info("no progress on %s for %.0fs: this run catches up from upper %s itself", info.url, idle, info.upper)
 
 
 def covered(settings: IngestSettings, context: dict[str, Any], target: int | None, *, upper: int | None) -> bool:

@@ -23,8 +23,9 @@ class IngestSettings:
     ``max_attempts`` bounds the attempt groups of a run (each commits up to ``max_chain``
     descriptions); ``catch_up_after`` is how long a run whose earlier interval is not
     covered yet waits for the shard to progress before catching up itself; while waiting
-    it is rescheduled every ``poke_interval`` seconds (holding no worker slot). A lost race
-    reschedules the next attempt after :meth:`backoff` (the :attr:`attempts_policy`).
+    it is deferred to the triggerer, which reads the shard every ``poke_interval`` seconds
+    (holding no worker slot). A lost race defers the next attempt's mint until
+    :meth:`backoff` has passed (the :attr:`attempts_policy`).
     """
 
     dag_id: str
@@ -63,7 +64,7 @@ class IngestSettings:
     def attempts_policy(self) -> RetryPolicy:
         """The attempt groups' backoff: ``max_attempts`` tries, full jitter from ``backoff_base``
         up to ``backoff_cap``; no deadline of its own (the DAG run's timeouts bound it). Nothing
-        sleeps on it: the wait is the time the next mint is rescheduled to."""
+        sleeps on it: the next mint is deferred (to the triggerer) until then."""
         return RetryPolicy("attempts", attempts=self.max_attempts, first_wait=self.backoff_base,
                            max_wait=self.backoff_cap, deadline=math.inf)
 

@@ -22,8 +22,8 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from shardsink.airflow.gates import (
     covered,
+    defer_until,
     nothing_to_do,
-    reschedule,
     retry_gate,
     skip_rest,
     wait_for_earlier_intervals,
@@ -69,7 +69,7 @@ def mint_task(settings: IngestSettings, attempt: int, context: dict[str, Any]) -
 
     The run's **target** is ``min(interval end, watermark)``: the run is green only once the
     shard's upper reaches it (the ``report`` task checks). A covered target is a quick no-op.
-    A run behind an uncovered earlier interval waits (rescheduled) for it, then catches up.
+    A run behind an uncovered earlier interval waits (deferred to the triggerer) for it, then catches up.
     Re-processing (``reprocess_from``/``reprocess_to`` or ``reprocess``) puts the correction
     into the first description; ``dry_run`` computes and reports, then ends the run. Reads the
     shard's head once and the source's watermark once; the gates and the chain decide from them.
@@ -107,7 +107,8 @@ def mint_task(settings: IngestSettings, attempt: int, context: dict[str, Any]) -
         if corrects is not None:
             waited = time.time() - run_started(context)
             if waited < settings.catch_up_after and not opts.dry_run:
-                reschedule(settings, f"{out.reason}; waiting for the source's watermark to pass the upper")
+                defer_until(context, f"{out.reason}; waiting for the source's watermark to pass the upper",
+                            at=time.time() + settings.poke_interval)
             raise AirflowFailException(f"cannot re-process [{corrects[0]}, {corrects[1]}): {out.reason}")
         nothing_to_do(context, out.reason, settings.writers)
     if opts.dry_run:

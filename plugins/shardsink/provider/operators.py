@@ -207,6 +207,13 @@ class ShardTaskOperator(ShardTaskMixin, _PythonDecoratedOperator):
     def shard_url(self, url: str) -> None:
         self._fixed_shard_url, self.shard_url_arg = url, None
 
+    def resume_after_wait(self, context: Any, event: Any = None) -> Any:
+        """Where a deferred task resumes (:func:`shardsink.airflow.gates.defer`): its body runs again
+        from the top and decides from its own reads; ``event`` (the trigger's payload) is only logged.
+        The same try: a resumed task never counts as a retry."""
+        log.info("resumed after a deferred wait (%s); running %s again from the top", event, self.task_id)
+        return self.execute(context)
+
 
 def shard_task(python_callable: Callable[..., Any] | None = None, **kwargs: Any) -> Any:
     """``@task`` for a sink's task: ``@shard_task(task_id=..., shard_role="append", shard_url=..., source_spec=...)``,

@@ -1,0 +1,131 @@
+"""The deferred wait of a sink run's mint: :class:`EarlierIntervalsTrigger`, run by Airflow's triggerer.
+
+A run whose earlier intervals are not covered yet waits for their runs instead of racing
+them (:func:`shardsink.airflow.gates.wait_for_earlier_intervals`). It waits the way Airflow
+3 intends: the mint task *defers* (state ``deferred``: no worker slot, no try consumed) and
+this trigger, in the triggerer process, watches the shard's upper. It hands the task back
+(the task runs again from the top and decides from its own read) when
+
+* ``covered``: the upper reached ``interval_start`` (the earlier intervals are covered);
+* ``catch_up``: neither the run's start nor the shard's last commit is within
+  ``catch_up_after`` seconds (no progress: the run catches up itself);
+* ``ready``: the shard was closed (the task's own checks say what that means);
+* ``unreadable``: a read failed after the store's own retry policy (the task re-reads,
+  under Airflow's task retries, instead of the trigger failing the task).
+
+The rule is :func:`idle_seconds`, shared with the gate: the task and the trigger agree on
+when waiting ends, whatever clock either reads first (time only moves forward).
+
+The trigger carries plain values only (its kwargs are stored in Airflow's ``trigger``
+table): the shard URL, times, durations and the name of an ``aws`` connection, never a
+credential; the triggerer resolves the connection itself (:mod:`shardsink.airflow.credentials`),
+so it needs the same shardsink package, the store's network and the connection's secrets
+backend as a worker. Store reads are synchronous: each runs in a thread
+(``asyncio.to_thread``), never on the triggerer's event loop. Between reads the trigger
+awaits ``asyncio.sleep`` (the triggerer's loop runs other triggers meanwhile; nothing
+blocks), at most ``poke_interval`` and never past the catch-up moment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import AsyncIterator
+from datetime import datetime
+from typing import Any
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from shardsink.core import checks as ck
+from shardsink.core.read import ShardInfo
+from shardsink.errors import InvalidUsageError, ShardsinkError
+
+#: The operator method a deferred shardsink task resumes with (:class:`shardsink.provider.operators.ShardTaskOperator`).
+RESUME_METHOD = "resume_after_wait"
+
+
+def idle_seconds(info: ShardInfo, run_started: float | None, now: float) -> float:
+    """Seconds since the latest sign of progress: the shard's last commit or the run's start (epoch s)."""
+    marks = [datetime.fromisoformat(info.last_commit.at).timestamp()]
+    if run_started is not None:
+        marks.append(run_started)
+    return now - max(marks)
+
+
+def behind(info: ShardInfo, interval_start: int) -> bool:
+    """Whether an earlier interval is not covered yet (an open shard whose upper is below ``interval_start``)."""
+    return info.upper is not None and info.upper < interval_start
+
+
+def _epoch_seconds(value: object, *, what: str) -> float:
+    """``value`` as a moment in epoch seconds: a finite number whose milliseconds are a shard time."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise InvalidUsageError(f"{what} {value!r} is not a moment in epoch seconds", value=value)
+    ck.check_time(int(value * 1000), what=f"{what} (as epoch milliseconds)")
+    return float(value)
+
+
+class EarlierIntervalsTrigger(BaseTrigger):
+    """Fires once the shard at ``shard_url`` covers ``interval_start`` or has made no progress for
+    ``catch_up_after`` seconds (module docstring); reads the shard's head every ``poke_interval``.
+
+    Every argument is range-checked (a bad one raises InvalidUsageError naming it), in the task
+    that defers and again where the triggerer rebuilds the trigger from its stored kwargs.
+    """
+
+    def __init__(self, *, shard_url: str, interval_start: int, catch_up_after: float, poke_interval: float,
+                 run_started: float | None = None, aws_conn_id: str | None = None) -> None:
+        super().__init__()
+        if not isinstance(shard_url, str) or not shard_url:
+            raise InvalidUsageError(f"shard_url {shard_url!r} is not a shard URL", value=shard_url)
+        if aws_conn_id is not None and (not isinstance(aws_conn_id, str) or not aws_conn_id):
+            raise InvalidUsageError(f"aws_conn_id {aws_conn_id!r} is not a connection id", value=aws_conn_id)
+        self.shard_url = shard_url
+        self.interval_start = ck.check_time(interval_start, what="interval_start")
+        self.catch_up_after = ck.check_seconds(catch_up_after, what="catch_up_after")
+        self.poke_interval = ck.check_seconds(poke_interval, what="poke_interval", positive=True)
+        self.run_started = None if run_started is None else _epoch_seconds(run_started, what="run_started")
+        self.aws_conn_id = aws_conn_id
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (f"{type(self).__module__}.{type(self).__qualname__}",
+                {"shard_url": self.shard_url, "interval_start": self.interval_start,
+                 "catch_up_after": self.catch_up_after, "poke_interval": self.poke_interval,
+                 "run_started": self.run_started, "aws_conn_id": self.aws_conn_id})
+
+    def _read(self) -> ShardInfo:
+        """The shard's head (one read), with the connection's credentials if one is named. Runs in a thread."""
+        from shardsink.airflow.credentials import store_access
+        from shardsink.core.shard import Shard
+
+        with store_access(self.aws_conn_id):
+            return Shard(self.shard_url).info()
+
+    def decide(self, info: ShardInfo, now: float) -> dict[str, Any] | None:
+        """The event's payload if waiting ends at ``now`` with the shard at ``info``, else None."""
+        if info.upper is None:
+            return {"status": "ready", "reason": "the shard is closed", "upper": None}
+        if not behind(info, self.interval_start):
+            return {"status": "covered", "upper": info.upper, "interval_start": self.interval_start}
+        idle = idle_seconds(info, self.run_started, now)
+        if idle >= self.catch_up_after:
+            return {"status": "catch_up", "upper": info.upper, "interval_start": self.interval_start,
+                    "idle_s": round(idle, 3)}
+        return None
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        while True:
+            try:
+                info = await asyncio.to_thread(self._read)
+            except ShardsinkError as e:
+                yield TriggerEvent({"status": "unreadable", "error": f"{type(e).__name__}: {e}"})
+                return
+            now = time.time()
+            payload = self.decide(info, now)
+            if payload is not None:
+                self.log.info("shard %s: %s; handing the task back", self.shard_url, payload)
+                yield TriggerEvent(payload)
+                return
+            left = self.catch_up_after - idle_seconds(info, self.run_started, now)
+            await asyncio.sleep(max(0.0, min(self.poke_interval, left)))

@@ -1,0 +1,84 @@
+"""airflow/gates.py: every wait of a mint DEFERS (issue 21 §2): to an :class:`EarlierIntervalsTrigger`
+while earlier intervals are not covered and the shard progresses, to a ``DateTimeTrigger``
+until a lost race's backoff ends; always resuming through the task's ``resume_after_wait``.
+No wait once there is nothing to wait for. The gates run in-process against a real local
+shard, with a real ``@shard_task`` operator as the task (its ``defer`` raises ``TaskDeferred``).
+The triggers themselves run for real in tests/airflow/test_triggers.py.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from airflow.sdk import DAG
+from airflow.sdk.exceptions import TaskDeferred
+from support import SCHEMA
+
+from shardsink import Shard
+from shardsink.airflow.gates import retry_gate, wait_for_earlier_intervals
+from shardsink.airflow.results import AppendReport
+from shardsink.airflow.settings import IngestSettings
+from shardsink.airflow.triggers import RESUME_METHOD, EarlierIntervalsTrigger
+from shardsink.provider.operators import shard_task
+from shardsink.sinks.description import to_builtins
+
+
+@pytest.fixture
+def shard(tmp_path: Path) -> Shard:
+    return Shard.create((tmp_path / "shard").as_uri(), SCHEMA, upper=0)
+
+
+def _settings(url: str, catch_up_after: float = 300) -> IngestSettings:
+    return IngestSettings(dag_id="d", shard_url=url, source_spec={}, writers=1, max_span=None, max_attempts=3,
+                          initial_upper=0, catch_up_after=catch_up_after, poke_interval=7.0)
+
+
+def _context(shard: Shard, xcoms: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A mint's context: a real ``@shard_task`` operator (the mint's class) and the run's XComs."""
+    with DAG("gates", schedule=None):
+        @shard_task(task_id="mint", shard_role="mint", shard_url=shard.url)
+        def body() -> None:
+            return None
+
+        mint = body().operator
+    pull = (xcoms or {}).get
+    return {"task": mint, "dag_run": SimpleNamespace(start_date=datetime.now(UTC)),
+            "ti": SimpleNamespace(xcom_pull=lambda task_ids, key="return_value": pull(task_ids))}
+
+
+def test_an_uncovered_earlier_interval_defers_to_the_upper_watching_trigger(shard: Shard) -> None:
+    context = _context(shard)
+    info = shard.info()
+    with pytest.raises(TaskDeferred) as d:
+        wait_for_earlier_intervals(_settings(shard.url), info, 20, context)
+    assert d.value.method_name == RESUME_METHOD and callable(getattr(context["task"], RESUME_METHOD))
+    assert isinstance(d.value.trigger, EarlierIntervalsTrigger)
+    assert d.value.trigger.serialize()[1] == {
+        "shard_url": shard.url, "interval_start": 20, "catch_up_after": 300.0, "poke_interval": 7.0,
+        "run_started": context["dag_run"].start_date.timestamp(), "aws_conn_id": None}
+    # No patience left, or nothing to wait for: the gate returns and the run goes on itself.
+    wait_for_earlier_intervals(_settings(shard.url, catch_up_after=0), info, 20, context)
+    wait_for_earlier_intervals(_settings(shard.url), info, 0, context)
+    wait_for_earlier_intervals(_settings(shard.url), info, None, context)
+
+
+def test_a_lost_race_defers_the_next_mint_until_its_backoff_ends(shard: Shard) -> None:
+    from airflow.providers.standard.triggers.temporal import DateTimeTrigger
+
+    retry_at = round(time.time() + 20, 3)
+    lost = to_builtins(AppendReport(shard=shard.url, lost=("lost the race",), upper=0, retry_at=retry_at))
+    context = _context(shard, {"attempt_1.append": lost})
+    with pytest.raises(TaskDeferred) as d:
+        retry_gate(_settings(shard.url), 2, context)
+    assert d.value.method_name == RESUME_METHOD
+    assert isinstance(d.value.trigger, DateTimeTrigger)
+    assert d.value.trigger.moment.timestamp() == pytest.approx(retry_at, abs=1e-3)
+    # Once the backoff has passed (the resumed task), the gate lets the mint go on.
+    over = to_builtins(AppendReport(shard=shard.url, lost=("lost the race",), upper=0, retry_at=time.time() - 1))
+    assert retry_gate(_settings(shard.url), 2, _context(shard, {"attempt_1.append": over})) is False
+    assert retry_gate(_settings(shard.url), 1, _context(shard)) is False
