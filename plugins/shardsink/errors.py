@@ -11,6 +11,7 @@ class                             what the caller does
 :class:`UnknownOutcomeError`      re-read state before deciding anything
 :class:`FateUnknownError`         check the data by hand; never re-send blindly (exit 5)
 :class:`StorageError`             retry later (the request definitely failed)
+:class:`UnsafeStoreError`         use a store that honours conditional writes
 :class:`CorruptionError`          stop and page a human; never guess
 :class:`LeaseLostError`           re-run the read: its frontier may have moved under it
 ================================  ==============================================
@@ -107,6 +108,19 @@ class StorageError(ShardsinkError):
     def __init__(self, message: str, *, retryable: bool = True) -> None:
         super().__init__(message)
         self.retryable = retryable
+
+
+class UnsafeStoreError(StorageError):
+    """The store ignores (or refuses) ``If-None-Match`` or ``If-Match``: it failed the
+    conditional-write probe (:mod:`shardsink.storage.probe`), so shardsink refuses to write to
+    it; nothing was written under any shard, and reads still work. Retrying cannot help: use a
+    store that honours conditional writes (docs/runbooks/unsafe-store.md). Never retryable.
+    """
+
+    def __init__(self, message: str, *, value: object = None) -> None:
+        super().__init__(message, retryable=False)
+        if value is not None:
+            self.value = str(value)
 
 
 class ConditionFailedError(ShardsinkError):

@@ -20,6 +20,7 @@ from typing import Any, NoReturn
 
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
+from shardsink.airflow.failures import for_airflow
 from shardsink.airflow.gates import (
     covered,
     defer_until,
@@ -85,7 +86,13 @@ def mint_task(settings: IngestSettings, attempt: int, context: dict[str, Any]) -
     run_id = context["dag_run"].run_id
     source = source_from_spec(settings.source_spec)
     start, interval_end = interval_of(context)
-    shard, info = open_with_info(settings.shard_url, source, initial_upper=settings.initial_upper)
+    try:
+        shard, info = open_with_info(settings.shard_url, source, initial_upper=settings.initial_upper)
+    except ShardsinkError as e:  # a store that cannot be made safe (UnsafeStoreError) is not retried
+        failure = for_airflow(e)
+        if failure is e:
+            raise
+        raise failure from e
     corrects = None if corrected else opts.corrects
     if corrects is not None:
         try:

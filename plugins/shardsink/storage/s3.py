@@ -13,6 +13,11 @@ replace is ``PutObject`` with ``If-Match: <etag>``. Answers are classified per
 DESIGN.md: 412 = lost race (definite), 409 / timeout / 5xx after sending = unknown
 outcome, connection refused = definitely not applied.
 
+Before its first write (any PUT or DELETE), a store proves it honours both headers: the
+conditional-write probe of :mod:`shardsink.storage.probe`, once per process and endpoint. A
+store that fails it refuses every write with :class:`~shardsink.errors.UnsafeStoreError`;
+reads are not affected. ``StoreOptions.trust_conditional_writes`` skips it (logged loudly).
+
 SUBTLE: botocore's own retries are switched off. A retried conditional put whose first
 attempt landed but whose answer was lost comes back 412, which would make a writer
 believe it lost a race it actually won. Retries happen above this layer, by policies
@@ -22,6 +27,7 @@ that know which requests are idempotent.
 from __future__ import annotations
 
 import functools
+import logging
 import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -35,7 +41,8 @@ from botocore.config import Config
 
 from shardsink.errors import ConditionFailedError, StorageError, UnknownOutcomeError
 from shardsink.storage.base import Fetched, ObjectInfo, SourceObject, check_key, check_source_key
-from shardsink.storage.options import StoreOptions
+from shardsink.storage.options import TRUST_ENV, StoreOptions
+from shardsink.storage.probe import PROBE_KEY, check_conditional_writes
 
 # Errors raised before a request could reach the server: definitely not applied.
 _NOT_SENT = (bexc.EndpointConnectionError, bexc.ConnectTimeoutError, bexc.NoCredentialsError)
@@ -46,6 +53,7 @@ _IN_FLIGHT = (
     bexc.ResponseStreamingError,
     bexc.IncompleteReadError,
 )
+log = logging.getLogger(__name__)
 _NOT_RETRYABLE_CODES = {"AccessDenied", "NoSuchBucket", "InvalidAccessKeyId", "SignatureDoesNotMatch"}
 
 
@@ -145,16 +153,34 @@ def _status(e: bexc.ClientError) -> tuple[int, str]:
 class S3Blob:
     """Blob store under ``s3://bucket/prefix/``; see the module docstring."""
 
-    def __init__(self, bucket: str, prefix: str, *, client: Any | None = None) -> None:
+    def __init__(self, bucket: str, prefix: str, *, client: Any | None = None,
+                 options: StoreOptions | None = None) -> None:
+        """``options``: only ``trust_conditional_writes`` is read here (None: :func:`store_options`);
+        the client's timeouts are ``client``'s own."""
         self.bucket = bucket
         self.prefix = prefix.strip("/")
         self.url = f"s3://{bucket}/{self.prefix}"
-        self.client = client if client is not None else make_client()
+        self.client = client if client is not None else make_client(options=options)
         self.requests = 0
         self.client.meta.events.register("before-send.s3", self._count)
+        #: Whether writes skip the conditional-write probe (:mod:`shardsink.storage.probe`).
+        self.trusted = store_options(options).trust_conditional_writes
+        if self.trusted:
+            log.warning("CONDITIONAL-WRITE PROBE SKIPPED for %s at %s (%s is set): shardsink cannot tell whether "
+                        "this store honours If-None-Match and If-Match; if it does not, concurrent writers can "
+                        "silently lose batches. Only for a store verified by other means (docs/deployment.md).",
+                        self.url, self.client.meta.endpoint_url, TRUST_ENV)
 
-    def _count(self, **_: Any) -> None:
-        self.requests += 1
+    def _count(self, request: Any = None, **_: Any) -> None:
+        # The probe's own requests are the probe's (probe.Verdict.requests), not this store's.
+        if request is None or f"/{PROBE_KEY}" not in str(getattr(request, "url", "")):
+            self.requests += 1
+
+    def _check_writable(self) -> None:
+        """Every write passes here first: UnsafeStoreError if the store failed the probe
+        (probed on the first write of this process to the endpoint), else nothing."""
+        if not self.trusted:
+            check_conditional_writes(self.client, self.bucket)
 
     def _key(self, key: str) -> str:
         return f"{self.prefix}/{check_key(key)}" if self.prefix else check_key(key)
@@ -210,6 +236,7 @@ class S3Blob:
             raise self._fail(e, f"GET {key!r}", write=False) from e
 
     def _put(self, key: str, data: bytes, what: str, **cond: str) -> str:
+        self._check_writable()
         try:
             r = self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data, **cond)
             return str(r["ETag"])
@@ -233,6 +260,7 @@ class S3Blob:
         return self._put(key, data, "PUT If-Match", IfMatch=etag)
 
     def delete(self, key: str) -> None:
+        self._check_writable()
         try:
             self.client.delete_object(Bucket=self.bucket, Key=self._key(key))
         except Exception as e:
@@ -240,6 +268,7 @@ class S3Blob:
 
     def delete_many(self, keys: Sequence[str]) -> None:
         """DeleteObjects, 1,000 keys a request (S3's limit), quiet mode: only failures come back."""
+        self._check_writable()
         for i in range(0, len(keys), _DELETE_BATCH):
             chunk = keys[i:i + _DELETE_BATCH]
             what = f"DELETE {len(chunk)} objects ({chunk[0]} ...)"

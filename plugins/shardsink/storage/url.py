@@ -18,6 +18,7 @@ from urllib.parse import unquote, urlparse
 from shardsink.errors import InvalidUsageError
 from shardsink.storage.base import Blob
 from shardsink.storage.options import StoreOptions
+from shardsink.storage.probe import RESERVED_SEGMENT
 from shardsink.storage.retry import STORAGE, RetryingBlob
 
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
@@ -70,6 +71,10 @@ def parse_url(url: str) -> ShardUrl:
             raise InvalidUsageError(f"shard URL {url!r} needs a prefix naming the shard (s3://bucket/name)")
         if "//" in prefix:
             raise InvalidUsageError(f"shard URL {url!r} has an empty path segment")
+        if prefix.split("/")[0] == RESERVED_SEGMENT:
+            raise InvalidUsageError(f"shard URL {url!r}: the folder {RESERVED_SEGMENT!r} at a bucket's root is "
+                                    "reserved for shardsink's own objects (the conditional-write probe); "
+                                    "expected another prefix")
         return ShardUrl("s3", parsed.netloc, prefix)
     raise InvalidUsageError(f"shard URL {url!r} has scheme {parsed.scheme!r}; expected file:// or s3://")
 
@@ -91,5 +96,5 @@ def open_blob(url: str | ShardUrl, options: StoreOptions | None = None) -> Retry
         from shardsink.storage.s3 import S3Blob, make_client, store_options
 
         opts = store_options(options)
-        backend, policy = S3Blob(u.bucket, u.path, client=make_client(options=opts)), opts.retry
+        backend, policy = S3Blob(u.bucket, u.path, client=make_client(options=opts), options=opts), opts.retry
     return RetryingBlob(backend, policy=policy)
