@@ -20,6 +20,7 @@ from typing import Any, NoReturn
 
 import pyarrow as pa
 
+from shardsink import cli_schema
 from shardsink import io as sio
 from shardsink.cli_args import build_parser
 from shardsink.core.shard import Shard
@@ -200,6 +201,8 @@ def _verify(shard: Shard, args: argparse.Namespace) -> int:
 
 def _read(shard: Shard, args: argparse.Namespace) -> int:
     """``snapshot`` and ``changes``: the rows sorted, in the requested format."""
+    if getattr(args, "engine", "pyarrow") != "pyarrow" and getattr(args, "schema", "current") != "current":
+        raise InvalidUsageError("--schema as_of reads with the pyarrow engine only (for now)")
     if getattr(args, "engine", "pyarrow") != "pyarrow":  # a leased engine read (shardsink.read)
         from shardsink.read.tables import engine_table
 
@@ -207,11 +210,11 @@ def _read(shard: Shard, args: argparse.Namespace) -> int:
         t = engine_table(args.engine, shard.url, as_of=args.as_of if changes is None else None, changes=changes)
         keys = shard.schema.names if changes is None else [*shard.schema.names, TIME]
     elif args.cmd == "snapshot":
-        t = shard.snapshot(args.as_of)
-        keys = shard.schema.names
+        t = shard.snapshot(args.as_of, schema=getattr(args, "schema", "current"))
+        keys = [c for c in t.column_names if c != "_count"]
     else:
-        t = shard.changes(args.lower, args.upper)
-        keys = [*shard.schema.names, TIME]
+        t = shard.changes(args.lower, args.upper, schema=getattr(args, "schema", "current"))
+        keys = [c for c in t.column_names if c != DIFF]
     if t.num_rows:
         t = t.sort_by([(k, "ascending") for k in keys])
     fmt = args.format or (sio.format_of(args.output) if args.output else "jsonl")
@@ -245,6 +248,7 @@ _COMMANDS: dict[str, Callable[[Shard, argparse.Namespace], int]] = {
     "verify": _verify,
     "compact": _compact,
     "retention": _retention,
+    "schema": cli_schema.run,
     "snapshot": _read,
     "changes": _read,
 }

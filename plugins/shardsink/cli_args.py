@@ -10,6 +10,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TypeVar
 
+from shardsink import cli_schema
 from shardsink.core import checks as ck
 from shardsink.errors import InvalidUsageError
 
@@ -119,6 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--no-since", action="store_true", help="only merge; leave since where it is")
     cp.add_argument("--json", action="store_true")
 
+    cli_schema.add_parser(sub)
+
     rt = sub.add_parser("retention", help="show or set the shard's time-travel window (e.g. 7d, 12h, none)")
     rt.add_argument("url")
     rt.add_argument("--set", dest="retention", default=None, metavar="DURATION",
@@ -136,4 +139,6 @@ def build_parser() -> argparse.ArgumentParser:
         r.add_argument("--output", default=None, metavar="FILE")
         r.add_argument("--engine", choices=["pyarrow", "duckdb"], default="pyarrow",
                        help="read with pyarrow (default) or DuckDB (needs shardsink[duckdb]); same rows")
+        r.add_argument("--schema", choices=["current", "as_of"], default="current",
+                       help="read with the current schema (default) or the one current at the read's time")
     return p

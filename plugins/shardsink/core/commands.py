@@ -5,7 +5,8 @@ writes. :func:`shardsink.core.transitions.apply` turns (header, command) into th
 version or a typed refusal, and ``Machine.commit`` is the one compare-and-set loop that
 commits any command. The kinds: :class:`CreateCommand` (version 0 of a new shard),
 :class:`AppendCommand` (an append, or a close with ``upper=None``),
-:class:`CompactCommand`, :class:`SinceCommand` and :class:`RetentionCommand`. Every
+:class:`CompactCommand`, :class:`SinceCommand`, :class:`RetentionCommand` and
+:class:`SchemaCommand` (one schema change). Every
 command carries a ``nonce`` identifying the one call, so that an unknown outcome is
 resolved by recognising our own version.
 """
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from shardsink.core.schema import SchemaChange
 from shardsink.core.state import PartMeta
 
 
@@ -39,7 +41,13 @@ class AppendCommand:
 
     ``upper=None`` closes the shard. ``nonce`` identifies this one call, so that an
     unknown outcome can be resolved by recognising our own version. ``props`` go to the
-    version's :class:`CommitInfo` unchanged.
+    version's :class:`CommitInfo` unchanged. ``schema_id``: the schema the parts were
+    staged with (:mod:`shardsink.core.schema`); the commit refuses an id the shard does not
+    know (InvalidUsageError). None: the shard's current schema at commit.
+
+    SUBTLE: None is only right for a writer that staged with the schema current at commit;
+    a schema change between staging and commit would then mislabel its parts. Writers that
+    read the schema themselves pass the id they read it under.
     """
 
     desc_id: str
@@ -50,6 +58,7 @@ class AppendCommand:
     at: str
     nonce: str
     props: tuple[tuple[str, str], ...] = ()
+    schema_id: int | None = None
 
 
 @dataclass(frozen=True)
@@ -72,6 +81,7 @@ class CompactCommand:
     writer: str
     at: str
     nonce: str
+    schema_id: int | None = None  # the schema the merge wrote (None: the current one)
 
 
 @dataclass(frozen=True)
@@ -101,5 +111,20 @@ class RetentionCommand:
     nonce: str
 
 
+@dataclass(frozen=True)
+class SchemaCommand:
+    """Evolve the shard's schema by one :class:`shardsink.core.schema.SchemaChange`.
+
+    Validated against the head it is applied to (after a lost race, the fresh one), so two
+    racing changes never combine into one that was not checked. A refused change raises
+    InvalidUsageError and writes nothing.
+    """
+
+    change: SchemaChange
+    writer: str
+    at: str
+    nonce: str
+
+
 #: Every state transition: what ``transitions.apply`` dispatches on and ``Machine.commit`` commits.
-Command = CreateCommand | AppendCommand | CompactCommand | SinceCommand | RetentionCommand
+Command = CreateCommand | AppendCommand | CompactCommand | SinceCommand | RetentionCommand | SchemaCommand

@@ -241,25 +241,40 @@ def open_part(blob: Blob, p: PartMeta, *, referenced_by: str = "the shard state"
     return f
 
 
-def read_parts(blob: Blob, parts: Sequence[PartMeta], schema: pa.Schema) -> pa.Table:
-    """Read parts in parallel; CorruptionError names any missing or unreadable part."""
-    full = pa.schema([*schema, pa.field(TIME, pa.int64(), False), pa.field(DIFF, pa.int64(), False)])
+def read_parts(blob: Blob, parts: Sequence[PartMeta], schema: pa.Schema, *,
+               sources: Sequence[tuple[pa.Schema, Callable[[pa.Table], pa.Table]]] | None = None) -> pa.Table:
+    """Read parts in parallel; CorruptionError names any missing or unreadable part.
 
-    def one(p: PartMeta) -> pa.Table:
+    ``sources`` (one per part, for parts written under another schema than ``schema``):
+    the schema the part was written with and the projection onto ``schema``
+    (:func:`shardsink.core.schema.project`); None: every part was written with ``schema``.
+    """
+    full = _with_meta(schema)
+
+    def one(i: int) -> pa.Table:
+        p = parts[i]
+        src, proj = sources[i] if sources is not None else (schema, None)
         f = open_part(blob, p)
         try:
             t = f.read()
         except Exception as e:
             raise CorruptionError(f"part {blob.url}/{p.key} is unreadable: {type(e).__name__}: {e}") from e
+        written = _with_meta(src)
         try:
-            t = t.select(full.names).cast(full)
+            t = t.select(written.names).cast(written)
         except Exception as e:
             raise CorruptionError(f"part {blob.url}/{p.key} does not match the shard schema: {e}") from e
+        if proj is not None:
+            t = proj(t)
         return fl.canonical_table(t)  # parts written before canonical floats, or by another writer
 
     if not parts:
         return full.empty_table()
     if len(parts) == 1:
-        return one(parts[0])
+        return one(0)
     with ThreadPoolExecutor(max_workers=8) as pool:
-        return pa.concat_tables(list(pool.map(one, parts)))
+        return pa.concat_tables(list(pool.map(one, range(len(parts)))))
+
+
+def _with_meta(schema: pa.Schema) -> pa.Schema:
+    return pa.schema([*schema, pa.field(TIME, pa.int64(), False), pa.field(DIFF, pa.int64(), False)])

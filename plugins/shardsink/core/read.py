@@ -15,6 +15,8 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import partial
+from typing import Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -24,13 +26,17 @@ from shardsink.core import checks as ck
 from shardsink.core import keys
 from shardsink.core import leases as ls
 from shardsink.core import part_io as pio
+from shardsink.core import schema as sch
 from shardsink.core import state as st
 from shardsink.core.checks import check_as_of, check_changes
 from shardsink.core.consolidate import consolidate
 from shardsink.core.machine import Machine
 from shardsink.core.updates import COUNT, DIFF, TIME
-from shardsink.errors import CorruptionError, ReadFrontierError
+from shardsink.errors import CorruptionError, InvalidUsageError, ReadFrontierError
 from shardsink.storage.base import Blob, ObjectInfo
+
+#: Which schema a read projects onto: the shard's current one, or the one current at the read's time.
+SchemaChoice = Literal["current", "as_of"]
 
 
 @dataclass(frozen=True)
@@ -106,8 +112,39 @@ class ReadHandle:
     # --- parts --------------------------------------------------------------------
 
     def read_parts(self, parts: Sequence[st.PartMeta], schema: pa.Schema) -> pa.Table:
-        """The rows of ``parts`` (user columns of ``schema`` + ``_time`` + ``_diff``), read in parallel."""
+        """The rows of ``parts`` (user columns of ``schema`` + ``_time`` + ``_diff``), read in
+        parallel; every part must have been written with ``schema`` (else :meth:`read_batch_parts`)."""
         return pio.read_parts(self._machine.blob, parts, schema)
+
+    def read_batch_parts(self, header: st.Header, wanted: Sequence[tuple[st.BatchMeta, st.PartMeta]],
+                         target: st.SchemaEntry) -> pa.Table:
+        """The rows of parts (each with its batch) projected onto the schema ``target``: every
+        part is read through its batch's schema id, its columns mapped by field id
+        (:func:`shardsink.core.schema.project`: nulls for added, casts for widened, renamed by
+        id, dropped hidden). CorruptionError if a batch names a schema the state does not hold."""
+        entries = {e.id: e for e in sch.history(header)}
+        parts = [p for _, p in wanted]
+        if all(b.schema_id == target.id for b, _ in wanted):
+            return pio.read_parts(self._machine.blob, parts, sch.entry_schema(target))
+        sources = []
+        for b, _ in wanted:
+            src = entries.get(b.schema_id)
+            if src is None:
+                raise CorruptionError(f"batch {b.desc_id} of {self.url} names schema id {b.schema_id}, which the "
+                                      f"state does not hold (it holds {sorted(entries)})")
+            sources.append((sch.entry_schema(src), partial(sch.project, source=src, target=target)))
+        return pio.read_parts(self._machine.blob, parts, sch.entry_schema(target), sources=sources)
+
+    @staticmethod
+    def reader_schema(header: st.Header, choice: SchemaChoice, time: int) -> st.SchemaEntry:
+        """The schema a read at data time ``time`` projects onto: ``"current"`` (the shard's
+        schema now) or ``"as_of"`` (the one current at ``time``, :func:`shardsink.core.schema.as_of`)."""
+        if choice == "current":
+            return sch.current(header)
+        if choice == "as_of":
+            return sch.as_of(header, time)
+        raise InvalidUsageError(f"schema {choice!r} is not a schema choice; expected 'current' or 'as_of'",
+                                value=str(choice))
 
     def open_part(self, part: st.PartMeta, *, referenced_by: str = "the shard state") -> pq.ParquetFile:
         """One part, opened for streaming reads; CorruptionError naming ``referenced_by`` if missing."""
@@ -126,10 +163,11 @@ class ReadHandle:
 
     # --- contents -----------------------------------------------------------------
 
-    def snapshot(self, as_of: int | None = None) -> pa.Table:
+    def snapshot(self, as_of: int | None = None, *, schema: SchemaChoice = "current") -> pa.Table:
         """Consolidated contents as of ``as_of`` (default upper - 1): user columns + ``_count``.
 
         Requires ``since <= as_of < upper``. Raises CorruptionError on a negative count.
+        Columns are those of the ``schema`` choice (:meth:`reader_schema`), every part projected.
         """
         v = self.head()
         h = v.header
@@ -138,11 +176,12 @@ class ReadHandle:
                 raise ReadFrontierError(f"shard {self.url} is closed; pass an explicit as_of")
             as_of = h.upper - 1
         check_as_of(self.url, h, as_of)
-        wanted = [p for b in self.batches(v) if b.lower <= as_of for p in b.parts if p.min_time <= as_of]
-        data = self.read_parts(wanted, h.schema)
-        if any(p.max_time > as_of for p in wanted):
+        target = self.reader_schema(h, schema, as_of)
+        wanted = [(b, p) for b in self.batches(v) if b.lower <= as_of for p in b.parts if p.min_time <= as_of]
+        data = self.read_batch_parts(h, wanted, target)
+        if any(p.max_time > as_of for _, p in wanted):
             data = data.filter(pc.less_equal(data[TIME], as_of))
-        names = h.schema.names
+        names = [f.name for f in target.fields]
         summed = data.group_by(names, use_threads=True).aggregate([(DIFF, "sum")])
         summed = summed.rename_columns([*names, COUNT])
         lowest = pc.min(summed[COUNT]).as_py()
@@ -156,29 +195,31 @@ class ReadHandle:
             return summed  # nothing retracted to zero: skip copying every row through a filter
         return summed.filter(pc.greater(summed[COUNT], 0))
 
-    def changes(self, lower: int, upper: int) -> pa.Table:
+    def changes(self, lower: int, upper: int, *, schema: SchemaChoice = "current") -> pa.Table:
         """The consolidated updates with ``lower <= _time < upper`` (requires since <= lower).
 
         Times are read advanced by ``since`` (a time ``t < since`` reads as ``since``), as
         compaction may have stored them: so ``changes(since, x)`` starts with the whole
         history before ``since`` collapsed at ``since``, and the result is the same before
-        and after any compaction.
+        and after any compaction. Columns are those of the ``schema`` choice (:meth:`reader_schema`;
+        ``"as_of"``: the schema current at ``upper - 1``).
         """
         v = self.head()
         h = v.header
         check_changes(self.url, h, lower, upper)
+        target = self.reader_schema(h, schema, max(lower, upper - 1))
         from_start = lower <= h.since
         wanted = [
-            p for b in self.batches(v) for p in b.parts
+            (b, p) for b in self.batches(v) for p in b.parts
             if (from_start or p.max_time >= lower) and p.min_time < upper
         ]
-        data = self.read_parts(wanted, h.schema)
+        data = self.read_batch_parts(h, wanted, target)
         if from_start and data.num_rows:
             i = data.schema.get_field_index(TIME)
             data = data.set_column(i, data.schema.field(i),
                                    pc.max_element_wise(data[TIME], pa.scalar(h.since, pa.int64())))
         data = data.filter(pc.and_(pc.greater_equal(data[TIME], lower), pc.less(data[TIME], upper)))
-        return consolidate(data, [*h.schema.names, TIME])
+        return consolidate(data, [*(f.name for f in target.fields), TIME])
 
     # --- leases -------------------------------------------------------------------
 

@@ -19,10 +19,11 @@ from shardsink.core import fate as ft
 from shardsink.core import leases as ls
 from shardsink.core import state as st
 from shardsink.core.admin import AdminHandle
-from shardsink.core.checks import check_as_of, check_changes
-from shardsink.core.commands import CreateCommand
+from shardsink.core.checks import check_as_of, check_changes, check_writer
+from shardsink.core.commands import CreateCommand, SchemaCommand
 from shardsink.core.machine import Machine
-from shardsink.core.read import ReadHandle, ShardInfo
+from shardsink.core.read import ReadHandle, SchemaChoice, ShardInfo
+from shardsink.core.schema import SchemaChange, history
 from shardsink.core.updates import check_schema
 from shardsink.core.write import AppendResult, StagedBatch, WriteHandle, default_writer, now_iso
 from shardsink.errors import InvalidUsageError, ShardExistsError
@@ -163,19 +164,36 @@ class Shard:
         """
         return self._reader.leaked_parts(grace_seconds=grace_seconds)
 
-    def snapshot(self, as_of: int | None = None) -> pa.Table:
+    def snapshot(self, as_of: int | None = None, *, schema: SchemaChoice = "current") -> pa.Table:
         """Consolidated contents as of ``as_of`` (default upper - 1): user columns + ``_count``.
 
         Requires ``since <= as_of < upper``. Raises CorruptionError on a negative count.
+        ``schema``: project onto the current schema, or (``"as_of"``) the one current at ``as_of``.
         """
-        return self._reader.snapshot(as_of)
+        return self._reader.snapshot(as_of, schema=schema)
 
-    def changes(self, lower: int, upper: int) -> pa.Table:
+    def changes(self, lower: int, upper: int, *, schema: SchemaChoice = "current") -> pa.Table:
         """The consolidated updates with ``lower <= _time < upper`` (requires since <= lower).
 
         Times below ``since`` read as ``since`` (see :meth:`shardsink.core.read.ReadHandle.changes`).
         """
-        return self._reader.changes(lower, upper)
+        return self._reader.changes(lower, upper, schema=schema)
+
+    def schema_history(self) -> tuple[st.SchemaEntry, ...]:
+        """The schema history, oldest first (:func:`shardsink.core.schema.history`)."""
+        return history(self._reader.head().header)
+
+    def evolve(self, change: SchemaChange, *, writer: str | None = None) -> st.Version:
+        """Commit one schema change (:class:`shardsink.core.schema.SchemaChange`) through the one
+        conditional put; InvalidUsageError (nothing written) if the change is not allowed."""
+        if not isinstance(change, SchemaChange):
+            raise InvalidUsageError(f"change must be a SchemaChange, got {type(change).__name__}")
+        if writer is not None:
+            check_writer(writer)
+        out = self.machine.commit(SchemaCommand(change, writer or default_writer(), now_iso(), uuid.uuid4().hex))
+        if not isinstance(out, st.Version):
+            raise AssertionError(f"unexpected refusal of a schema change: {out}")
+        return out
 
     def leases(self, *, now: float | None = None) -> list[ls.Lease]:
         """Live read leases (oldest first); see :mod:`shardsink.core.leases`."""

@@ -24,7 +24,7 @@ from typing import Literal
 import msgspec
 import pyarrow as pa
 
-CommitKind = Literal["create", "append", "close", "compact", "since", "retention"]
+CommitKind = Literal["create", "append", "close", "compact", "since", "retention", "schema"]
 #: The order of a part's rows (persist's ``RunOrder``). ``"sorted"``: consolidated (at most one
 #: row per distinct ``(row, _time)``, no zero diffs) and sorted by the user columns then
 #: ``_time``, nulls last: the contract of every part written before orders existed.
@@ -84,6 +84,10 @@ class BatchMeta(msgspec.Struct, frozen=True, omit_defaults=True):
     seqno: int
     parts: tuple[PartMeta, ...]
     lineage: tuple[MergedDesc, ...] | None = None
+    #: The schema id (:class:`SchemaEntry`) its parts were written with: their Parquet column
+    #: names map to field ids through it. Stored field, left out of the JSON when 0, so batches
+    #: written before schema evolution read as written with the shard's first schema.
+    schema_id: int = 0
 
     @property
     def rows(self) -> int:
@@ -98,6 +102,33 @@ class BatchMeta(msgspec.Struct, frozen=True, omit_defaults=True):
         """``"sorted"`` if every part is (an empty batch too), else ``"unordered"``: derived
         from the parts, which record their order (a batch may mix both)."""
         return "sorted" if all(p.is_sorted for p in self.parts) else "unordered"
+
+
+class FieldSpec(msgspec.Struct, frozen=True):
+    """One column of a schema: its stable ``id`` (never re-used), Parquet/Arrow ``name``,
+    Arrow type (``str(pa.DataType)``, for humans) and nullability."""
+
+    id: int
+    name: str
+    type: str
+    nullable: bool
+
+
+class SchemaEntry(msgspec.Struct, frozen=True):
+    """One schema of a shard's history (:mod:`shardsink.core.schema`).
+
+    ``id``: 0 for the schema the shard was created with, then 1, 2, …; ``fields``: the user
+    columns with their field ids; ``arrow``: the exact Arrow schema (base64 IPC); ``seqno``,
+    ``at`` and ``upper``: the version that made it current, when, and the shard's upper then
+    (a read ``as_of >= upper`` sees this schema with ``schema="as_of"``).
+    """
+
+    id: int
+    fields: tuple[FieldSpec, ...]
+    arrow: str
+    seqno: int
+    at: str
+    upper: int | None
 
 
 class WriterRecord(msgspec.Struct, frozen=True):
@@ -156,6 +187,11 @@ class Header:
     #: removed inside the retained history without reading each version. Stored fields.
     removal: int | None = None
     prior_removal: int | None = None
+    #: The schema history, oldest first (:class:`SchemaEntry`); ``schema`` is the last
+    #: entry's. Empty: a shard that never evolved, whose only schema is ``schema`` with id 0
+    #: and field ids 1..n by position (:func:`shardsink.core.schema.history`). Stored field,
+    #: left out of the JSON while empty (old versions decode to, and encode as, the same bytes).
+    schemas: tuple[SchemaEntry, ...] = ()
 
     def committed_seqno(self, desc_id: str) -> int | None:
         for d, s in self.recent:

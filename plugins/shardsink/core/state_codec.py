@@ -17,7 +17,7 @@ import msgspec
 import pyarrow as pa
 
 from shardsink.core.documents import ENCODER, D, decode_doc
-from shardsink.core.state import BatchMeta, CommitInfo, Header, Stats, Version, WriterRecord
+from shardsink.core.state import BatchMeta, CommitInfo, Header, SchemaEntry, Stats, Version, WriterRecord
 from shardsink.errors import CorruptionError
 
 #: Format of state versions and rollups. Readers accept documents of this format or older
@@ -50,6 +50,9 @@ class HeaderDoc(msgspec.Struct, frozen=True, kw_only=True):
     retention: int | None = None  # the time-travel window (ms); None keeps all history
     removal: int | None = None  # see Header.removal (None: written before the field existed)
     prior_removal: int | None = None
+    #: The schema history (Header.schemas); UNSET (left out of the JSON) while empty, so
+    #: versions of shards that never evolved keep the bytes format 1 always had.
+    schemas: tuple[SchemaEntry, ...] | msgspec.UnsetType = msgspec.UNSET
 
 
 class VersionDoc(msgspec.Struct, frozen=True, kw_only=True):
@@ -106,7 +109,7 @@ def encode_version(v: Version) -> bytes:
     h = v.header
     header = HeaderDoc(upper=h.upper, since=h.since, schema=schema_doc(h.schema), rollup=h.rollup,
                        recent=h.recent, writers=h.writers, stats=h.stats, retention=h.retention, removal=h.removal,
-                       prior_removal=h.prior_removal)
+                       prior_removal=h.prior_removal, schemas=h.schemas if h.schemas else msgspec.UNSET)
     doc = VersionDoc(format=FORMAT, seqno=h.seqno, header=header, added=v.added, removed=v.removed,
                      commit=v.commit, removed_lowers=v.removed_lowers)
     return _ENCODER.encode(doc)
@@ -120,8 +123,9 @@ def decode_version(data: bytes, *, where: str) -> Version:
         schema = _schema_from_arrow(h.schema.arrow)
     except Exception as e:
         raise CorruptionError(f"{where}: unreadable schema in state version ({type(e).__name__}: {e})") from e
+    schemas = h.schemas if not isinstance(h.schemas, msgspec.UnsetType) else ()
     header = Header(d.seqno, h.upper, h.since, schema, h.rollup, h.recent, h.writers, h.stats, h.retention,
-                    h.removal, h.prior_removal)
+                    h.removal, h.prior_removal, schemas)
     return Version(header, d.added, d.removed, d.commit, d.removed_lowers)
 
 

@@ -21,12 +21,14 @@ from typing import assert_never
 
 import pyarrow as pa
 
+from shardsink.core import schema as sc
 from shardsink.core.commands import (
     AppendCommand,
     Command,
     CompactCommand,
     CreateCommand,
     RetentionCommand,
+    SchemaCommand,
     SinceCommand,
 )
 from shardsink.core.state import (
@@ -109,6 +111,8 @@ def apply(header: Header | None, batches: Sequence[BatchMeta], cmd: Command) -> 
             return advance_since(header, cmd)
         case RetentionCommand():
             return set_retention(header, cmd)
+        case SchemaCommand():
+            return evolve_schema(header, cmd)
         case _:
             assert_never(cmd)
 
@@ -135,9 +139,10 @@ def compare_and_append(header: Header, cmd: AppendCommand) -> Version | Refusal:
         return AlreadyCommitted(done)
     if header.upper != cmd.lower:
         return UpperMismatch(header.upper)
+    sid = sc.current(header).id if cmd.schema_id is None else sc.known(header, cmd.schema_id).id
     seqno = header.seqno + 1
     rows = sum(p.rows for p in cmd.parts)
-    added = (BatchMeta(cmd.desc_id, cmd.lower, cmd.upper, seqno, cmd.parts),) if cmd.parts else ()
+    added = (BatchMeta(cmd.desc_id, cmd.lower, cmd.upper, seqno, cmd.parts, schema_id=sid),) if cmd.parts else ()
     writers = tuple(w for w in header.writers if w.writer != cmd.writer)
     writers = (*writers, WriterRecord(cmd.writer, cmd.desc_id, seqno, cmd.at))[-WRITERS:]
     s = header.stats
@@ -193,9 +198,10 @@ def apply_compaction(header: Header, batches: Sequence[BatchMeta], cmd: CompactC
             f"compaction {cmd.compaction_id} was consolidated at since {cmd.since}, above the shard's {header.since}"
         )
     gone = batches[first:first + len(cmd.inputs)]
+    sid = sc.current(header).id if cmd.schema_id is None else sc.known(header, cmd.schema_id).id
     seqno = header.seqno + 1
-    added = (BatchMeta(cmd.compaction_id, cmd.lower, cmd.upper, seqno, cmd.parts, merged_lineage(gone)),
-             ) if cmd.parts else ()
+    added = (BatchMeta(cmd.compaction_id, cmd.lower, cmd.upper, seqno, cmd.parts, merged_lineage(gone),
+                       schema_id=sid),) if cmd.parts else ()
     s = header.stats
     stats = Stats(
         s.batches - len(gone) + len(added),
@@ -263,6 +269,24 @@ def set_retention(header: Header, cmd: RetentionCommand) -> Version | Refusal:
     seqno = header.seqno + 1
     new = replace(header, seqno=seqno, retention=cmd.retention)
     info = CommitInfo("retention", cmd.at, cmd.writer, None, header.retention, cmd.retention, 0, cmd.nonce)
+    return Version(new, (), (), info)
+
+
+def evolve_schema(header: Header, cmd: SchemaCommand) -> Version:
+    """The schema rule: validate ``cmd.change`` against the current schema (InvalidUsageError
+    if refused) and make the result current, as the next schema id. Batches are untouched:
+    their parts keep being read through their own schema id. The commit info's lower/upper
+    are the old and new schema ids, its props the change."""
+    schema, ids = sc.evolve(header, cmd.change)
+    hist = sc.history(header)
+    seqno = header.seqno + 1
+    new_id = hist[-1].id + 1
+    entry = sc.make_entry(schema, ids, id=new_id, seqno=seqno, at=cmd.at, upper=header.upper)
+    # Not recorded in ``recent`` (description ids live there: a user's could be spelled alike);
+    # an unknown outcome is resolved by the nonce, as a since advance's is.
+    new = replace(header, seqno=seqno, schema=schema, schemas=(*hist, entry))
+    info = CommitInfo("schema", cmd.at, cmd.writer, None, hist[-1].id, new_id, 0, cmd.nonce,
+                      (("change", cmd.change.describe()),))
     return Version(new, (), (), info)
 
 

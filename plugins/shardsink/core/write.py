@@ -30,6 +30,7 @@ from shardsink.core import checks as ck
 from shardsink.core import fate as ft
 from shardsink.core import keys
 from shardsink.core import manifests as mf
+from shardsink.core import schema as sch
 from shardsink.core import state as st
 from shardsink.core import transitions as tr
 from shardsink.core import verdicts as vd
@@ -57,6 +58,9 @@ class StagedBatch:
     lower: int
     upper: int | None
     parts: tuple[st.PartMeta, ...]
+    #: The shard's schema id the rows were validated and written with (None: a schema the
+    #: shard did not know at staging; the commit then labels it with the current schema).
+    schema_id: int | None = None
 
     @property
     def rows(self) -> int:
@@ -107,10 +111,17 @@ class WriteHandle:
             options = replace(options, order=order)
         if schema is not None and not isinstance(schema, pa.Schema):
             raise InvalidUsageError(f"schema must be a pyarrow.Schema, got {type(schema).__name__}")
-        schema = schema if schema is not None else self._machine.head().version.header.schema
+        schema_id: int | None
+        if schema is None:
+            header = self._machine.head().version.header
+            schema, schema_id = header.schema, sch.current(header).id
+        else:
+            schema_id = sch.id_of(self._machine.known_head().version.header, schema)
+            if schema_id is None:
+                schema_id = sch.id_of(self._machine.head().version.header, schema)
         updates = validate_updates(table, schema, lower=lower, upper=upper)
         written = self.builder(desc_id, label=label, options=options).stage(updates, [*schema.names, TIME])
-        return StagedBatch(desc_id, lower, upper, written)
+        return StagedBatch(desc_id, lower, upper, written, schema_id)
 
     # --- manifests ----------------------------------------------------------------
 
@@ -176,8 +187,12 @@ class WriteHandle:
                 props: Mapping[str, str] | None = None) -> AppendResult:
         all_parts = tuple(p for s in staged for p in s.parts)
         pairs = tuple(sorted((str(k), str(v)) for k, v in (props or {}).items()))
+        ids = {s.schema_id for s in staged if s.parts}
+        if len(ids) > 1:
+            raise InvalidUsageError(f"staged batches of description {desc_id} were written with different schema ids "
+                                    f"{sorted(ids, key=str)}; stage them with one schema")
         cmd = AppendCommand(desc_id, expected_upper, new_upper, all_parts, writer or default_writer(),
-                            now_iso(), uuid.uuid4().hex, pairs)
+                            now_iso(), uuid.uuid4().hex, pairs, next(iter(ids), None))
         out = self._machine.commit(cmd, start=start)
         rows = sum(p.rows for p in all_parts)
         if isinstance(out, st.Version):

@@ -38,14 +38,16 @@ import pyarrow as pa
 from shardsink.core import fate as ft
 from shardsink.core import keys
 from shardsink.core import manifests as mf
+from shardsink.core import schema as sch
 from shardsink.core import state as st
 from shardsink.core import transitions as tr
 from shardsink.core.admin import AdminHandle
 from shardsink.core.commands import CompactCommand
 from shardsink.core.shard import Shard, default_writer
-from shardsink.errors import CorruptionError, ShardsinkError, UnknownOutcomeError
+from shardsink.errors import CorruptionError, InvalidUsageError, ShardsinkError, UnknownOutcomeError
 from shardsink.maintenance.merge import MergeOptions, MergeStats, OnBatch, merge_parts
 from shardsink.maintenance.plan import PlanOptions, plan_merges
+from shardsink.maintenance.projected import projected_inputs
 
 log = logging.getLogger(__name__)
 
@@ -150,7 +152,7 @@ def compact(shard: Shard, *, options: CompactOptions = CompactOptions()) -> Comp
     unknown: UnknownOutcomeError | None = None
     for group in plan_merges(batches, options.plan):
         try:
-            merges.append(compact_batches(shard, group, since=since, schema=head.header.schema, options=options))
+            merges.append(compact_batches(shard, group, since=since, header=head.header, options=options))
         except UnknownOutcomeError as e:
             unknown = e
     after = len(batches) - sum(len(x.inputs) - (1 if x.parts_out else 0) for x in merges if x.status == "applied")
@@ -160,21 +162,27 @@ def compact(shard: Shard, *, options: CompactOptions = CompactOptions()) -> Comp
 
 
 def compact_batches(shard: Shard, inputs: Sequence[st.BatchMeta], *, since: int, schema: pa.Schema | None = None,
-                    options: CompactOptions = CompactOptions()) -> Merge:
+                    header: st.Header | None = None, options: CompactOptions = CompactOptions()) -> Merge:
     """Merge ``inputs`` (adjacent live batches) into one batch and commit the replacement.
 
     ``since`` must not exceed the shard's since (the outputs' times are advanced to it).
+    The output is written in the shard's newest schema (read now), inputs of older schema
+    ids projected onto it (:mod:`shardsink.maintenance.projected`); ``schema``, if given,
+    must be that schema (kept for callers that pass it). ``header``: a header the caller read
+    the inputs from (its newest schema is the output's; None: read the head now).
     """
     m = shard.admin()
     cid = f"{keys.COMPACTION_ID_PREFIX}{uuid.uuid4().hex}"
     inputs = tuple(inputs)
-    if schema is None:
-        schema = m.head().header.schema
+    header = header if header is not None else m.head().header
+    target = sch.current(header)
+    if schema is not None and not schema.equals(sch.entry_schema(target)):
+        raise InvalidUsageError(f"compaction schema {schema} is not the shard's current schema")
     manifest = m.put_compaction_manifest(mf.compaction_manifest(cid, inputs, since))
     options.hooks.call("after_manifest", cid)
-    parts = [p for b in inputs for p in b.parts]
+    source, parts = projected_inputs(m, header, inputs, target)
     try:
-        stats: MergeStats = merge_parts(m, parts, schema, into=m.builder(cid), since=since,
+        stats: MergeStats = merge_parts(source, parts, sch.entry_schema(target), into=m.builder(cid), since=since,
                                         options=options.merge, on_batch=options.hooks.on_batch)
     except CorruptionError:
         # SUBTLE: a missing input part is corruption only if the inputs are still live; a
@@ -189,7 +197,8 @@ def compact_batches(shard: Shard, inputs: Sequence[st.BatchMeta], *, since: int,
     options.hooks.call("after_outputs", cid)
     upper = inputs[-1].upper
     cmd = CompactCommand(cid, tuple(b.desc_id for b in inputs), inputs[0].lower, upper, since,
-                         tuple(stats.parts), options.writer or default_writer(), _now(), uuid.uuid4().hex)
+                         tuple(stats.parts), options.writer or default_writer(), _now(), uuid.uuid4().hex,
+                         target.id)
     out = m.commit(cmd)
     if isinstance(out, st.Version | tr.AlreadyCommitted):
         options.hooks.call("after_commit", cid)

@@ -1,0 +1,280 @@
+"""Schema evolution, pure: a shard's schema history, the allowed changes, and projections.
+
+Every user column has a stable **field id**. A shard's state carries its history
+(:attr:`shardsink.core.state.Header.schemas`: schema id → fields) and every batch the schema
+id its parts were written with (:attr:`shardsink.core.state.BatchMeta.schema_id`). Parts keep
+their Parquet column names; a read maps a part's columns to the reader's schema by field id
+(:func:`projection_for`, :func:`project`), so a rename never rewrites data.
+
+A shard that never evolved stores no history: its one schema is ``header.schema`` with id 0
+and field ids ``1..n`` by position (:func:`history`), derived on read, nothing rewritten.
+
+Allowed changes (:class:`SchemaChange`, checked by :func:`evolve`): add a nullable column
+(a non-nullable one only while the shard holds no batch); drop a column (hidden from reads at
+once; its data goes when compaction rewrites the parts); rename; make a column nullable;
+widen a type (int8 → int16 → int32 → int64, float32 → float64, a decimal's precision up at
+the same scale, string → large_string). Anything else is an InvalidUsageError (CLI exit 2)
+naming the column, the old and new type and what would be allowed.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import pyarrow as pa
+
+from shardsink.core.state import FieldSpec, Header, SchemaEntry
+from shardsink.core.updates import COUNT, DIFF, TIME, check_schema
+from shardsink.errors import InvalidUsageError
+
+ChangeKind = Literal["add", "drop", "rename", "widen", "nullable"]
+CHANGE_KINDS: tuple[ChangeKind, ...] = ("add", "drop", "rename", "widen", "nullable")
+
+_INTS = (pa.int8(), pa.int16(), pa.int32(), pa.int64())
+_DECIMAL = re.compile(r"decimal(128|256)?\(\s*(\d+)\s*,\s*(-?\d+)\s*\)")
+_TIMESTAMP = re.compile(r"timestamp\[(s|ms|us|ns)(?:,\s*tz=([A-Za-z0-9_+\-:/]+))?\]")
+_ALLOWED = ("int8 -> int16 -> int32 -> int64, float -> double, decimal128(p,s) -> decimal128(p2,s) with p2 > p, "
+            "string -> large_string")
+
+
+# --- types ------------------------------------------------------------------------
+
+
+def parse_type(alias: str) -> pa.DataType:
+    """A pyarrow type from its alias (``int64``, ``string``, ``double``, ``timestamp[ms]``,
+    ``timestamp[us, tz=UTC]``, ``decimal128(12,2)``, …); InvalidUsageError for anything else."""
+    if not isinstance(alias, str) or not alias or len(alias) > 100:
+        raise InvalidUsageError(f"type {alias!r:.120} is not a pyarrow type alias", value=str(alias)[:120])
+    a = alias.strip()
+    if m := _DECIMAL.fullmatch(a):
+        width, p, s = m.group(1) or "128", int(m.group(2)), int(m.group(3))
+        limit = 38 if width == "128" else 76
+        if not 1 <= p <= limit or not 0 <= s <= p:
+            raise InvalidUsageError(f"type {alias!r}: decimal{width} needs 1 <= precision <= {limit} and "
+                                    "0 <= scale <= precision", value=alias)
+        return pa.decimal128(p, s) if width == "128" else pa.decimal256(p, s)
+    if m := _TIMESTAMP.fullmatch(a):
+        return pa.timestamp(m.group(1), tz=m.group(2))
+    try:
+        return pa.type_for_alias(a)
+    except (ValueError, KeyError) as e:
+        raise InvalidUsageError(f"type {alias!r} is not a pyarrow type alias; expected e.g. int64, string, double, "
+                                "timestamp[ms], decimal128(12,2)", value=alias) from e
+
+
+def widens(old: pa.DataType, new: pa.DataType) -> bool:
+    """Whether every value of ``old`` casts to ``new`` exactly (the allowed widenings)."""
+    if old in _INTS and new in _INTS:
+        return _INTS.index(new) > _INTS.index(old)
+    if old == pa.float32() and new == pa.float64():
+        return True
+    if pa.types.is_decimal(old) and pa.types.is_decimal(new):
+        return bool(new.scale == old.scale and new.precision > old.precision
+                    and (old.bit_width <= new.bit_width))
+    return old == pa.string() and new == pa.large_string()
+
+
+# --- history ----------------------------------------------------------------------
+
+
+def arrow_text(schema: pa.Schema) -> str:
+    """The exact Arrow schema as stored in a :class:`SchemaEntry` (base64 IPC)."""
+    return base64.b64encode(schema.serialize().to_pybytes()).decode()
+
+
+@functools.lru_cache(maxsize=256)
+def _from_arrow(arrow: str) -> pa.Schema:
+    return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(arrow)))
+
+
+def entry_schema(entry: SchemaEntry) -> pa.Schema:
+    """The Arrow schema of ``entry`` (its user columns, by name)."""
+    return _from_arrow(entry.arrow)
+
+
+def make_entry(schema: pa.Schema, ids: Sequence[int], *, id: int, seqno: int, at: str,
+               upper: int | None) -> SchemaEntry:
+    fields = tuple(FieldSpec(i, f.name, str(f.type), f.nullable) for i, f in zip(ids, schema, strict=True))
+    return SchemaEntry(id, fields, arrow_text(schema), seqno, at, upper)
+
+
+def history(header: Header) -> tuple[SchemaEntry, ...]:
+    """The schema history, oldest first; a shard that never evolved has one implicit entry
+    (id 0, field ids 1..n by position, seqno 0, upper and time unknown)."""
+    if header.schemas:
+        return header.schemas
+    return (_implicit(arrow_text(header.schema)),)
+
+
+@functools.lru_cache(maxsize=64)
+def _implicit(arrow: str) -> SchemaEntry:
+    schema = _from_arrow(arrow)
+    return make_entry(schema, range(1, len(schema) + 1), id=0, seqno=0, at="", upper=None)
+
+
+def current(header: Header) -> SchemaEntry:
+    return history(header)[-1]
+
+
+def entry(header: Header, schema_id: int) -> SchemaEntry | None:
+    """The schema ``schema_id`` of the shard, None if it knows no such schema."""
+    return next((e for e in history(header) if e.id == schema_id), None)
+
+
+def known(header: Header, schema_id: object, *, url: str = "the shard") -> SchemaEntry:
+    """The entry of ``schema_id``; InvalidUsageError (bad input) if the shard does not know it."""
+    if isinstance(schema_id, bool) or not isinstance(schema_id, int) or (e := entry(header, schema_id)) is None:
+        ids = [e.id for e in history(header)]
+        raise InvalidUsageError(f"schema id {schema_id!r} is unknown on {url}; it knows schema ids {ids}",
+                                value=str(schema_id))
+    return e
+
+
+def as_of(header: Header, time: int) -> SchemaEntry:
+    """The schema current at data time ``time``: the newest entry made current at an upper
+    ``<= time`` (the first entry if none was)."""
+    hist = history(header)
+    out = hist[0]
+    for e in hist[1:]:
+        if e.upper is None or e.upper > time:
+            break
+        out = e
+    return out
+
+
+def id_of(header: Header, schema: pa.Schema) -> int | None:
+    """The newest schema id whose Arrow schema equals ``schema``; None if none does."""
+    for e in reversed(history(header)):
+        if entry_schema(e).equals(schema):
+            return e.id
+    return None
+
+
+# --- changes ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class SchemaChange:
+    """One schema change: ``add`` (``name``, ``type``, ``nullable``), ``drop`` (``name``),
+    ``rename`` (``name`` → ``new_name``), ``widen`` (``name`` to ``type``), ``nullable`` (``name``)."""
+
+    kind: ChangeKind
+    name: str
+    type: str | None = None
+    new_name: str | None = None
+    nullable: bool = True
+
+    def describe(self) -> str:
+        return {"add": f"add {self.name}:{self.type}", "drop": f"drop {self.name}",
+                "rename": f"rename {self.name}:{self.new_name}", "widen": f"widen {self.name}:{self.type}",
+                "nullable": f"make {self.name} nullable"}[self.kind]
+
+
+def _check_name(name: object, *, new: bool = True) -> str:
+    """A column name: any string naming an existing column; a new one must be 1-256 printable
+    characters and not reserved (``_time``, ``_diff``, ``_count``)."""
+    if not isinstance(name, str) or (new and (not name or len(name) > 256 or not name.isprintable())):
+        raise InvalidUsageError(f"column name {name!r:.120} is invalid; expected 1-256 printable characters",
+                                value=str(name)[:120])
+    if new and name in (TIME, DIFF, COUNT):
+        raise InvalidUsageError(f"column name {name!r} is reserved ({TIME}, {DIFF} and {COUNT} are shardsink's)",
+                                value=name)
+    return name
+
+
+def evolve(header: Header, change: SchemaChange) -> tuple[pa.Schema, tuple[int, ...]]:
+    """The next schema (and its field ids) after ``change``, or InvalidUsageError naming the
+    column, the old and new type and what is allowed. Pure; nothing is written."""
+    schema, ids = _evolve(header, change)
+    check_schema(schema, what=f"the schema after {change.describe()}")
+    return schema, ids
+
+
+def _evolve(header: Header, change: SchemaChange) -> tuple[pa.Schema, tuple[int, ...]]:
+    if change.kind not in CHANGE_KINDS:
+        raise InvalidUsageError(f"schema change {change.kind!r} is unknown; expected one of {CHANGE_KINDS}")
+    cur = current(header)
+    schema = entry_schema(cur)
+    ids = [f.id for f in cur.fields]
+    fields = list(schema)
+    name = _check_name(change.name, new=change.kind == "add")
+    where = schema.get_field_index(name)
+    if change.kind == "add":
+        new_type = parse_type(change.type or "")
+        if where >= 0:
+            raise InvalidUsageError(f"cannot add column {name!r} ({new_type}): a column {name!r} "
+                                    f"({schema.field(name).type}) exists; --drop {name} first to replace it",
+                                    value=name)
+        if not change.nullable and header.stats.batches > 0:
+            raise InvalidUsageError(f"cannot add non-nullable column {name!r} ({new_type}) to a shard that holds "
+                                    "data: its old rows would have no value; add it nullable", value=name)
+        next_id = 1 + max((f.id for e in history(header) for f in e.fields), default=0)
+        return schema.append(pa.field(name, new_type, change.nullable)), (*ids, next_id)
+    if where < 0:
+        raise InvalidUsageError(f"column {name!r} does not exist; the columns are {schema.names}", value=name)
+    old = fields[where]
+    if change.kind == "drop":
+        if len(fields) == 1:
+            raise InvalidUsageError(f"cannot drop {name!r}: it is the shard's only column", value=name)
+        return schema.remove(where), (*ids[:where], *ids[where + 1:])
+    if change.kind == "rename":
+        new = _check_name(change.new_name)
+        if schema.get_field_index(new) >= 0:
+            raise InvalidUsageError(f"cannot rename {name!r} to {new!r}: a column {new!r} exists; "
+                                    f"--drop {new} first", value=new)
+        return schema.set(where, old.with_name(new)), tuple(ids)
+    if change.kind == "nullable":
+        if old.nullable:
+            raise InvalidUsageError(f"column {name!r} ({old.type}) is already nullable", value=name)
+        return schema.set(where, old.with_nullable(True)), tuple(ids)
+    new_type = parse_type(change.type or "")
+    if not widens(old.type, new_type):
+        raise InvalidUsageError(f"cannot change column {name!r} from {old.type} to {new_type}: only widening is "
+                                f"allowed ({_ALLOWED})", value=name)
+    return schema.set(where, old.with_type(new_type)), tuple(ids)
+
+
+# --- projection -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ColumnProjection:
+    """How one column of the reader's schema is read from a part: from the part's column
+    ``source`` (None: the part predates the column, read as nulls), cast to ``type``."""
+
+    name: str
+    source: str | None
+    type: pa.DataType
+    nullable: bool
+    field_id: int
+
+
+def projection_for(source: SchemaEntry, target: SchemaEntry) -> tuple[ColumnProjection, ...]:
+    """The reader's columns (``target``) as read from a part written under ``source``, by field
+    id: renamed columns from their old name, added ones as nulls, widened ones cast; columns
+    ``target`` dropped are not listed. The ONE mapping every reader (core, DuckDB, Polars, …) uses."""
+    by_id = {f.id: f.name for f in source.fields}
+    schema = entry_schema(target)
+    return tuple(ColumnProjection(f.name, by_id.get(spec.id), f.type, f.nullable, spec.id)
+                 for spec, f in zip(target.fields, schema, strict=True))
+
+
+def project(table: pa.Table, source: SchemaEntry, target: SchemaEntry) -> pa.Table:
+    """``table`` (a part's user columns by ``source``'s names, then ``_time``, ``_diff``) as the
+    reader's schema ``target`` (see :func:`projection_for`); same rows, same order."""
+    if source is target or source.id == target.id:
+        return table
+    cols, fields = [], []
+    for c in projection_for(source, target):
+        col = pa.nulls(table.num_rows, c.type) if c.source is None else table[c.source].cast(c.type)
+        cols.append(col)
+        fields.append(pa.field(c.name, c.type, c.nullable))
+    for n in (TIME, DIFF):
+        cols.append(table[n])
+        fields.append(table.schema.field(n))
+    return pa.Table.from_arrays(cols, schema=pa.schema(fields))
