@@ -82,3 +82,32 @@ def test_a_lost_race_defers_the_next_mint_until_its_backoff_ends(shard: Shard) -
     over = to_builtins(AppendReport(shard=shard.url, lost=("lost the race",), upper=0, retry_at=time.time() - 1))
     assert retry_gate(_settings(shard.url), 2, _context(shard, {"attempt_1.append": over})) is False
     assert retry_gate(_settings(shard.url), 1, _context(shard)) is False
+
+
+def test_a_resumed_catch_up_is_not_rejudged_on_a_skewed_worker_clock(shard: Shard) -> None:
+    """The trigger said ``catch_up`` (the triggerer's clock): the resumed mint catches up instead of
+    deferring again because its own clock is behind, unless the shard committed meanwhile."""
+    context = _context(shard)
+    info = shard.info()
+    resume = getattr(context["task"], RESUME_METHOD)
+    context["task"].execute = lambda ctx: None  # only the event bookkeeping of the resume is under test
+    resume({}, {"status": "catch_up", "upper": 0, "last_commit_at": info.last_commit.at})
+    wait_for_earlier_intervals(_settings(shard.url), info, 20, context)  # returns: no second deferral
+    resume({}, {"status": "catch_up", "upper": 0, "last_commit_at": "an older commit"})
+    with pytest.raises(TaskDeferred):  # the shard moved since the trigger's read: wait again
+        wait_for_earlier_intervals(_settings(shard.url), info, 20, context)
+
+
+def test_a_resumed_backoff_is_not_rejudged_on_a_skewed_worker_clock(shard: Shard) -> None:
+    retry_at = round(time.time() + 20, 3)  # the worker's clock is behind the triggerer's
+    lost = to_builtins(AppendReport(shard=shard.url, lost=("lost the race",), upper=0, retry_at=retry_at))
+    context = _context(shard, {"attempt_1.append": lost})
+    context["task"].execute = lambda ctx: None
+    getattr(context["task"], RESUME_METHOD)({}, datetime.fromtimestamp(retry_at, tz=UTC))
+    assert retry_gate(_settings(shard.url), 2, context) is False
+
+
+def test_a_wait_for_earlier_intervals_is_bounded(shard: Shard) -> None:
+    with pytest.raises(TaskDeferred) as d:
+        wait_for_earlier_intervals(_settings(shard.url), shard.info(), 20, _context(shard))
+    assert d.value.timeout is not None and d.value.timeout.total_seconds() == 2 * 300 + 5 * 7.0 + 60

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, NoReturn
 
 from airflow.sdk.exceptions import AirflowSkipException, DownstreamTasksSkipped
@@ -63,12 +63,14 @@ def nothing_to_do(context: dict[str, Any], reason: str, writers: int) -> NoRetur
     raise AirflowSkipException(reason)
 
 
-def defer(context: dict[str, Any], trigger: Any, reason: str) -> NoReturn:
+def defer(context: dict[str, Any], trigger: Any, reason: str, *, timeout: timedelta | None = None) -> NoReturn:
     """Give the worker slot back until ``trigger`` fires in the triggerer; then the task runs again
     from the top (``RESUME_METHOD`` of :class:`shardsink.provider.operators.ShardTaskOperator`)
-    and decides from its own read. The task's state meanwhile is ``deferred`` (same try)."""
+    and decides from its own read. The task's state meanwhile is ``deferred`` (same try).
+    ``timeout``: past it Airflow fails the try (then the task's retries apply): a wait that
+    cannot end, e.g. no triggerer running, surfaces instead of staying deferred for ever."""
     log.info("%s; deferred to the triggerer (the worker slot is released while waiting)", reason)
-    context["task"].defer(trigger=trigger, method_name=RESUME_METHOD)
+    context["task"].defer(trigger=trigger, method_name=RESUME_METHOD, timeout=timeout)
     raise AssertionError("unreachable")  # pragma: no cover - defer always raises TaskDeferred
 
 
@@ -93,7 +95,9 @@ def retry_gate(settings: IngestSettings, attempt: int, context: dict[str, Any]) 
     if attempt <= 1 or not earlier:
         return corrected
     prev = earlier[-1]
-    if prev.lost and prev.retry_at is not None and time.time() < prev.retry_at:
+    resumed = getattr(context.get("task"), "resumed_event", None)
+    waited = isinstance(resumed, dict) and resumed.get("status") == "time_reached"  # the triggerer's clock said so
+    if prev.lost and prev.retry_at is not None and time.time() < prev.retry_at and not waited:
         defer_until(context, f"attempt {attempt - 1} lost its race; backing off before minting afresh",
                     at=prev.retry_at)
     return corrected
@@ -117,16 +121,29 @@ def wait_for_earlier_intervals(settings: IngestSettings, info: ShardInfo, interv
     started = getattr(context.get("dag_run"), "start_date", None)
     run_started = started.timestamp() if isinstance(started, datetime) else None
     idle = idle_seconds(info, run_started, time.time())
-    if idle < settings.catch_up_after:
+    if idle < settings.catch_up_after and not _trigger_said_catch_up(context, info):
         trigger = EarlierIntervalsTrigger(shard_url=settings.shard_url, interval_start=interval_start,
                                           catch_up_after=settings.catch_up_after,
                                           poke_interval=settings.poke_interval, run_started=run_started,
                                           aws_conn_id=settings.aws_conn_id)
+        # Bounded: catching up is due after catch_up_after without progress; twice that and
+        # a few pokes means the triggerer is not serving this trigger.
+        limit = timedelta(seconds=2 * settings.catch_up_after + 5 * settings.poke_interval + 60)
         defer(context, trigger, f"earlier intervals are not covered yet (shard upper {info.upper} < this run's "
                                 f"interval start {interval_start}); waiting for their runs ({idle:.0f}s of "
-                                f"{settings.catch_up_after:.0f}s without progress before catching up)")
+                                f"{settings.catch_up_after:.0f}s without progress before catching up)",
+              timeout=limit)
     log.info("no progress on %s for %.0fs: this run catches up from upper %s itself", info.url, idle, info.upper)
 
 
 def covered(settings: IngestSettings, context: dict[str, Any], target: int | None, *, upper: int | None) -> bool:
     return target is not None and upper is not None and upper >= target
+
+
+def _trigger_said_catch_up(context: dict[str, Any], info: ShardInfo) -> bool:
+    """Whether this task resumed from a ``catch_up`` event and the shard made no commit since the
+    trigger's read. SUBTLE: the trigger judged the idle time on the triggerer's clock; re-judging
+    it on this worker's (possibly skewed) clock could defer again at once, over and over."""
+    event = getattr(context.get("task"), "resumed_event", None)
+    return (isinstance(event, dict) and event.get("status") == "catch_up"
+            and event.get("last_commit_at") == info.last_commit.at)

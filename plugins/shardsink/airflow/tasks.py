@@ -82,10 +82,13 @@ def mint_task(settings: IngestSettings, attempt: int, context: dict[str, Any]) -
         opts = run_options(context)
     except InvalidUsageError as e:
         raise AirflowFailException(f"{type(e).__name__}: {e}") from e
+    try:
+        start, interval_end = interval_of(context)  # a partition key that names no partition: not retried
+    except InvalidUsageError as e:
+        raise AirflowFailException(f"{type(e).__name__}: {e}") from e
     corrected = retry_gate(settings, attempt, context)
     run_id = context["dag_run"].run_id
     source = source_from_spec(settings.source_spec)
-    start, interval_end = interval_of(context)
     try:
         shard, info = open_with_info(settings.shard_url, source, initial_upper=settings.initial_upper)
     except ShardsinkError as e:  # a store that cannot be made safe (UnsafeStoreError) is not retried

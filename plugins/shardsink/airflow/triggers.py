@@ -39,7 +39,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from shardsink.core import checks as ck
 from shardsink.core.read import ShardInfo
-from shardsink.errors import InvalidUsageError, ShardsinkError
+from shardsink.errors import InvalidUsageError
 
 #: The operator method a deferred shardsink task resumes with (:class:`shardsink.provider.operators.ShardTaskOperator`).
 RESUME_METHOD = "resume_after_wait"
@@ -111,15 +111,16 @@ class EarlierIntervalsTrigger(BaseTrigger):
         idle = idle_seconds(info, self.run_started, now)
         if idle >= self.catch_up_after:
             return {"status": "catch_up", "upper": info.upper, "interval_start": self.interval_start,
-                    "idle_s": round(idle, 3)}
+                    "idle_s": round(idle, 3), "last_commit_at": info.last_commit.at}
         return None
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         while True:
             try:
                 info = await asyncio.to_thread(self._read)
-            except ShardsinkError as e:
-                yield TriggerEvent({"status": "unreadable", "error": f"{type(e).__name__}: {e}"})
+            except Exception as e:  # any failure (a missing connection too) hands the task back
+                # SUBTLE: never fail the try from here: the task re-reads under its own retries.
+                yield TriggerEvent({"status": "unreadable", "error": f"{type(e).__name__}: {str(e)[:300]}"})
                 return
             now = time.time()
             payload = self.decide(info, now)

@@ -209,9 +209,11 @@ class ShardTaskOperator(ShardTaskMixin, _PythonDecoratedOperator):
 
     def resume_after_wait(self, context: Any, event: Any = None) -> Any:
         """Where a deferred task resumes (:func:`shardsink.airflow.gates.defer`): its body runs again
-        from the top and decides from its own reads; ``event`` (the trigger's payload) is only logged.
-        The same try: a resumed task never counts as a retry."""
+        from the top and decides from its own reads; ``event`` (the trigger's payload) is kept as
+        :attr:`resumed_event` for the gates (a ``catch_up`` decided on the triggerer's clock is not
+        re-judged on this worker's, which may be skewed). The same try: never counted as a retry."""
         log.info("resumed after a deferred wait (%s); running %s again from the top", event, self.task_id)
+        self.resumed_event = event if isinstance(event, dict) else {"status": "time_reached", "moment": str(event)}
         return self.execute(context)
 
 
