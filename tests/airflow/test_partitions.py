@@ -152,3 +152,22 @@ def test_an_ingest_dag_whose_keys_name_no_interval_fails_to_parse(tmp_path: Path
         ingest_dag(dag_id="bad", shard_url=(tmp_path / "shard").as_uri(), schedule=schedule,
                    source=LandingSource(str(tmp_path / "landing"), time_column="event_time"))
 
+
+
+def test_keys_around_clock_changes_name_their_own_tick_or_are_refused() -> None:
+    """Santiago skips the midnight of 2024-09-08 (clocks go forward at 00:00): the key of the day
+    before still decodes to its own tick; an hour that clocks going back repeat (Berlin,
+    2024-10-27T02) names two ticks and is refused rather than half covered."""
+    from airflow.timetables.trigger import CronPartitionTimetable
+
+    from shardsink.airflow.partitions import partition_interval
+
+    santiago = CronPartitionTimetable("0 0 * * *", timezone="America/Santiago", key_format="%Y-%m-%d")
+    lower, upper = partition_interval(santiago, "2024-09-07")
+    assert datetime.fromtimestamp(lower / 1000, UTC) == datetime(2024, 9, 7, 4, tzinfo=UTC)
+    assert upper == lower + 24 * 3600 * 1000  # to the next tick: 01:00 local, as 00:00 does not exist
+    berlin = CronPartitionTimetable("0 * * * *", timezone="Europe/Berlin", key_format="%Y-%m-%dT%H")
+    with pytest.raises(InvalidUsageError, match="more than one cron tick"):
+        partition_interval(berlin, "2024-10-27T02")
+    lower, upper = partition_interval(berlin, "2024-10-27T04")
+    assert upper - lower == 3600 * 1000

@@ -50,6 +50,7 @@ _MAPPER_PERIODS = {"StartOfHourMapper": relativedelta(hours=1), "StartOfDayMappe
 _PERIODS = {"hourly": ("0 * * * *", HOURLY_KEY, "StartOfHourMapper"),
             "daily": ("0 0 * * *", DAILY_KEY, "StartOfDayMapper")}
 #: How far ahead the next cron tick is looked for (a yearly cron's next tick is within it).
+_LOOKBACK = timedelta(days=2)  # how far before a key's date its tick may lie (DST)
 _HORIZON = timedelta(days=400)
 
 
@@ -125,15 +126,36 @@ def _cron_interval(core: Any, key: str) -> tuple[int, int]:
         start = core.resolve_partition_date(key)
     except ValueError as e:  # InvalidPartitionKeyError
         raise _refuse(key, f"does not parse with the DAG's key format {fmt!r}") from e
-    ticks = iter(core.iter_partition_dagrun_infos(earliest=start, latest=start + _HORIZON))
-    first, second = next(ticks, None), next(ticks, None)
-    if first is None or first.partition_key != key or first.partition_date != start:
-        want = f" (the nearest is {first.partition_key!r})" if first is not None else ""
+    # SUBTLE: search from before the key's own date: around a DST change the tick a key names
+    # may lie before it (a midnight that does not exist), and one key may name two ticks (an
+    # hour repeated when clocks go back), which is refused rather than half covered.
+    matches: list[Any] = []
+    nearest, after = None, None
+    for info in core.iter_partition_dagrun_infos(earliest=start - _LOOKBACK, latest=start + _HORIZON):
+        if info.partition_key == key:
+            matches.append(info)
+            if len(matches) > 1:
+                break
+            continue
+        if matches:
+            after = info
+            break
+        if nearest is None and info.partition_date >= start:
+            nearest = info
+        if info.partition_date > start + _LOOKBACK:
+            break
+    if not matches:
+        want = f" (the nearest is {nearest.partition_key!r})" if nearest is not None else ""
         raise _refuse(key, f"is not a partition of the DAG's timetable: expected the format {fmt!r} at a "
                            f"cron tick{want}")
-    if second is None:
+    if len(matches) > 1:
+        raise _refuse(key, f"names more than one cron tick ({matches[0].partition_date.isoformat()} and "
+                           f"{matches[1].partition_date.isoformat()}), not one interval per partition: the key "
+                           f"format {fmt!r} is coarser than the cron, or a clock change repeats an hour (use a "
+                           "key format with the UTC offset, %z, or a UTC timetable)")
+    if after is None:
         raise _refuse(key, "its partition has no end within a year")
-    return _ms(start), _ms(second.partition_date)
+    return _ms(matches[0].partition_date), _ms(after.partition_date)
 
 
 def _temporal(mapper: Any) -> Any:
