@@ -12,6 +12,7 @@ process tree: on a shared, overloaded machine they move far less than wall times
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from collections.abc import Callable
@@ -32,6 +33,14 @@ class Measure:
     size: Callable[[dict[str, Any]], int]
     target: float
     at_most: bool = True  # False: the figure must be at least the target
+
+
+def _commit_ratio(arm: str, key: str, d: dict[str, Any]) -> float:
+    return float(d["ratios_long_over_short"][arm][key])
+
+
+def _history(arm: str, d: dict[str, Any]) -> int:
+    return int(d["history_built"][arm])
 
 
 MEASURES = [
@@ -60,6 +69,12 @@ MEASURES = [
             0.02),
     Measure("delta_appends", "store requests per Shard.append", lambda d: max(d["append_requests"].values()),
             lambda d: d["config"]["appends"], 4),
+    Measure("delta_appends", "Shard.append / write_deltalake(uri) (time)",
+            lambda d: d["pairings"]["primary"]["ratio_shardsink_over_delta"],
+            lambda d: d["pairings"]["primary"]["compared_appends"], 0.1),
+    *(Measure("commit_cost", f"commit latency, {h:,} / 10 prior commits ({what}, mean)",
+              functools.partial(_commit_ratio, f"h{h}", f"{m}.mean"), functools.partial(_history, f"h{h}"), 1.2)
+      for h in (2000, 20000) for what, m in (("own", "commit_own_ms"), ("incl. rollup", "commit_total_ms"))),
 ]
 
 
