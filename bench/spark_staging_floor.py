@@ -9,7 +9,12 @@ and CPU of the Spark process tree (JVM + Python workers):
   Python hand-off every Python-side writer pays before it does any work;
 - ``sortWithinPartitions`` + ``df.write.parquet``: the least a JVM-only writer of sorted
   parts would cost (it would not consolidate yet);
-- ``stage_dataframe``: shardsink's staging (consolidate, sort and write in Python).
+- ``stage_dataframe``: shardsink's staging (consolidate, sort and write in Python);
+- ``stage_dataframe(order="unordered")``: Spark's own writer with the checks observed in the
+  same pass (:mod:`shardsink.spark.native_stage`), and ``observe + df.write.parquet``, its
+  JVM-side work alone (the checks and the required ``_time``/``_diff`` projection), without
+  the driver's footer reads and renames;
+- ``stage_dataframe(order="unordered", writer="python")``: the executors' pyarrow path.
 
 Prints each case as a ratio to the baseline. Usage:
 ``python bench/spark_staging_floor.py [--rows 2000000] [--reps 5]``.
@@ -40,6 +45,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", type=int, default=2_000_000)
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--only", default="", help="comma-separated case names to keep (besides the baseline)")
     args = ap.parse_args()
     load_start = os.getloadavg()
 
@@ -64,19 +70,48 @@ def main() -> int:
         finally:
             spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
 
-    def stage(i: int) -> None:
-        url = (work / f"shard-{i}").as_uri()
-        Shard.create(url, schema, upper=START)
-        stage_dataframe(df, shard_url=url, schema=schema, lower=START, upper=START + DAY, desc_id=f"b{i}")
-        shutil.rmtree(work / f"shard-{i}", ignore_errors=True)
+    def stager(order: str, writer: str = "auto") -> Callable[[int], None]:
+        def stage(i: int) -> None:
+            url = (work / f"shard-{i}").as_uri()
+            Shard.create(url, schema, upper=START)
+            stage_dataframe(df, shard_url=url, schema=schema, lower=START, upper=START + DAY, desc_id=f"b{i}",
+                            order=order, writer=writer)  # type: ignore[arg-type]
+            shutil.rmtree(work / f"shard-{i}", ignore_errors=True)
+        return stage
+
+    def observed_write(i: int) -> None:
+        from pyspark.sql import Observation
+        from pyspark.sql import functions as F
+
+        t = F.col("_time")
+        obs = Observation(f"floor-{i}")
+        checks = [F.count(F.lit(1)), F.min(t), F.max(t), F.count_if(t.isNull()), F.lit(0), F.lit(0)]
+        out = df.observe(obs, *checks).select(*[c for c in df.columns if c != "_time"],
+                                              F.coalesce(t, F.lit(0)).alias("_time"), F.lit(1).alias("_diff"))
+        out.write.mode("overwrite").parquet(str(work / "observed"))
+        assert obs.get
+
+    def projected_write(i: int) -> None:
+        from pyspark.sql import functions as F
+
+        t = F.col("_time")
+        df.select(*[c for c in df.columns if c != "_time"], F.coalesce(t, F.lit(0)).alias("_time"),
+                  F.lit(1).alias("_diff")).write.mode("overwrite").parquet(str(work / "projected"))
 
     cases: dict[str, Callable[[int], None]] = {
         "df.write.parquet": lambda i: df.write.mode("overwrite").parquet(str(work / "plain")),
         "hand-off to Python (no work)": handoff,
         "sortWithinPartitions + df.write.parquet": lambda i: df.sortWithinPartitions(*df.columns)
         .write.mode("overwrite").parquet(str(work / "sorted")),
-        "stage_dataframe": stage,
+        "stage_dataframe": stager("sorted"),
+        "observe + df.write.parquet": observed_write,
+        "projection + df.write.parquet": projected_write,
+        "stage_dataframe(unordered)": stager("unordered"),
+        "stage_dataframe(unordered; python)": stager("unordered", "python"),
     }
+    if args.only:
+        keep = {n.strip() for n in args.only.split(",")}
+        cases = {k: v for i, (k, v) in enumerate(cases.items()) if i == 0 or k in keep}
     for fn in cases.values():
         fn(-1)  # warm-up
     wall: dict[str, list[float]] = {k: [] for k in cases}

@@ -7,6 +7,8 @@ to the shard's store (local folder or S3 through boto3; no hadoop-aws), and yiel
 small row per part. The driver only collects those rows. ``order="unordered"`` skips the
 sort and the consolidation: the executors' Arrow batches are validated and written as
 they are, as unordered parts (:data:`shardsink.core.state.PartOrder`; compaction sorts them).
+For a local-folder shard, unordered parts are instead written by Spark's own Parquet writer,
+validated in the same pass (:mod:`shardsink.spark.native_stage`): no hand-off to Python.
 
 Why not sort in the JVM (``sortWithinPartitions``)? Measured on 2M rows, local[2]: the JVM
 sort costs 0.4x of a plain ``df.write.parquet`` on its own, while the hand-off to Python
@@ -25,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
 
@@ -43,6 +45,9 @@ if TYPE_CHECKING:
 #: 10,000; larger batches cut per-batch overhead, and a partition is buffered whole anyway).
 ARROW_BATCH_ROWS = 1 << 18
 _BATCH_CONF = "spark.sql.execution.arrow.maxRecordsPerBatch"
+#: Who writes unordered parts: ``"auto"`` (Spark's writer where :func:`native_plan` allows it),
+#: ``"spark"`` (that, or InvalidUsageError naming why not), ``"python"`` (the executors' pyarrow path).
+StageWriter = Literal["auto", "spark", "python"]
 
 _META = pa.schema([
     ("key", pa.string()),
@@ -74,6 +79,7 @@ def stage_dataframe(
     label: str | None = None,
     dry_run: bool = False,
     order: PartOrder = "sorted",
+    writer: StageWriter = "auto",
 ) -> list[PartMeta]:
     """Write ``df`` (user columns + ``_time`` [+ ``_diff``]) as parts of ``desc_id``; return their metadata.
 
@@ -85,10 +91,27 @@ def stage_dataframe(
     ``dry_run``: encode the parts exactly as they would be written but upload nothing; the
     returned metadata (rows, bytes, times) is real, the keys name no object. ``order``:
     ``"sorted"`` parts (consolidated and sorted per Spark partition) or ``"unordered"``
-    parts (the rows as Spark hands them over; no sort, no consolidation).
+    parts (the rows as Spark hands them over; no sort, no consolidation). ``writer``
+    (unordered parts only, see :data:`StageWriter`): with ``"auto"`` a local-folder shard's
+    unordered parts are written by Spark itself (:mod:`shardsink.spark.native_stage`; its
+    validation errors are raised as InvalidUsageError on the driver, where the Python path's
+    reach the driver inside a Spark job failure carrying the same record).
     """
     if order not in PART_ORDERS:
         raise InvalidUsageError(f"order must be 'sorted' or 'unordered', got {order!r}", value=str(order))
+    if writer not in ("auto", "spark", "python"):
+        raise InvalidUsageError(f"writer must be 'auto', 'spark' or 'python', got {writer!r}", value=str(writer))
+    if order == "unordered" and writer != "python" and not dry_run:
+        from shardsink.spark.native_stage import native_plan, stage_native
+
+        plan = native_plan(df, shard_url=shard_url, schema=schema, desc_id=desc_id, label=label)
+        if plan is not None:
+            return stage_native(df, plan, schema=schema, lower=lower, upper=upper,
+                                target_part_bytes=target_part_bytes, encoding=encoding)
+        if writer == "spark":
+            raise InvalidUsageError(f"Spark cannot write the parts of {shard_url} itself (not a local folder, a "
+                                    f"path Hadoop would not take literally, or columns {df.dtypes} that are not "
+                                    f"exactly the shard's {schema}); use writer='auto'", value=shard_url)
     schema_bytes = schema.serialize().to_pybytes()
     options = PartOptions(target_bytes=target_part_bytes, encoding=encoding, threads=1, order=order)
 
