@@ -80,7 +80,7 @@ def stage_all(url: str, chain: list[Description]) -> None:
         for slot in range(SLOTS):
             t = pa.table({"user": [f"u{slot}"], "action": ["x"], "amount": [slot], "_time": [d.lower + slot]})
             s = staging.stage(t, lower=d.lower, upper=d.upper, desc_id=d.desc_id, schema=SCHEMA)
-            write_manifest(staging, d, slot=slot, slots=SLOTS, parts=s.parts)
+            write_manifest(staging, d, slot=slot, slots=SLOTS, parts=s.parts, schema_id=s.schema_id)
 
 
 def test_a_mint_reads_the_head_once_and_the_watermark_once(run: tuple[str, OneStoreLanding],

@@ -50,6 +50,12 @@ class ManifestDoc(msgspec.Struct, frozen=True, kw_only=True):
     written_at: str = ""
     #: What the append records in the commit info (:class:`shardsink.core.state.CommitInfo`).
     props: dict[str, str] = msgspec.field(default_factory=dict)
+    #: The shard's schema id (:mod:`shardsink.core.schema`) the parts were written with: that
+    #: of the state version the writer read its schema from. None (absent: a manifest of a
+    #: writer older than schema evolution): unknown; the append resolves it only where no
+    #: schema change can have landed since the description was minted
+    #: (:func:`shardsink.sinks.staging.staged_schema_id`), else refuses the batch.
+    schema_id: int | None = None
 
 
 class CompactionInput(msgspec.Struct, frozen=True, kw_only=True):

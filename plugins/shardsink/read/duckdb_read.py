@@ -25,10 +25,11 @@ import duckdb
 import pyarrow as pa
 import pyarrow.dataset as pads
 
+from shardsink.core.state import PartMeta
 from shardsink.core.updates import COUNT, DIFF, TIME
 from shardsink.errors import InvalidUsageError
 from shardsink.read import store
-from shardsink.read.plan import ReadPlan
+from shardsink.read.plan import PartRead, ReadPlan
 
 
 def quote(name: str) -> str:
@@ -53,19 +54,39 @@ def _normalised(col: str, duck_type: str) -> str:
 def scan(con: duckdb.DuckDBPyConnection, plan: ReadPlan) -> duckdb.DuckDBPyRelation:
     """The raw updates of ``plan``'s parts: its columns + ``_time`` + ``_diff``, unfiltered.
 
-    SUBTLE: every part is read with the plan's columns (today all parts share them; a
-    per-part projection would scan each group of parts and union them by name here).
+    Each group of parts written with one schema id (:meth:`ReadPlan.groups`) is scanned with
+    its own Parquet columns and projected onto the plan's by field id (a renamed column
+    ``src AS name``, a widened one ``CAST(src AS type)``, a column the parts predate
+    ``CAST(NULL AS type)``); the groups are unioned (``UNION ALL``, same column order).
     """
-    where = store.locate(plan.url, tuple(r.part for r in plan.parts))
-    wanted = [*plan.parts[0].columns, TIME, DIFF]
+    duck = dict(zip(plan.columns, (str(t) for t in con.from_arrow(plan.schema.empty_table()).types), strict=True))
+    rels = [_scan_group(con, plan, r, parts, duck) for r, parts in plan.groups()]
+    rel = rels[0]
+    for other in rels[1:]:
+        rel = rel.union(other)
+    return rel
+
+
+def _scan_group(con: duckdb.DuckDBPyConnection, plan: ReadPlan, r: PartRead, parts: tuple[PartMeta, ...],
+                duck: dict[str, str]) -> duckdb.DuckDBPyRelation:
+    where = store.locate(plan.url, parts)
+    source = r.source if r.source is not None else plan.schema
     if not where.s3 and not where.globby:
         rel = con.read_parquet(list(where.paths), hive_partitioning=False, union_by_name=False)
     else:
         fs = store.arrow_filesystem(store.s3_config()) if where.s3 else None
-        full = pa.schema([*plan.schema, pa.field(TIME, pa.int64(), False), pa.field(DIFF, pa.int64(), False)])
+        full = pa.schema([*source, pa.field(TIME, pa.int64(), False), pa.field(DIFF, pa.int64(), False)])
         dataset = pads.dataset(list(where.paths), schema=full, format="parquet", filesystem=fs)
         rel = con.from_arrow(dataset)
-    return rel.project(", ".join(quote(c) for c in wanted))
+    cols = []
+    for c in r.projection:
+        if c.source is None:
+            cols.append(f"CAST(NULL AS {duck[c.name]}) AS {quote(c.name)}")
+        elif c.source == c.name and source.field(c.source).type == c.type:
+            cols.append(quote(c.name))
+        else:
+            cols.append(f"CAST({quote(c.source)} AS {duck[c.name]}) AS {quote(c.name)}")
+    return rel.project(", ".join([*cols, quote(TIME), quote(DIFF)]))
 
 
 def relation(con: duckdb.DuckDBPyConnection, plan: ReadPlan) -> duckdb.DuckDBPyRelation:

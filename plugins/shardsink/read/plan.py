@@ -6,6 +6,12 @@ each part, and which time filter applies. The engines only translate a :class:`R
 into their own scan + filter + ``GROUP BY``; so a later change to what a part holds
 (schema evolution: a per-part projection) is made here, once, for every engine.
 
+**Schema evolution.** Every part is read through :func:`shardsink.core.schema.projection_for`
+from the schema id its batch was written with onto the shard's current schema (the reader
+schema of ``ReadHandle.reader_schema(header, "current", t)``): renamed columns from their old
+name, added ones as typed nulls, widened ones cast, dropped ones not read. Engines scan each
+group of parts sharing a projection (:meth:`ReadPlan.groups`) and union them by name.
+
 The semantics are exactly those of :meth:`shardsink.core.read.ReadHandle.snapshot` and
 :meth:`~shardsink.core.read.ReadHandle.changes`:
 
@@ -33,10 +39,13 @@ from typing import Any, Literal
 import pyarrow as pa
 
 from shardsink.core import checks as ck
+from shardsink.core import schema as sch
 from shardsink.core.leases import DEFAULT_TTL_S, LeaseKeeper
+from shardsink.core.read import ReadHandle
+from shardsink.core.schema import ColumnProjection
 from shardsink.core.shard import Shard, default_writer
-from shardsink.core.state import BatchMeta, PartMeta, Version
-from shardsink.errors import InvalidUsageError, LeaseLostError, ReadFrontierError
+from shardsink.core.state import BatchMeta, Header, PartMeta, SchemaEntry, Version
+from shardsink.errors import CorruptionError, InvalidUsageError, LeaseLostError, ReadFrontierError
 
 log = logging.getLogger(__name__)
 
@@ -45,14 +54,19 @@ Mode = Literal["snapshot", "changes"]
 
 @dataclass(frozen=True, kw_only=True)
 class PartRead:
-    """One part to scan and the columns to take from it (today: the shard's user columns).
+    """One part to scan and how to read its user columns as the plan's (``projection``: one
+    entry per plan column, in order: the part's column to read, or None for typed nulls; the
+    type to cast to). ``columns``: the plan's column names; ``source``: the part's Parquet
+    schema of its user columns (the schema id it was written with).
 
-    SUBTLE: schema evolution adds its per-part projection here (a part written under an
-    older schema lacks a column or names it differently); engines must take ``columns``
-    from this record, never from the part file."""
+    SUBTLE: a part written under an older schema lacks a column or names it differently;
+    engines must take the projection from this record, never from the part file."""
 
     part: PartMeta
     columns: tuple[str, ...]
+    projection: tuple[ColumnProjection, ...] = ()
+    source: pa.Schema | None = None
+    schema_id: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,6 +96,14 @@ class ReadPlan:
     @property
     def columns(self) -> tuple[str, ...]:
         return tuple(self.schema.names)
+
+    def groups(self) -> list[tuple[PartRead, tuple[PartMeta, ...]]]:
+        """The parts grouped by the schema id they were written with (one scan each), in
+        first-seen order: a representative :class:`PartRead` and the group's parts."""
+        out: dict[int, list[PartRead]] = {}
+        for r in self.parts:
+            out.setdefault(r.schema_id, []).append(r)
+        return [(rs[0], tuple(r.part for r in rs)) for rs in out.values()]
 
     @property
     def as_of(self) -> int:
@@ -114,7 +136,6 @@ def plan_for(shard: Shard, v: Version, mode: Mode, *, as_of: int | None = None,
     """The plan of ``mode`` on the state version ``v`` (checked against ``v``'s frontiers)."""
     h = v.header
     batches = shard.reader().batches(v)
-    user = h.schema
     if mode == "snapshot":
         assert as_of is not None
         ck.check_as_of(shard.url, h, as_of)
@@ -131,9 +152,22 @@ def plan_for(shard: Shard, v: Version, mode: Mode, *, as_of: int | None = None,
         # Advanced times are >= since == lower: only a part below lower without advancing needs that bound.
         filter_lower = not advance and any(p.min_time < lower for p in parts)
         filter_upper = any(p.max_time >= upper for p in parts)
-    reads = tuple(PartRead(part=p, columns=tuple(user.names)) for p in parts)
+    target = ReadHandle.reader_schema(h, "current", upper - 1)
+    user = sch.entry_schema(target)
+    ids = {p.key: b.schema_id for b in batches for p in b.parts}
+    reads = tuple(_part_read(shard.url, h, p, ids[p.key], target) for p in parts)
     return ReadPlan(url=shard.url, mode=mode, seqno=v.seqno, schema=user, parts=reads, lower=lower, upper=upper,
                     since=h.since, advance=advance, filter_lower=filter_lower, filter_upper=filter_upper)
+
+
+def _part_read(url: str, h: Header, part: PartMeta, schema_id: int, target: SchemaEntry) -> PartRead:
+    source = sch.entry(h, schema_id)
+    if source is None:
+        raise CorruptionError(f"shard {url}: part {part.key} was written with schema id {schema_id}, which the "
+                              f"shard's schema history {[e.id for e in sch.history(h)]} does not hold")
+    proj = sch.projection_for(source, target)
+    return PartRead(part=part, columns=tuple(c.name for c in proj), projection=proj,
+                    source=sch.entry_schema(source), schema_id=schema_id)
 
 
 class Lease:

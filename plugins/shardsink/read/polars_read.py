@@ -9,9 +9,9 @@ sum run in Polars, lazily.
 Floats: grouping keys are normalised first (``-0.0`` as ``0.0``, every NaN as the one
 NaN), as :mod:`shardsink.core.floats` defines row equality.
 
-HAZARD (secrets): on S3 the frame's scan carries the storage options, credentials
-included; ``LazyFrame.serialize()`` writes them out. Never serialise such a frame into
-logs, XComs or files; pass the URL and re-plan instead.
+Secrets: on S3 the frame's scan carries only the endpoint and region in its storage
+options; the credentials come from a provider (:class:`shardsink.read.store.PolarsCredentials`)
+that keeps them in memory and never serialises them, so ``LazyFrame.serialize()`` holds none.
 
 A negative multiplicity fails ``collect()`` with CorruptionError naming the shard (raised
 by a check on the summed column inside the query; Polars passes it through).
@@ -33,14 +33,23 @@ from shardsink.read.plan import ReadPlan
 def scan(plan: ReadPlan) -> pl.LazyFrame:
     """The raw updates of ``plan``'s parts: its columns + ``_time`` + ``_diff``, unfiltered.
 
-    SUBTLE: every part is read with the plan's columns (a per-part projection would scan
-    each group of parts and concatenate them here)."""
-    where = store.locate(plan.url, tuple(r.part for r in plan.parts))
+    Each group of parts written with one schema id (:meth:`ReadPlan.groups`) is scanned and
+    projected onto the plan's columns by field id (``pl.col(src).cast(type).alias(name)``, or
+    ``pl.lit(None).cast(type)`` for a column the parts predate); the groups are concatenated."""
     options: dict[str, Any] = {}
-    if where.s3:
-        options = {"storage_options": store.polars_storage_options(store.s3_config()), "credential_provider": None}
-    lf = pl.scan_parquet(list(where.uris()), glob=False, hive_partitioning=False, **options)
-    return lf.select([*plan.parts[0].columns, TIME, DIFF])
+    frames = []
+    target = pl.from_arrow(plan.schema.empty_table())
+    assert isinstance(target, pl.DataFrame)
+    dtypes = target.schema
+    for r, parts in plan.groups():
+        where = store.locate(plan.url, parts)
+        if where.s3 and not options:
+            options = store.polars_scan_options(store.s3_config())  # secrets only in the provider
+        lf = pl.scan_parquet(list(where.uris()), glob=False, hive_partitioning=False, **(options if where.s3 else {}))
+        cols = [pl.lit(None).cast(dtypes[c.name]).alias(c.name) if c.source is None
+                else pl.col(c.source).cast(dtypes[c.name]).alias(c.name) for c in r.projection]
+        frames.append(lf.select([*cols, pl.col(TIME), pl.col(DIFF)]))
+    return frames[0] if len(frames) == 1 else pl.concat(frames, how="vertical")
 
 
 def _normalised(col: str, dtype: pl.DataType) -> pl.Expr:

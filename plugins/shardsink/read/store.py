@@ -82,12 +82,10 @@ def arrow_filesystem(cfg: S3Config) -> pafs.S3FileSystem:
 
 
 def polars_storage_options(cfg: S3Config) -> dict[str, str]:
-    """Polars' (object_store's) options for ``cfg``."""
+    """Polars' (object_store's) options for ``cfg``: endpoint and region only. The credentials
+    go through :func:`polars_scan_options`' provider, never into the options (a LazyFrame's
+    ``serialize()`` writes its options out)."""
     out: dict[str, str] = {}
-    if cfg.access_key and cfg.secret_key:
-        out.update(aws_access_key_id=cfg.access_key, aws_secret_access_key=cfg.secret_key)
-        if cfg.session_token:
-            out["aws_session_token"] = cfg.session_token
     if cfg.region:
         out["aws_region"] = cfg.region
     if cfg.endpoint:
@@ -96,6 +94,41 @@ def polars_storage_options(cfg: S3Config) -> dict[str, str]:
         if cfg.endpoint.startswith("http://"):
             out["aws_allow_http"] = "true"
     return out
+
+
+class PolarsCredentials:
+    """A Polars credential provider holding ``cfg``'s credentials in memory only.
+
+    SUBTLE: a serialised plan must never carry a secret: pickling this provider gives one that
+    resolves the credentials afresh (:func:`s3_config`) where it is loaded; ``repr`` hides them.
+    """
+
+    def __init__(self, cfg: S3Config) -> None:
+        self._cfg = cfg
+
+    def __call__(self) -> tuple[dict[str, str], int | None]:
+        cfg, out = self._cfg, dict[str, str]()
+        if cfg.access_key and cfg.secret_key:
+            out.update(aws_access_key_id=cfg.access_key, aws_secret_access_key=cfg.secret_key)
+            if cfg.session_token:
+                out["aws_session_token"] = cfg.session_token
+        return out, None
+
+    def __reduce__(self) -> tuple[Any, tuple[()]]:
+        return _credentials_here, ()
+
+    def __repr__(self) -> str:
+        return "PolarsCredentials(<hidden>)"
+
+
+def _credentials_here() -> PolarsCredentials:
+    return PolarsCredentials(s3_config())
+
+
+def polars_scan_options(cfg: S3Config) -> dict[str, Any]:
+    """``scan_parquet``'s keyword arguments for S3 under ``cfg``: options without secrets and
+    the credentials through a provider (:class:`PolarsCredentials`)."""
+    return {"storage_options": polars_storage_options(cfg), "credential_provider": PolarsCredentials(cfg)}
 
 
 @dataclass(frozen=True)

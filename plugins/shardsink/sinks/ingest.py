@@ -40,7 +40,7 @@ from shardsink.core.verdicts import check_same_bounds, unknown_fate_error
 from shardsink.errors import CorruptionError, InvalidUsageError, ShardNotFoundError, UpperMismatchError
 from shardsink.reclock.source import Reclocked, reclocked_upper
 from shardsink.sinks.description import Description, NoOp, make_desc_id
-from shardsink.sinks.staging import verified_manifests
+from shardsink.sinks.staging import staged_schema_id, verified_manifests
 from shardsink.sources.base import Source
 
 log = logging.getLogger("shardsink.sinks")
@@ -257,7 +257,12 @@ def append_from_manifests(shard: Shard, desc: Description, slots: int, *, writer
         if isinstance(again, Unknown):
             raise unknown_fate_error(shard.url, desc.desc_id, desc.lower, desc.upper, again) from None
         raise
-    staged = [StagedBatch(desc.desc_id, desc.lower, desc.upper, doc.parts) for doc in docs]
+    # Each slot's parts are labelled with the schema id its manifest recorded (a schema change
+    # between staging and commit must not relabel them); an older writer's manifest without one
+    # is resolved from one extra head read, or refused (staged_schema_id).
+    header = shard.reader().head().header if any(d.schema_id is None for d in docs) else None
+    staged = [StagedBatch(desc.desc_id, desc.lower, desc.upper, doc.parts,
+                          staged_schema_id(doc, desc, header, url=shard.url)) for doc in docs]
     # Slots that disagree on their props (none do today) record none: props are claims
     # about the whole batch, and readers treat a missing one as "unknown".
     props = docs[0].props if all(doc.props == docs[0].props for doc in docs) else {}

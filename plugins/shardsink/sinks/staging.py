@@ -7,6 +7,11 @@ retried write attempt replaces it); :func:`read_manifests` / :func:`verified_man
 return all of a description's manifests or raise CorruptionError naming every missing or
 inconsistent one (another batch or slot layout, parts outside the description or not in
 the store).
+
+Schema ids: a manifest records the schema id its parts were written with (the writer's state
+version's current schema), and the append labels the batch with it, so a schema change
+landing between staging and commit never mislabels the parts. A manifest without one (an
+older writer) is resolved by :func:`staged_schema_id`.
 """
 
 from __future__ import annotations
@@ -19,28 +24,39 @@ import msgspec
 
 from shardsink.core.keys import manifest_key, parts_prefix
 from shardsink.core.manifests import MANIFEST_FORMAT, ManifestDoc
+from shardsink.core.schema import history
 from shardsink.core.shard import Shard, StagedBatch, default_writer
-from shardsink.core.state import PartMeta
-from shardsink.errors import CorruptionError
+from shardsink.core.state import Header, PartMeta
+from shardsink.errors import CorruptionError, InvalidUsageError
 from shardsink.sinks.description import Description
 
 
 def write_manifest(
     shard: Shard, desc: Description, *, slot: int, slots: int, parts: Sequence[PartMeta],
     inputs: Sequence[dict[str, Any]] = (), props: Mapping[str, str] | None = None,
+    schema_id: int | None = None,
 ) -> dict[str, Any]:
     """Publish what slot ``slot`` staged (a plain put: a retried write attempt replaces it);
     returns the manifest as plain values.
+
+    ``schema_id``: the shard's schema id the parts were written with, i.e. the current schema
+    id of the state version whose schema the writer used (``schema.current(header).id``).
+    SUBTLE: pass it; None publishes "unknown", which the append accepts only while no schema
+    change can have landed since the description was minted (:func:`staged_schema_id`).
 
     ``props`` are recorded in the commit info if every slot of ``desc`` publishes the same
     ones (:func:`shardsink.sinks.ingest.append_from_manifests`). SUBTLE: they travel in the same document as the
     parts, so a commit never pairs one attempt's parts with another attempt's props.
     """
+    if schema_id is not None and (isinstance(schema_id, bool) or not isinstance(schema_id, int)
+                                  or not 0 <= schema_id < 2**31):
+        raise InvalidUsageError(f"schema_id {schema_id!r:.60} is not a schema id (an int in [0, 2^31)) or None",
+                                value=str(schema_id)[:60])
     doc = ManifestDoc(
         format=MANIFEST_FORMAT, desc_id=desc.desc_id, lower=desc.lower, upper=desc.upper, attempt=desc.attempt,
         slot=slot, slots=slots, rows=sum(p.rows for p in parts), parts=tuple(parts), inputs=tuple(inputs),
         writer=default_writer(), written_at=datetime.now().astimezone().isoformat(timespec="milliseconds"),
-        props=dict(props or {}),
+        props=dict(props or {}), schema_id=schema_id,
     )
     shard.writer().put_manifest(doc)
     out: dict[str, Any] = msgspec.to_builtins(doc)
@@ -53,8 +69,39 @@ def read_manifests(shard: Shard, desc: Description, slots: int) -> list[StagedBa
     Raises CorruptionError naming every missing or inconsistent manifest, or a listed
     part that is not in the store.
     """
-    return [StagedBatch(desc.desc_id, desc.lower, desc.upper, doc.parts)
-            for doc in verified_manifests(shard, desc, slots)]
+    docs = verified_manifests(shard, desc, slots)
+    header = shard.reader().head().header if any(d.schema_id is None for d in docs) else None
+    return [StagedBatch(desc.desc_id, desc.lower, desc.upper, doc.parts,
+                        staged_schema_id(doc, desc, header, url=shard.url)) for doc in docs]
+
+
+def staged_schema_id(doc: ManifestDoc, desc: Description, header: Header | None, *, url: str) -> int:
+    """The schema id the parts of ``doc`` were written with, for the append to record.
+
+    The manifest's own id when it has one (the commit still refuses an id the shard does not
+    know). A manifest without one (written by a writer older than schema evolution) is resolved
+    from ``header`` (a state version read after the manifests): a shard that never evolved → 0;
+    else the current schema, if it was made current at an upper below ``desc.lower``: that change
+    committed before the shard's upper reached ``desc.lower``, so before the description was
+    minted (a mint's lower is the upper it read) and before its writer read its schema. Anything
+    else (a schema change at or after the upper ``desc.lower``) cannot be told apart from a
+    change between staging and commit: InvalidUsageError (bad input) naming the slot; nothing is
+    committed or deleted, and re-running the write task with a current writer stages it anew.
+    """
+    if doc.schema_id is not None:
+        return doc.schema_id
+    if header is None:
+        raise AssertionError("staged_schema_id: a manifest without a schema id needs a state version")
+    hist = history(header)
+    cur = hist[-1]
+    if len(hist) == 1 or (cur.upper is not None and cur.upper < desc.lower):
+        return cur.id
+    raise InvalidUsageError(
+        f"cannot append description {desc.desc_id} [{desc.lower}, {desc.upper}) to {url}: the manifest of slot "
+        f"{doc.slot} records no schema id (written by an older writer) and schema {cur.id} was made current at "
+        f"upper {cur.upper}, not before the description's lower {desc.lower}, so its parts may have been written "
+        "with an older schema; re-run the write task to stage it with a writer that records the schema id",
+        value=desc.desc_id)
 
 
 def verified_manifests(shard: Shard, desc: Description, slots: int) -> list[ManifestDoc]:

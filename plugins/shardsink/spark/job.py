@@ -37,6 +37,7 @@ def write_slot(job: IngestWriteRequest) -> dict[str, Any]:
     from pyspark.sql import SparkSession
 
     from shardsink import hooks
+    from shardsink.core.schema import current as current_schema
     from shardsink.core.shard import Shard
     from shardsink.errors import InvalidUsageError
     from shardsink.sinks.seals import seals
@@ -53,7 +54,9 @@ def write_slot(job: IngestWriteRequest) -> dict[str, Any]:
     if done is not None:
         return {"status": "already_committed", "seqno": done.seqno, "slot": job.slot}
     source = source_from_spec(job.source)
-    schema = head.header.schema
+    # SUBTLE: schema and schema id from the SAME version: the manifest records the id the parts
+    # are written with, so a schema change before the append does not relabel them.
+    schema, schema_id = head.header.schema, current_schema(head.header).id
     spark = SparkSession.builder.appName(f"shardsink-write-{desc.desc_id}-slot{job.slot}").getOrCreate()
     try:
         df, inputs = source.read_slot(spark, lower=desc.lower, upper=desc.upper, slot=job.slot, slots=job.slots,
@@ -62,7 +65,8 @@ def write_slot(job: IngestWriteRequest) -> dict[str, Any]:
                                 desc_id=desc.desc_id, order=job.part_order)
         hooks.fire("write.staged", shard_url=job.shard_url, slot=job.slot, attempt=desc.attempt, desc_id=desc.desc_id,
                    parts=len(parts))
-        doc = write_manifest(shard, desc, slot=job.slot, slots=job.slots, parts=parts, inputs=inputs)
+        doc = write_manifest(shard, desc, slot=job.slot, slots=job.slots, parts=parts, inputs=inputs,
+                             schema_id=schema_id)
     finally:
         spark.stop()
     return {"status": "staged", "slot": job.slot, "parts": len(parts), "rows": doc["rows"],

@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from shardsink.core.schema import current as current_schema
 from shardsink.core.shard import Shard
 from shardsink.core.updates import DIFF, TIME
 from shardsink.sinks.description import Description
@@ -41,16 +42,18 @@ from shardsink.spark.sample import sample_rows
 from shardsink.spark.stage import stage_dataframe
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
 
-def range_correction(reads: ShardReads, source: Source, shard: Shard, desc: Description) -> tuple[DataFrame,
-                                                                                                   list[Any]]:
-    """The correction ``desc`` carries (lazy; stage it inside ``reads``' block) and the inputs read."""
+def range_correction(reads: ShardReads, source: Source, shard: Shard, desc: Description, *,
+                     schema: pa.Schema | None = None) -> tuple[DataFrame, list[Any]]:
+    """The correction ``desc`` carries (lazy; stage it inside ``reads``' block) and the inputs read.
+    ``schema``: the shard's schema as the caller read it (None: read the head)."""
     assert desc.corrects is not None
     a, b = desc.corrects
     check_range(shard, a, b)
-    schema = shard.schema
+    schema = shard.schema if schema is None else schema
     spark = reads.spark
     src, inputs = source.read_slot(spark, lower=a, upper=b, slot=0, slots=1, schema=schema, seals=())
     desired = src.drop(TIME)
@@ -63,27 +66,31 @@ def range_correction(reads: ShardReads, source: Source, shard: Shard, desc: Desc
     return correction_frame(desired, persisted, schema=schema, upper=desc.upper, where=shard.url), inputs
 
 
-def ordinary_rows(spark: SparkSession, source: Source, shard: Shard, desc: Description) -> tuple[DataFrame,
-                                                                                             list[Any]]:
+def ordinary_rows(spark: SparkSession, source: Source, shard: Shard, desc: Description, *,
+                  schema: pa.Schema | None = None) -> tuple[DataFrame, list[Any]]:
     """The source's ordinary rows of a correcting description (all slots), late-data checked
-    with ``desc.corrects`` counted as re-sealed now."""
+    with ``desc.corrects`` counted as re-sealed now. ``schema``: as the caller read it (None: read)."""
     assert desc.corrects is not None
     sealed = [*seals(shard), Seal(desc.corrects[0], desc.corrects[1], -1, time.time())]
-    return source.read_slot(spark, lower=desc.lower, upper=desc.upper, slot=0, slots=1, schema=shard.schema,
-                            seals=sealed)
+    return source.read_slot(spark, lower=desc.lower, upper=desc.upper, slot=0, slots=1,
+                            schema=shard.schema if schema is None else schema, seals=sealed)
 
 
 def stage_correction(spark: SparkSession, source: Source, shard: Shard, desc: Description, *,
-                     dry_run: bool = False, sample: int = 0) -> tuple[list[Any], list[Any], list[dict[str, Any]]]:
+                     dry_run: bool = False, sample: int = 0,
+                     schema: pa.Schema | None = None) -> tuple[list[Any], list[Any], list[dict[str, Any]]]:
     """Stage (or, ``dry_run``, only encode) a correcting description: its ordinary rows and its
-    correction. Returns (parts, inputs, ``sample`` rows of the correction)."""
+    correction. Returns (parts, inputs, ``sample`` rows of the correction). ``schema``: the
+    shard's schema as the caller read it (None: read the head once here); every part is
+    written with it, so one schema id labels them all."""
     assert desc.corrects is not None
-    rows, listing = ordinary_rows(spark, source, shard, desc)
-    parts = stage_dataframe(rows, shard_url=shard.url, schema=shard.schema, lower=desc.lower, upper=desc.upper,
+    schema = shard.schema if schema is None else schema
+    rows, listing = ordinary_rows(spark, source, shard, desc, schema=schema)
+    parts = stage_dataframe(rows, shard_url=shard.url, schema=schema, lower=desc.lower, upper=desc.upper,
                             desc_id=desc.desc_id, dry_run=dry_run)
     with ShardReads(spark, holder=f"reprocess:{desc.desc_id}") as reads:
-        corr, inputs = range_correction(reads, source, shard, desc)
-        parts += stage_dataframe(corr, shard_url=shard.url, schema=shard.schema, lower=desc.lower, upper=desc.upper,
+        corr, inputs = range_correction(reads, source, shard, desc, schema=schema)
+        parts += stage_dataframe(corr, shard_url=shard.url, schema=schema, lower=desc.lower, upper=desc.upper,
                                  desc_id=desc.desc_id, encoding="compact", label=correction_label(*desc.corrects),
                                  dry_run=dry_run)
         got = sample_rows(corr, sample) if sample else []
@@ -115,11 +122,14 @@ def write_correction(job: CorrectionJob) -> dict[str, object]:
     t0 = time.monotonic()
     spark = (SparkSession.builder.appName(f"shardsink-correct-{desc.desc_id}")
              .config("spark.sql.session.timeZone", "UTC").getOrCreate())
+    header = shard.reader().head().header  # schema and its id from ONE version (the manifest records the id)
     try:
-        parts, inputs, _ = stage_correction(spark, source_from_spec(job.source_spec), shard, desc)
+        parts, inputs, _ = stage_correction(spark, source_from_spec(job.source_spec), shard, desc,
+                                            schema=header.schema)
     finally:
         spark.stop()
-    doc = write_manifest(shard, desc, slot=job.slot, slots=job.slots, parts=parts, inputs=inputs)
+    doc = write_manifest(shard, desc, slot=job.slot, slots=job.slots, parts=parts, inputs=inputs,
+                         schema_id=current_schema(header).id)
     return {"status": "staged", "slot": job.slot, "parts": len(parts), "rows": doc["rows"],
             "bytes": sum(p.bytes for p in parts), "corrects": list(desc.corrects),
             "seconds": round(time.monotonic() - t0, 2)}

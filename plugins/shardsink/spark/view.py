@@ -38,6 +38,8 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from shardsink.core.fate import Committed
+from shardsink.core.schema import current as current_schema
+from shardsink.core.schema import id_of
 from shardsink.core.shard import AppendResult, Shard
 from shardsink.core.state import Version
 from shardsink.core.updates import COUNT, DIFF, TIME, check_schema
@@ -299,7 +301,11 @@ def write_view(spark: SparkSession, v: View, *, output_url: str, desc: Descripti
                                                                    upper=desc.lower)
     # SUBTLE: the props (the basis the next run builds on) travel in the manifest with the
     # parts they describe: a twin attempt's manifest replaces both at once.
-    doc = write_manifest(out, desc, slot=0, slots=1, parts=parts, inputs=c.inputs, props=c.props)
+    # The schema id the parts were written with: that of ``at`` (whose schema c.schema is), or
+    # for a shard created just now (or by a racing creator, checked equal) the id of c.schema.
+    schema_id = current_schema(at.header).id if at is not None else id_of(out.reader().head().header, c.schema)
+    doc = write_manifest(out, desc, slot=0, slots=1, parts=parts, inputs=c.inputs, props=c.props,
+                         schema_id=schema_id)
     return {"status": "staged", "slot": 0, "parts": len(parts), "rows": doc["rows"], "basis": c.basis,
             "bytes": sum(p.bytes for p in parts), "seconds": round(time.monotonic() - t0, 2)}
 
