@@ -149,3 +149,29 @@ def test_an_empty_frame_stages_no_part_and_leaves_no_file(spark: Any, tmp_path: 
     assert stage_dataframe(df, shard_url=s.url, schema=SCHEMA, lower=0, upper=10, desc_id="d", order="unordered",
                            writer="spark") == []
     assert _files(tmp_path / "s", "d") == []
+
+
+def test_non_nullable_columns_are_written_as_they_are_and_checked_from_the_footers_of_every_file(
+        spark: Any, tmp_path: Path) -> None:
+    from pyspark.sql import functions as F
+
+    base = spark.range(40, numPartitions=4)
+    cols = [F.col("id").cast("string").alias("k"), (F.col("id") * 0.5).alias("x"), F.col("id").cast("int").alias("n"),
+            F.least(F.col("id"), F.lit(9).cast("long")).alias("_time")]
+    df = base.select(*cols)
+    assert not any(f.nullable for f in df.schema.fields if f.name == "_time"), "the case: no null guard needed"
+    s = Shard.create((tmp_path / "s").as_uri(), SCHEMA)
+    parts = stage_dataframe(df, shard_url=s.url, schema=SCHEMA, lower=0, upper=10, desc_id="d", order="unordered",
+                            writer="spark")
+    for p in parts:
+        got = pq.ParquetFile(tmp_path / "s" / p.key).schema_arrow
+        want = [pa.field("_time", pa.int64(), False), pa.field("_diff", pa.int64(), False)]
+        assert [got.field("_time"), got.field("_diff")] == want, "written required, as the Python path writes them"
+    s.compare_and_append([StagedBatch("d", 0, 10, tuple(parts))], expected_upper=0, new_upper=10, desc_id="d")
+    assert sum(_snapshot(s).values()) == 40
+    # zero diffs in every partition's file: the count is over all files, and nothing stays
+    zeros = base.select(*cols, F.when(F.col("id") % 5 == 0, F.lit(0)).otherwise(F.lit(1)).cast("long").alias("_diff"))
+    with pytest.raises(InvalidUsageError, match=r"'_diff' has 8 zero values; diffs must be non-zero"):
+        stage_dataframe(zeros, shard_url=s.url, schema=SCHEMA, lower=0, upper=10, desc_id="e", order="unordered",
+                        writer="spark")
+    assert _files(tmp_path / "s", "e") == []

@@ -2,11 +2,13 @@
 
 :func:`stage_native` writes the DataFrame with ``df.write.parquet`` into a fresh, unique
 folder under the description's parts prefix (``parts/<desc_id>[/<label>]/spark-<uuid>/``),
-validates the rows in the same pass (``df.observe``: one aggregate per check of
-:func:`shardsink.core.updates.validate_updates`), and then, on the driver, builds one
-:class:`~shardsink.core.state.PartMeta` per written file from its Parquet footer and renames
-it to a fresh part key (:func:`shardsink.core.keys.part_key`: ``<prefix>/<uuid>.parquet``; a
-local rename, cheap). The JVM→Python Arrow hand-off alone costs about 1.8x a plain
+with the least JVM-side work (the columns as they are, in shard order; a cast, a float
+canonicalisation or a null guard only where a column needs one), and then, on the driver,
+validates the rows from the written files' footers (the checks of
+:func:`shardsink.core.updates.validate_updates`, in its order), builds one
+:class:`~shardsink.core.state.PartMeta` per written file and renames it to a fresh part
+key (:func:`shardsink.core.keys.part_key`: ``<prefix>/<uuid>.parquet``; a local rename,
+cheap). The JVM→Python Arrow hand-off alone costs about 1.8x a plain
 ``df.write.parquet`` (bench/spark_staging_floor.py), so this is the only way unordered
 staging can run at Spark's own speed.
 
@@ -16,6 +18,13 @@ executors' pyarrow path), a path Hadoop takes literally, and columns whose Spark
 exactly those the Python path would write (signed integers, float32/64, bool, string,
 binary, date32; ``_time``/``_diff`` any integer type). Anything else returns None and the
 caller takes the Python path, which raises the precise error for a bad input.
+
+Validation: a ``_time``/``_diff`` column Spark knows is non-nullable is written as it is; a
+nullable one goes through ``coalesce(c, raise_error(mark), 0)`` (non-nullable, so written
+``required`` as the Python path writes it), which stops the job at its first null; the
+exact null counts are then taken by a second pass over ``df`` (the error path only). Zero
+diffs are counted from the ``_diff`` column of the files whose statistics admit a zero (a
+frame without ``_diff`` writes 1: never read); the bounds from the ``_time`` statistics.
 
 Same parts as the Python path: the user columns in shard order, then ``_time`` and
 ``_diff`` (int64, required), floats canonical (``-0.0`` as ``0.0``, every NaN the one quiet
@@ -33,9 +42,10 @@ writes one). A re-run of the task (a twin) writes another unique folder and fres
 parts its manifest does not list are leftovers the append deletes (the blob lists
 ``parts/<desc_id>/`` recursively). If validation fails, InvalidUsageError (the Python
 path's class and message; counts here are over the whole DataFrame, not one partition) is
-raised and the folder is removed; a driver killed before that leaves Spark's files under
-the description's prefix: ``part-*``/``_SUCCESS`` are leftovers the append deletes, the
-hidden ``.crc`` files and empty folders are not listed by the store and stay (bytes).
+raised and the folder is removed (no file is renamed before all files are checked); a driver
+killed before that leaves Spark's files under the description's prefix: ``part-*``/``_SUCCESS``
+are leftovers the append deletes, the hidden ``.crc`` files and empty folders are not listed
+by the store and stay (bytes).
 """
 
 from __future__ import annotations
@@ -46,7 +56,7 @@ import shutil
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -126,49 +136,59 @@ def _canonical(c: Column, t: pa.DataType) -> Column:
             .when(c == 0, F.lit(0.0).cast(spark_t)).otherwise(c))
 
 
-def _checked(obs: Any, *, lower: int, upper: int | None) -> int:
-    """The observed row count, or InvalidUsageError as :func:`validate_updates` words it."""
-    m = obs.get
-    if m["time_nulls"]:
-        raise InvalidUsageError(f"column {TIME!r} has {m['time_nulls']} null values; times must be set")
-    if m["diff_nulls"]:
-        raise InvalidUsageError(f"column {DIFF!r} has {m['diff_nulls']} null values")
-    if m["diff_zeros"]:
-        raise InvalidUsageError(f"column {DIFF!r} has {m['diff_zeros']} zero values; diffs must be non-zero")
-    rows = int(m["rows"])
-    tmin, tmax = m["tmin"], m["tmax"]
-    if rows and (tmin < lower or (upper is not None and tmax >= upper)):
-        raise InvalidUsageError(
-            f"times [{tmin}, {tmax}] fall outside the batch bounds [{lower}, {upper}); "
-            "every _time must satisfy lower <= _time < upper"
-        )
-    return rows
+_NULL_MARK = "shardsink-native-stage-null-"  # raise_error's message: a null _time/_diff stopped the write
+
+
+def _required(c: Column, nullable: bool, mark: str) -> Column:
+    """``c`` as a non-nullable long (written ``required``, as the Python path writes it).
+
+    A column Spark knows has no nulls is written as it is (no projection work). A nullable one
+    fails the job on its first null (``raise_error``; the trailing literal is never evaluated,
+    it only makes the expression non-nullable): the exact counts are taken after the failure.
+    """
+    from pyspark.sql import functions as F
+
+    if not nullable:
+        return c
+    return F.coalesce(c, F.raise_error(F.lit(mark)).cast("long"), F.lit(0).cast("long"))
+
+
+def _null_counts(df: DataFrame) -> tuple[int, int]:
+    """Null ``_time`` and ``_diff`` values over ``df`` (only after a write stopped on one: a second pass)."""
+    from pyspark.sql import functions as F
+
+    checks = [F.count_if(F.col(TIME).isNull()).alias("t")]
+    checks.append(F.count_if(F.col(DIFF).isNull()).alias("d") if DIFF in df.columns else F.lit(0).alias("d"))
+    row = df.agg(*checks).collect()[0]
+    return int(row["t"]), int(row["d"])
+
+
+def _raise_nulls(time_nulls: int, diff_nulls: int) -> None:
+    if time_nulls:
+        raise InvalidUsageError(f"column {TIME!r} has {time_nulls} null values; times must be set")
+    if diff_nulls:
+        raise InvalidUsageError(f"column {DIFF!r} has {diff_nulls} null values")
 
 
 def stage_native(df: DataFrame, plan: NativePlan, *, schema: pa.Schema, lower: int, upper: int | None,
                  target_part_bytes: int, encoding: PartEncoding) -> list[PartMeta]:
-    """Write ``df`` as unordered parts with Spark's Parquet writer; validate in the same pass.
+    """Write ``df`` as unordered parts with Spark's Parquet writer, then validate from the footers.
 
     ``plan`` from :func:`native_plan`. Raises InvalidUsageError (nothing listed, the folder
     removed) if a row fails validation. See the module docstring for what is listed.
     """
-    from pyspark.sql import Observation
     from pyspark.sql import functions as F
+    from pyspark.sql import types as T
 
-    time, diff = F.col(TIME).cast("long"), F.col(DIFF).cast("long") if DIFF in df.columns else None
-    obs = Observation(f"shardsink-stage-{uuid.uuid4().hex}")
-    checks = [F.count(F.lit(1)).alias("rows"), F.min(time).alias("tmin"), F.max(time).alias("tmax"),
-              F.count_if(time.isNull()).alias("time_nulls")]
-    if diff is not None:
-        checks += [F.count_if(diff.isNull()).alias("diff_nulls"), F.count_if(diff == 0).alias("diff_zeros")]
-    else:
-        checks += [F.lit(0).alias("diff_nulls"), F.lit(0).alias("diff_zeros")]
-    lower_lit = F.lit(lower).cast("long")
-    cols = [_canonical(F.col(f.name), f.type).alias(f.name) for f in schema]
-    # coalesce: required (non-null) columns as the Python path writes them; the checks above see the nulls.
-    out = df.observe(obs, *checks).select(
-        *cols, F.coalesce(time, lower_lit).alias(TIME),
-        F.coalesce(diff, F.lit(1).cast("long")).alias(DIFF) if diff is not None else F.lit(1).cast("long").alias(DIFF))
+    got = {f.name: f for f in df.schema.fields}
+    mark = f"{_NULL_MARK}{uuid.uuid4().hex}"
+
+    def long_col(name: str) -> Column:
+        c = F.col(name) if isinstance(got[name].dataType, T.LongType) else F.col(name).cast("long")
+        return _required(c, got[name].nullable, mark).alias(name)
+
+    diff = long_col(DIFF) if DIFF in got else F.lit(1).cast("long").alias(DIFF)
+    out = df.select(*[_canonical(F.col(f.name), f.type).alias(f.name) for f in schema], long_col(TIME), diff)
     folder = plan.root / plan.prefix / f"{_FOLDER}{uuid.uuid4().hex}"
     w = out.write.mode("errorifexists").option("maxRecordsPerFile", max(1, target_part_bytes // _row_bytes(schema)))
     if encoding == "compact":
@@ -179,35 +199,74 @@ def stage_native(df: DataFrame, plan: NativePlan, *, schema: pa.Schema, lower: i
              .option(f"parquet.column.statistics.enabled#{TIME}", "true")
              .option(f"parquet.column.statistics.enabled#{DIFF}", "true"))
     try:
-        w.parquet(folder.as_uri())
-        _checked(obs, lower=lower, upper=upper)
-    except InvalidUsageError:
+        try:
+            w.parquet(folder.as_uri())
+        except Exception as e:
+            if mark not in str(e):
+                raise
+            _raise_nulls(*_null_counts(df))
+            raise  # SUBTLE: the null vanished between the passes (a nondeterministic frame): Spark's error
+        files = _validated(folder, lower=lower, upper=upper)
+    except Exception:
         shutil.rmtree(folder, ignore_errors=True)
         raise
-    return _publish(plan, folder)
+    return _publish(plan, folder, files)
 
 
-def _publish(plan: NativePlan, folder: Path) -> list[PartMeta]:
-    """PartMeta of each committed file in ``folder`` (footers), renamed to a fresh part key."""
-    parts = []
+@dataclass(frozen=True)
+class _File:
+    path: Path
+    rows: int
+    min_time: int
+    max_time: int
+
+
+def _validated(folder: Path, *, lower: int, upper: int | None) -> list[_File]:
+    """The committed non-empty files in ``folder``, checked from their footers as :func:`validate_updates` does.
+
+    Nulls cannot be there (``_time``/``_diff`` are written required: :func:`_required`); zero
+    diffs are counted in the files whose ``_diff`` statistics admit a zero (or have none), then
+    the bounds are checked against the ``_time`` statistics.
+    """
+    files, zeros = [], 0
     for name in sorted(os.listdir(folder)):
         path = folder / name
         if not name.startswith("part-") or not path.is_file():
             continue  # _SUCCESS, .crc checksums, _temporary (emptied by the commit)
         meta = pq.read_metadata(path)
         if meta.num_rows == 0:
-            path.unlink()
             continue
-        tmin, tmax = _time_range(path, meta)
+        dmin_dmax = _stats_range(meta, DIFF)
+        if dmin_dmax is None or dmin_dmax[0] <= 0 <= dmin_dmax[1]:
+            d = pq.read_table(path, columns=[DIFF])[DIFF]
+            zeros += meta.num_rows - pc.count(pc.filter(d, pc.not_equal(d, 0))).as_py()
+        trange = _stats_range(meta, TIME) or _read_range(path)
+        files.append(_File(path, meta.num_rows, *trange))
+    if zeros:
+        raise InvalidUsageError(f"column {DIFF!r} has {zeros} zero values; diffs must be non-zero")
+    if files:
+        tmin, tmax = min(f.min_time for f in files), max(f.max_time for f in files)
+        if tmin < lower or (upper is not None and tmax >= upper):
+            raise InvalidUsageError(
+                f"times [{tmin}, {tmax}] fall outside the batch bounds [{lower}, {upper}); "
+                "every _time must satisfy lower <= _time < upper"
+            )
+    return files
+
+
+def _publish(plan: NativePlan, folder: Path, files: list[_File]) -> list[PartMeta]:
+    """PartMeta of each validated file, renamed to a fresh part key; the folder (0-row files, _SUCCESS) removed."""
+    parts = []
+    for f in files:
         key = keys.part_key(plan.prefix)
         target = plan.root / key
-        os.rename(path, target)
+        os.rename(f.path, target)
         fd = os.open(target, os.O_RDONLY)
         try:
             os.fsync(fd)  # Hadoop's local writer does not sync; the manifest will name this file
         finally:
             os.close(fd)
-        parts.append(PartMeta(key, meta.num_rows, target.stat().st_size, tmin, tmax, "unordered"))
+        parts.append(PartMeta(key, f.rows, target.stat().st_size, f.min_time, f.max_time, "unordered"))
     shutil.rmtree(folder, ignore_errors=True)
     fd = os.open(plan.root / plan.prefix, os.O_RDONLY)
     try:
@@ -217,18 +276,20 @@ def _publish(plan: NativePlan, folder: Path) -> list[PartMeta]:
     return parts
 
 
-def _time_range(path: Path, meta: pq.FileMetaData) -> tuple[int, int]:
-    """Min and max ``_time`` of a written file, from its row-group statistics (else read the column)."""
-    col = meta.schema.names.index(TIME)
+def _stats_range(meta: pq.FileMetaData, name: str) -> tuple[int, int] | None:
+    """Min and max of an int64 column over a file's row groups, from the statistics (None if any lacks them)."""
+    col = meta.schema.names.index(name)
     lo: int | None = None
     hi: int | None = None
     for g in range(meta.num_row_groups):
         st = meta.row_group(g).column(col).statistics
         if st is None or not st.has_min_max:
-            t = pq.read_table(path, columns=[TIME])[TIME]
-            mm = pc.min_max(t)
-            return int(mm["min"].as_py()), int(mm["max"].as_py())
+            return None
         lo = st.min if lo is None else min(lo, st.min)
         hi = st.max if hi is None else max(hi, st.max)
-    assert lo is not None and hi is not None
-    return int(lo), int(hi)
+    return None if lo is None or hi is None else (int(lo), int(hi))
+
+
+def _read_range(path: Path) -> tuple[int, int]:
+    mm = pc.min_max(pq.read_table(path, columns=[TIME])[TIME])
+    return int(mm["min"].as_py()), int(mm["max"].as_py())
