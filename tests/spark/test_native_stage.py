@@ -78,11 +78,14 @@ def test_native_parts_snapshot_equals_the_model_and_match_the_python_paths_files
 
 
 def test_a_frame_without_diff_is_written_with_diff_one(spark: Any, tmp_path: Path) -> None:
+    """Also: a description id as Airflow run ids make them (``+00-00``): the folder Spark writes is
+    the one the driver lists (a percent-encoded URI would make Hadoop write ``%2B`` literally)."""
     df = spark.createDataFrame([(r[0], r[1], r[2], r[3]) for r in ROWS], "k string, x double, n int, _time int")
     s = Shard.create((tmp_path / "s").as_uri(), SCHEMA)
-    parts = stage_dataframe(df, shard_url=s.url, schema=SCHEMA, lower=0, upper=10, desc_id="d", order="unordered",
+    d = "ingest-manual__2024-01-02T00-00-00.1+00-00-a1-7137"
+    parts = stage_dataframe(df, shard_url=s.url, schema=SCHEMA, lower=0, upper=10, desc_id=d, order="unordered",
                             writer="spark")
-    s.compare_and_append([StagedBatch("d", 0, 10, tuple(parts))], expected_upper=0, new_upper=10, desc_id="d")
+    s.compare_and_append([StagedBatch(d, 0, 10, tuple(parts))], expected_upper=0, new_upper=10, desc_id=d)
     assert _snapshot(s) == _model([(*r[:4], 1) for r in ROWS])
 
 

@@ -200,7 +200,7 @@ def stage_native(df: DataFrame, plan: NativePlan, *, schema: pa.Schema, lower: i
              .option(f"parquet.column.statistics.enabled#{DIFF}", "true"))
     try:
         try:
-            w.parquet(folder.as_uri())
+            w.parquet(f"file://{folder}")  # SUBTLE: unencoded: Hadoop takes %2B literally (as_uri encodes "+")
         except Exception as e:
             if mark not in str(e):
                 raise
