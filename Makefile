@@ -10,7 +10,7 @@ PY := $(VENV)/bin/python
 REQ_HASH := $(shell cat requirements.txt pyproject.toml 2>/dev/null | sha1sum | cut -c1-12)
 STAMP := $(VENV)/.installed-$(REQ_HASH)
 
-.PHONY: run ui test venv java chromium lint bench clean
+.PHONY: run ui test venv java chromium services lint bench clean
 
 venv: $(STAMP)
 
@@ -51,6 +51,20 @@ chromium:
 	  fi; \
 	fi
 
+# The production-shape test (tests/topology) runs Airflow on Debian's PostgreSQL with Redis as the
+# Celery broker; neither is started as a service: the test's fixture runs its own, in a temporary folder.
+services:
+	@if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || ! command -v redis-server >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "PostgreSQL or Redis not found: installing postgresql and redis-server (the production-shape test)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql redis-server >/dev/null; \
+	  else \
+	    echo "ERROR: PostgreSQL (initdb) and redis-server are required by tests/topology and were not found."; \
+	    echo "Install them (Debian/Ubuntu: sudo apt-get install postgresql redis-server) and re-run."; \
+	    exit 1; \
+	  fi; \
+	fi
+
 run: venv java
 	@PYTHONPATH=. $(PY) -m shardsink_dev.demo
 
@@ -67,18 +81,19 @@ ui: venv
 # Three pytest processes side by side on two cores: the real-Airflow tests (tests/airflow)
 # mostly wait (Airflow parses and schedules, spark-submit starts JVMs) while the rest mostly
 # computes. The Airflow tests run as two groups balanced on measured durations (pytest
-# --durations, fresh clone, 2026-11-24 16:19: the real-scheduler backfill 480 s and
-# re-processing 279 s, with the AWS-connection and reclock DAG tests: group 1 963 s, against
-# group 2 1,013 s and the rest 882 s). Their logs follow the first process's.
-AIRFLOW_GROUP := tests/airflow/test_backfill_concurrency.py tests/airflow/test_reprocess_dry_run.py \
-	tests/airflow/test_aws_connection.py tests/airflow/test_reclock_dag.py
-test: venv java chromium
+# --durations, fresh clone, 2026-11-24 16:19, before the production topology: re-processing
+# 279 s, the rest of tests/airflow ~1,000 s). Group 1 is the production-topology tests
+# (tests/topology: PostgreSQL, Redis, Celery workers, Spark standalone, moto; mostly waiting on
+# the scheduler and Spark; they replace the SQLite real-scheduler backfill test) with the
+# AWS-connection and reclock DAG tests. Their logs follow the first process's.
+AIRFLOW_GROUP := tests/topology tests/airflow/test_aws_connection.py tests/airflow/test_reclock_dag.py
+test: venv java chromium services
 	@rm -f .test-*.log .test-*.rc; \
 	( $(PY) -m pytest -q -p no:cacheprovider $(AIRFLOW_GROUP) >.test-airflow-1.log 2>&1; \
 	  echo $$? >.test-airflow-1.rc ) & \
 	( $(PY) -m pytest -q -p no:cacheprovider tests/airflow $(addprefix --ignore=,$(AIRFLOW_GROUP)) \
 	  >.test-airflow-2.log 2>&1; echo $$? >.test-airflow-2.rc ) & \
-	$(PY) -m pytest -q -p no:cacheprovider tests --ignore=tests/airflow; rc=$$?; wait; \
+	$(PY) -m pytest -q -p no:cacheprovider tests --ignore=tests/airflow --ignore=tests/topology; rc=$$?; wait; \
 	for g in 1 2; do echo "== tests/airflow, group $$g (ran alongside the above)"; cat .test-airflow-$$g.log; done; \
 	a1=$$(cat .test-airflow-1.rc); a2=$$(cat .test-airflow-2.rc); \
 	echo "== make test: exit codes: the rest $$rc, tests/airflow group 1 $$a1, group 2 $$a2"; \

@@ -1,0 +1,122 @@
+"""Runs that wait for their earlier intervals DEFER (issue 21 §2), tried as a new user would:
+``airflow backfill create`` in both orders, at Airflow's default concurrency and with ONE
+active run, with ``SHARDSINK_POKE_S=5`` and ``SHARDSINK_CATCH_UP_AFTER_S=30`` (see :data:`SCENARIOS`), on the
+production topology (PostgreSQL, CeleryExecutor with two workers, triggerer, Spark
+standalone, S3; the ``topology`` fixture, tests/topology/topo_stack.py).
+
+One DAG (and shard) per scenario, all four backfills at once. Every run must be green, each
+shard must cover every interval exactly once (one commit per day, the source read directly),
+and no mint may have needed a second try. With one active run backwards (the issue's case,
+which failed 4 of 5 runs when the mint rescheduled itself), the newest day runs alone first:
+its mint must defer, be handed back by the triggerer after the catch-up time without
+progress in the same try, and commit every day itself.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from topo_stack import Topology
+
+from shardsink import Shard
+from shardsink_dev.synthetic import generate
+from tests.airflow.af_helpers import DAY, START, assert_exactly_once, assert_no_leaks, ok
+
+#: dag id -> (days, SHARDSINK_CATCH_UP_AFTER_S, extra ``backfill create`` arguments); one backfill per DAG.
+#: One active run: the issue's 30 s. Default concurrency: 120 s, for the suite's time only: with
+#: 30 s, each later day's run on this loaded 2-core host catches up in parallel with the earlier
+#: runs' Spark jobs (each > 30 s here), a Spark job per day per run (green too, but minutes longer).
+SCENARIOS: dict[str, tuple[int, int, tuple[str, ...]]] = {
+    "dw_fwd_default": (3, 120, ()),
+    "dw_bwd_default": (3, 120, ("--run-backwards",)),
+    "dw_fwd_one": (3, 30, ("--max-active-runs", "1")),
+    "dw_bwd_one": (4, 30, ("--run-backwards", "--max-active-runs", "1")),
+}
+
+DAG_FILE = '''
+"""The deferred-wait scenarios' DAGs (written by tests/topology/test_deferred_wait.py)."""
+from datetime import UTC, datetime, timedelta
+from shardsink.airflow import AttemptOptions, ShardOptions, ingest_dag
+from shardsink.sources import LandingSource
+
+START = datetime(2024, 1, 1, tzinfo=UTC)
+for dag_id, (shard, landing, days, catch_up_s) in {scenarios!r}.items():
+    # What the issue's user set in the environment (read the way dags/example_ingest.py reads it).
+    attempts = AttemptOptions.from_env({{"SHARDSINK_POKE_S": "5", "SHARDSINK_CATCH_UP_AFTER_S": str(catch_up_s),
+                                        "SHARDSINK_RETRY_BACKOFF": "0.5", "SHARDSINK_TASK_RETRY_DELAY_S": "2"}})
+    globals()[dag_id] = ingest_dag(
+        dag_id=dag_id, shard_url=shard, source=LandingSource(landing, time_column="event_time"), writers=1,
+        schedule="@daily", start_date=START, end_date=START + timedelta(days=days),  # no run of its own
+        shard=ShardOptions(max_span=timedelta(days=1)), attempts=attempts,
+    )
+'''
+
+
+def _mint_log(topology: Topology, dag_id: str, run_id: str) -> str:
+    """The text of the run's ``attempt_1.mint`` logs: the task's tries and its triggers' logs
+    (written by the Celery workers and the triggerer under the shared AIRFLOW_HOME/logs)."""
+    folder = Path(topology.env["AIRFLOW_HOME"]) / "logs" / f"dag_id={dag_id}" / f"run_id={run_id}"
+    return "".join(f.read_text(errors="replace") for f in sorted((folder / "task_id=attempt_1.mint").glob("*.log")))
+
+
+@pytest.mark.timeout(1500)
+def test_backfills_in_both_orders_at_any_concurrency_defer_and_cover_every_interval(topology: Topology) -> None:
+    prefix = f"s3://shardsink-test/deferred-{uuid.uuid4().hex[:10]}"
+    spec: dict[str, tuple[str, str, int, int]] = {}
+    for i, (dag_id, (days, catch_up_s, _)) in enumerate(SCENARIOS.items()):
+        landing = f"{prefix}/{dag_id}/landing"
+        generate(landing, start=START, days=days, files_per_day=1, rows_per_file=40, seed=21 + i)
+        spec[dag_id] = (f"{prefix}/{dag_id}/events", landing, days, catch_up_s)
+    topology.add_dag_file("deferred_wait.py", DAG_FILE.format(scenarios=spec))
+    topology.wait_for_dags(*SCENARIOS)
+    t0 = time.monotonic()
+    for dag_id, (days, _, extra) in SCENARIOS.items():
+        topology.unpause(dag_id)
+        ok(topology.airflow("backfill", "create", "--dag-id", dag_id, "--from-date", "2024-01-01",
+                            "--to-date", f"2024-01-{days:02d}", *extra))
+    runs = {dag_id: topology.wait_for_runs(dag_id, at_least=days, timeout=1200)
+            for dag_id, (days, _, _) in SCENARIOS.items()}
+    print(f"4 backfills finished {time.monotonic() - t0:.0f}s after they were created")
+
+    deferred: Counter[str] = Counter()
+    for dag_id, (days, _, _) in SCENARIOS.items():
+        assert {r["state"] for r in runs[dag_id]} == {"success"}, [(r["dag_run_id"], r["state"]) for r in runs[dag_id]]
+        assert len(runs[dag_id]) == days
+        url, landing, _, _ = spec[dag_id]
+        end = START + days * DAY
+        shard = Shard.open(url)
+        assert shard.info().upper == end, dag_id
+        assert_exactly_once(url, landing, START, end)
+        assert_no_leaks(url)
+        appends = sorted((c.lower, c.upper) for _, c in shard.log(limit=100) if c.kind == "append")
+        assert appends == [(START + d * DAY, START + (d + 1) * DAY) for d in range(days)], dag_id
+        # No mint needed a second try: a waiting mint keeps its try (the rescheduled ones were failed).
+        mints = [ti for ti in topology.task_instances(dag_id) if ti["task_id"].endswith(".mint")]
+        assert all(ti["try_number"] == 1 for ti in mints if ti["state"] == "success"), \
+            [(ti["dag_run_id"], ti["task_id"], ti["try_number"]) for ti in mints]
+        deferred[dag_id] = sum("deferred to the triggerer" in _mint_log(topology, dag_id, r["dag_run_id"])
+                               for r in runs[dag_id])
+    print(f"runs whose attempt_1.mint deferred: {dict(deferred)}")
+    # Backwards, the newest day's run is scheduled first, whatever the concurrency: it must wait.
+    assert deferred["dw_bwd_default"] >= 1 and deferred["dw_bwd_one"] >= 1, deferred
+
+    # One active run backwards: the newest day ran alone first, deferred, was handed back in the
+    # same try after the catch-up time without progress, and committed every day itself.
+    newest = max(runs["dw_bwd_one"], key=lambda r: r["logical_date"])["dag_run_id"]
+    log = _mint_log(topology, "dw_bwd_one", newest)
+    for line in ("deferred to the triggerer", "Pausing task as DEFERRED", "'status': 'catch_up'",
+                 "resumed after a deferred wait", "this run catches up from upper"):
+        assert line in log, (newest, line)
+    writers = {c.writer for _, c in Shard.open(spec["dw_bwd_one"][0]).log(limit=100) if c.kind == "append"}
+    assert writers == {f"airflow:dw_bwd_one/{newest}"}
+    mint = _ti(topology.task_instances("dw_bwd_one"), newest, "attempt_1.mint")
+    assert (mint["state"], mint["try_number"]) == ("success", 1)
+
+
+def _ti(tis: list[dict[str, Any]], run_id: str, task_id: str) -> dict[str, Any]:
+    return next(ti for ti in tis if ti["dag_run_id"] == run_id and ti["task_id"] == task_id)
