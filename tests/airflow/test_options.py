@@ -213,7 +213,9 @@ def test_attempt_options_from_the_environment_are_the_example_dags_one_reading()
 def test_part_order_reaches_the_write_jobs_request_and_views_keep_sorted_parts(tmp_path: Path) -> None:
     from shardsink.sinks.description import Description
 
-    assert _ingest(tmp_path).get_task("attempt_1.write").partial_kwargs["part_order"] == "sorted"
+    assert _ingest(tmp_path).get_task("attempt_1.write").partial_kwargs["part_order"] == "unordered"  # the default
+    sorted_dag = _ingest(tmp_path, shard=ShardOptions(part_order="sorted"))
+    assert sorted_dag.get_task("attempt_1.write").partial_kwargs["part_order"] == "sorted"
     dag = _ingest(tmp_path, shard=ShardOptions(part_order="unordered"))
     write = dag.get_task("attempt_1.write")
     assert write.partial_kwargs["part_order"] == "unordered"

@@ -85,7 +85,7 @@ def ingest_dag(
     ``shard.initial_upper`` (default: ``start_date``). The option objects
     (:mod:`shardsink.airflow.options`): ``spark`` how spark-submit runs, ``shard`` the
     shard's credentials (``aws_conn_id``), initial upper, ``max_span``, ``retention`` and
-    ``part_order`` (``"unordered"``: stage parts without sorting them; default ``"sorted"``),
+    ``part_order`` (default ``"unordered"``: stage parts without sorting them; ``"sorted"``),
     ``attempts`` the fresh attempts after lost races, their backoff, the tasks' retries and
     catching up. Their former flat keywords (``max_span=``, ``spark_conf=``, ...) still work
     for one release, with a ``FlatOptionWarning`` (:mod:`shardsink.airflow.deprecated`).

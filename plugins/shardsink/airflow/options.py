@@ -50,17 +50,21 @@ class ShardOptions:
     ``part_order`` (``ingest_dag`` only; views keep sorted parts): how the write jobs stage
     parts, ``"sorted"`` (consolidated and sorted on the executors) or ``"unordered"`` (the
     executors' rows as they come, no sort: faster ingest; reads are the same, and
-    compaction sorts them later). See :data:`shardsink.core.state.PartOrder`.
+    compaction sorts them later). See :data:`shardsink.core.state.PartOrder`. None (the
+    default): ``"unordered"`` for ingest, chosen by the benchmarks (less CPU to stage in every
+    arm, snapshot before compaction 0.74x CPU of sorted parts), ``"sorted"`` for views.
     """
 
     initial_upper: int | None = None
     max_span: timedelta | int | None = None
     retention: timedelta | str | None = None
     aws_conn_id: str | None = None
-    part_order: PartOrder = "sorted"
+    part_order: PartOrder | None = None
 
-    def checked_part_order(self) -> PartOrder:
-        """``part_order``, or InvalidUsageError naming it (at DAG parse time)."""
+    def checked_part_order(self, *, default: PartOrder = "unordered") -> PartOrder:
+        """``part_order`` (``default`` when None), or InvalidUsageError naming it (at DAG parse time)."""
+        if self.part_order is None:
+            return default
         if self.part_order not in PART_ORDERS:
             raise InvalidUsageError(f"part_order must be 'sorted' or 'unordered', got {self.part_order!r}",
                                     value=str(self.part_order))

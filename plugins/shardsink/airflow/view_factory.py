@@ -90,7 +90,7 @@ def view_dag(
     url = str(parse_url(output_url))
     if any(i.url == url for i in view.inputs.values()):
         raise InvalidUsageError(f"view output {url} is also one of its inputs")
-    if shard.checked_part_order() != "sorted":
+    if shard.checked_part_order(default="sorted") != "sorted":
         raise InvalidUsageError(f"part_order {shard.part_order!r}: a view's output keeps sorted parts "
                                 "(its corrections are small and read back by every later run)",
                                 value=str(shard.part_order))
