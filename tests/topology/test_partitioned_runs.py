@@ -36,7 +36,7 @@ KEYS = [f"2024-01-{d + 1:02d}" for d in range(DAYS)]
 BAD_RUN = "manual__bad_partition_key"
 
 DAG_FILE = '''
-"""Partitioned DAGs (written by tests/topology/test_partitions.py)."""
+"""Partitioned DAGs (written by tests/topology/test_partitioned_runs.py)."""
 from datetime import UTC, datetime, timedelta
 from shardsink.airflow import AttemptOptions, InputPartitions, ShardOptions, daily_partitions, ingest_dag, view_dag
 from shardsink.sinks.materialize import ViewInput, view
