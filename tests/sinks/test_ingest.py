@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import pyarrow as pa
 import pytest
+from support.fake_source import FakeSource, rows
 from support.inject.faultpoints import install
 
 from shardsink import Shard
@@ -16,27 +16,6 @@ from shardsink.sinks.staging import write_manifest
 from shardsink_dev.synthetic import SCHEMA, publish_watermark
 
 DAY = 86_400_000
-
-
-class FakeSource:
-    kind = "fake"
-
-    def __init__(self, wm: int | None) -> None:
-        self.wm = wm
-
-    def spec(self) -> dict[str, object]:
-        return {"kind": "fake"}
-
-    def watermark(self) -> int | None:
-        return self.wm
-
-    def schema(self) -> pa.Schema:
-        return SCHEMA
-
-
-def rows(lo: int, n: int) -> pa.Table:
-    return pa.table({"user": [f"u{lo + i}" for i in range(n)], "action": ["x"] * n, "amount": list(range(n)),
-                     "_time": [lo + i for i in range(n)]})
 
 
 def stage_slot(shard: Shard, d: Description, slot: int, slots: int, n: int = 3) -> StagedBatch:

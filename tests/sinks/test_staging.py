@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
+from support.fake_source import FakeSource as _Source
+from support.fake_source import rows as _rows
 
 from shardsink import Shard
 from shardsink.core.schema import SchemaChange
@@ -16,27 +18,6 @@ from shardsink.sinks.staging import read_manifests, write_manifest
 from shardsink_dev.synthetic import SCHEMA
 
 DAY = 86_400_000
-
-
-class _Source:
-    kind = "fake"
-
-    def __init__(self, wm: int) -> None:
-        self.wm = wm
-
-    def spec(self) -> dict[str, object]:
-        return {"kind": "fake"}
-
-    def watermark(self) -> int | None:
-        return self.wm
-
-    def schema(self) -> pa.Schema:
-        return SCHEMA
-
-
-def _rows(lo: int, n: int) -> pa.Table:
-    return pa.table({"user": [f"u{lo + i}" for i in range(n)], "action": ["x"] * n, "amount": list(range(n)),
-                     "_time": [lo + i for i in range(n)]})
 
 
 def _desc(shard: Shard, wm: int) -> Description:
