@@ -50,10 +50,13 @@ def interval_of(context: dict[str, Any]) -> tuple[int | None, int | None]:
 
 @dataclass(frozen=True)
 class RunOptions:
-    """What a run's params / conf ask for (DAG params ``dry_run``, ``reprocess*``)."""
+    """What a run's params / conf ask for (DAG params ``dry_run``, ``reprocess*``), and the
+    run's interval in ms (:func:`interval_of`, decoded once: a partition key's decoding walks
+    its timetable's ticks)."""
 
     dry_run: bool
     corrects: tuple[int, int] | None
+    interval: tuple[int | None, int | None] = (None, None)
 
 
 def run_options(context: dict[str, Any]) -> RunOptions:
@@ -64,7 +67,8 @@ def run_options(context: dict[str, Any]) -> RunOptions:
     conf = getattr(context.get("dag_run"), "conf", None) or {}
     params.update(conf)
     dry = params.get("dry_run") in (True, "true", "True", 1)
-    return RunOptions(dry, requested_range(params, interval=interval_of(context)))
+    interval = interval_of(context)
+    return RunOptions(dry, requested_range(params, interval=interval), interval)
 
 
 def run_started(context: dict[str, Any]) -> float:

@@ -32,7 +32,6 @@ from shardsink.airflow.gates import (
 from shardsink.airflow.results import AppendReport, CommitRecord, RunReport
 from shardsink.airflow.run_context import (
     earlier_appends,
-    interval_of,
     plan_of,
     plans,
     push_plan,
@@ -79,13 +78,10 @@ def mint_task(settings: IngestSettings, attempt: int, context: dict[str, Any]) -
     from shardsink.sinks.ingest import mint_chain
 
     try:
-        opts = run_options(context)
+        opts = run_options(context)  # also a partition key that names no partition: not retried
     except InvalidUsageError as e:
         raise AirflowFailException(f"{type(e).__name__}: {e}") from e
-    try:
-        start, interval_end = interval_of(context)  # a partition key that names no partition: not retried
-    except InvalidUsageError as e:
-        raise AirflowFailException(f"{type(e).__name__}: {e}") from e
+    start, interval_end = opts.interval
     corrected = retry_gate(settings, attempt, context)
     run_id = context["dag_run"].run_id
     source = source_from_spec(settings.source_spec)

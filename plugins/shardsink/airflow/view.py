@@ -15,7 +15,7 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from shardsink.airflow.gates import nothing_to_do, retry_gate
 from shardsink.airflow.results import Plan
-from shardsink.airflow.run_context import interval_of, push_plan, run_options
+from shardsink.airflow.run_context import push_plan, run_options
 from shardsink.airflow.settings import IngestSettings
 from shardsink.airflow.tasks import dry_run_report
 from shardsink.airflow.write_operator import ShardWriteOperator
@@ -45,7 +45,7 @@ def mint_view_task(settings: IngestSettings, attempt: int, context: dict[str, An
         raise AirflowFailException(f"{type(e).__name__}: {e}") from e
     retry_gate(settings, attempt, context)
     v = View.from_spec(settings.source_spec)
-    _, interval_end = interval_of(context)
+    _, interval_end = opts.interval
     try:
         frontiers = input_frontiers(v)
         out = mint_view(v, output_url=settings.shard_url, initial_upper=settings.initial_upper,
