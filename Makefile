@@ -85,9 +85,12 @@ ui: venv
 # 279 s, the rest of tests/airflow ~1,000 s). Group 1 is the production-topology tests
 # (tests/topology: PostgreSQL, Redis, Celery workers, Spark standalone, moto; mostly waiting on
 # the scheduler and Spark; they replace the SQLite real-scheduler backfill test) with the
-# AWS-connection and reclock DAG tests. Their logs follow the first process's.
-AIRFLOW_GROUP := tests/topology tests/airflow/test_aws_connection.py tests/airflow/test_reclock_dag.py
+# AWS-connection, reclock DAG and ingest race tests. Their logs follow the first process's.
+# First, the class-data archives of Spark's classes that every test JVM maps (shardsink_dev/jvm.py).
+AIRFLOW_GROUP := tests/topology tests/airflow/test_aws_connection.py tests/airflow/test_reclock_dag.py \
+  tests/airflow/test_ingest_races.py
 test: venv java chromium services
+	@$(PY) -m shardsink_dev.jvm
 	@rm -f .test-*.log .test-*.rc; \
 	( $(PY) -m pytest -q -p no:cacheprovider $(AIRFLOW_GROUP) >.test-airflow-1.log 2>&1; \
 	  echo $$? >.test-airflow-1.rc ) & \

@@ -12,19 +12,19 @@ import pytest
 
 from shardsink.storage import Blob, open_blob, parse_url
 from shardsink.storage.s3 import S3Blob, make_client
+from shardsink_dev import jvm
 from shardsink_dev.testing import MotoServer, moto_server
 
 BUCKET = "shardsink-test"
 
 # The JVMs this test run starts (the shared SparkSessions' drivers and every spark-submit of a
-# subprocess, which inherit the environment): the client (C1) compiler and the serial GC. Most
-# of a test JVM's CPU goes to C2 JIT compilation and a parallel GC sized for a big heap; on 2
-# cores these flags cut a Spark-heavy test file's CPU by about a third (tests/sinks/
-# test_materialize.py: 61.7 -> 38.3 s user+sys). They change how fast the JVM is, never what it
-# computes. A caller's own settings win.
-JVM_OPTS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:CICompilerCount=1"
-for _var in ("SPARK_SUBMIT_OPTS", "SPARK_LAUNCHER_OPTS"):
-    os.environ.setdefault(_var, JVM_OPTS)
+# subprocess, which inherit the environment): the client (C1) compiler, the serial GC and, once
+# `make test` has built them, the class-data archives of Spark's classes (shardsink_dev/jvm.py).
+# Most of a short test JVM's CPU goes to JIT compilation, a parallel GC sized for a big heap and
+# loading Spark's classes; these change how fast the JVM is, never what it computes. A caller's
+# own settings win.
+os.environ.setdefault("SPARK_SUBMIT_OPTS", jvm.submit_opts())
+os.environ.setdefault("SPARK_LAUNCHER_OPTS", jvm.launcher_opts())
 
 
 @pytest.fixture(scope="session")

@@ -31,13 +31,14 @@ import pyarrow.compute as pc
 from shardsink import Shard
 from shardsink.core.updates import DIFF, TIME
 from shardsink.sources.landing import LandingSource, read_landing_file
+from shardsink_dev import jvm
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
 START = int(datetime(2024, 1, 1, tzinfo=UTC).timestamp() * 1000)
 DAY = 86_400_000
-#: JVM flags of the test runs' spark-submits (see :func:`base_env`).
-JVM_OPTS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:CICompilerCount=1"
+#: JVM flags of long-lived test JVMs (Spark daemons); spark-submits get :func:`jvm.submit_opts` too.
+JVM_OPTS = jvm.BASE_OPTS
 
 
 def base_env(home: Path) -> dict[str, str]:
@@ -55,11 +56,12 @@ def base_env(home: Path) -> dict[str, str]:
         "SHARDSINK_TASK_RETRY_DELAY_S": "1",
         "SHARDSINK_RETRY_BACKOFF": "0.2",
         # Every spark-submit starts two short-lived JVMs (the launcher, then the driver), and
-        # most of their CPU goes to JIT compilation and a parallel GC sized for a big heap. The
-        # client (C1) compiler and the serial GC cut a job's CPU by about a quarter on these 2
-        # cores; they change how fast the JVM is, never what it computes.
-        "SPARK_SUBMIT_OPTS": JVM_OPTS,
-        "SPARK_LAUNCHER_OPTS": JVM_OPTS,
+        # most of their CPU goes to JIT compilation, a parallel GC sized for a big heap and
+        # loading Spark's classes: C1, the serial GC and the class-data archives halve a
+        # trivial job's CPU on these 2 cores (shardsink_dev/jvm.py); they change how fast the
+        # JVM is, never what it computes.
+        "SPARK_SUBMIT_OPTS": jvm.submit_opts(),
+        "SPARK_LAUNCHER_OPTS": jvm.launcher_opts(),
     })
     return env
 

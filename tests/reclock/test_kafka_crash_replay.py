@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import proc_kafka
-import pytest
 from rc_helpers import (
     DAY,
     SCHEMA,
@@ -47,14 +46,6 @@ from shardsink.sinks.description import Description
 
 PARTITIONS = 3
 STEPS = ("mint", "write", "append", "committed", "group")
-
-
-@pytest.fixture(autouse=True)
-def _lean_child_jvms(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The child processes' own Spark JVMs live seconds: the client compiler and the serial GC
-    cut their CPU (JIT and GC threads) on 2 cores, never what they compute. Set per test, after
-    the session's SparkSession (session-scoped, so started first) has its JVM."""
-    monkeypatch.setenv("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:CICompilerCount=1")
 
 
 def _child(ctx: Any, target: Any, *args: Any) -> tuple[int | None, Any]:

@@ -44,14 +44,6 @@ HERE = Path(__file__).parent
 BUCKET = "shardsink-test"  # the session bucket of tests/conftest.py
 
 
-@pytest.fixture(autouse=True)
-def _lean_child_jvms(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The child processes' own Spark JVMs live seconds: the client compiler and the serial GC
-    cut their CPU (JIT and GC threads) on 2 cores, never what they compute. Set per test, after
-    the session's SparkSession (session-scoped, so started first) has its JVM."""
-    monkeypatch.setenv("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:CICompilerCount=1")
-
-
 def proc_mint(shard_url: str, src: FileArrivals, end: int, *extra: str) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, str(HERE / "proc_mint.py"), shard_url, json.dumps(src.spec()), str(end),
                              *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -25,6 +25,7 @@ from shardsink.sources import source_spec
 from shardsink.sources.landing import LandingSource
 from shardsink.spark import build_pyfiles_zip, job_path
 from shardsink.spark.request import IngestWriteRequest, job_argv
+from shardsink_dev import jvm
 from shardsink_dev.synthetic import generate
 from shardsink_dev.testing import free_port
 
@@ -33,16 +34,16 @@ START = 1_704_067_200_000
 DAY = 86_400_000
 
 
-#: Short-lived JVMs (master, worker, launcher, driver, executor) spend most of their CPU on JIT
-#: compilation and GC threads: the client compiler and the serial GC cut that on 2 cores; they
-#: change how fast the JVMs are, never what they compute.
-JVM_OPTS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:CICompilerCount=1"
+#: Short-lived JVMs (launcher, driver, executor) start faster with the suite's flags and class-data
+#: archives (shardsink_dev/jvm.py); the long-lived master and worker get the flags alone.
+JVM_OPTS = jvm.BASE_OPTS
 
 
 def _env(tmp: Path) -> dict[str, str]:
     return {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", "SPARK_LOG_DIR": str(tmp),
             "SPARK_WORKER_DIR": str(tmp / "work"), "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1",
-            "SPARK_SUBMIT_OPTS": JVM_OPTS, "SPARK_LAUNCHER_OPTS": JVM_OPTS, "SPARK_DAEMON_JAVA_OPTS": JVM_OPTS}
+            "SPARK_SUBMIT_OPTS": jvm.submit_opts(), "SPARK_LAUNCHER_OPTS": jvm.launcher_opts(),
+            "SPARK_DAEMON_JAVA_OPTS": JVM_OPTS}
 
 
 @pytest.fixture
@@ -103,7 +104,7 @@ def test_write_job_on_a_standalone_cluster(cluster: str, tmp_path: Path) -> None
     for slot in range(slots):
         r = subprocess.run([str(BIN / "spark-submit"), "--master", cluster, "--conf", "spark.ui.enabled=false",
                             "--conf", "spark.executor.memory=512m",
-                            "--conf", f"spark.executor.extraJavaOptions={JVM_OPTS}",
+                            "--conf", f"spark.executor.extraJavaOptions={jvm.submit_opts()}",
                             "--py-files", build_pyfiles_zip(tmp_path / "zip"),
                             job_path(), *job_argv(IngestWriteRequest(shard_url=shard.url, source=source_spec(src),
                                                                      desc=d, slot=slot, slots=slots))],

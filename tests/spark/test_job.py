@@ -17,12 +17,12 @@ from shardsink.sources import source_spec
 from shardsink.sources.landing import LandingSource
 from shardsink.spark import build_pyfiles_zip, job_path
 from shardsink.spark.request import IngestWriteRequest, job_argv
+from shardsink_dev import jvm
 from shardsink_dev.synthetic import generate
 
 BIN = Path(sys.executable).parent
 START = 1_704_067_200_000
 DAY = 86_400_000
-JVM_OPTS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:CICompilerCount=1"
 
 
 def test_a_slot_staged_before_a_schema_change_appends_under_its_own_schema_id(tmp_path: Path) -> None:
@@ -35,7 +35,8 @@ def test_a_slot_staged_before_a_schema_change_appends_under_its_own_schema_id(tm
     assert isinstance(chain, list) and isinstance(chain[0], Description)
     d = chain[0]
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", "PYSPARK_PYTHON": sys.executable,
-           "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_SUBMIT_OPTS": JVM_OPTS}
+           "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_SUBMIT_OPTS": jvm.submit_opts(),
+           "SPARK_LAUNCHER_OPTS": jvm.launcher_opts()}
     r = subprocess.run([str(BIN / "spark-submit"), "--master", "local[1]", "--conf", "spark.ui.enabled=false",
                         "--py-files", build_pyfiles_zip(tmp_path / "zip"),
                         job_path(), *job_argv(IngestWriteRequest(shard_url=shard.url, source=source_spec(src),
