@@ -1,15 +1,20 @@
 """Runs that wait for their earlier intervals DEFER (issue 21 §2), tried as a new user would:
 ``airflow backfill create`` in both orders, at Airflow's default concurrency and with ONE
 active run, with ``SHARDSINK_POKE_S=5`` and ``SHARDSINK_CATCH_UP_AFTER_S=30`` (see :data:`SCENARIOS`), on the
-production topology (PostgreSQL, CeleryExecutor with two workers, triggerer, Spark
-standalone, S3; the ``topology`` fixture, tests/topology/topo_stack.py).
+production topology (PostgreSQL, CeleryExecutor with two workers, triggerer, S3; the
+``topology`` fixture, tests/topology/topo_stack.py). The Spark jobs run in local mode on the
+Celery workers (connection ``spark_local``: one JVM per job, no executors): nothing here is
+about where Spark runs (test_production_shape.py is).
 
-One DAG (and shard) per scenario, all four backfills at once. Every run must be green, each
-shard must cover every interval exactly once (one commit per day, the source read directly),
-and no mint may have needed a second try. With one active run backwards (the issue's case,
-which failed 4 of 5 runs when the mint rescheduled itself), the newest day runs alone first:
-its mint must defer, be handed back by the triggerer after the catch-up time without
-progress in the same try, and commit every day itself.
+One DAG (and shard) per scenario, all four backfills at once, each over as few days as show
+its case: two (backwards, the newest day's run waits for the older one), three with one
+active run backwards (alone, the newest day's run catches up a middle day too, not only the
+first). Every run must be green, each shard must cover every interval exactly once (one
+commit per day, the source read directly), and no mint may have needed a second try. With
+one active run backwards (the issue's case, which failed 4 of 5 runs when the mint
+rescheduled itself), the newest day runs alone first: its mint must defer, be handed back by
+the triggerer after the catch-up time without progress in the same try, and commit every
+day itself.
 """
 
 from __future__ import annotations
@@ -28,20 +33,21 @@ from shardsink_dev.synthetic import generate
 from tests.airflow.af_helpers import DAY, START, assert_exactly_once, assert_no_leaks, ok
 
 #: dag id -> (days, SHARDSINK_CATCH_UP_AFTER_S, extra ``backfill create`` arguments); one backfill per DAG.
+#: Days: as few as show each case (module docstring); every day costs a Spark job per run that writes it.
 #: One active run: the issue's 30 s. Default concurrency: 120 s, for the suite's time only: with
 #: 30 s, each later day's run on this loaded 2-core host catches up in parallel with the earlier
 #: runs' Spark jobs (each > 30 s here), a Spark job per day per run (green too, but minutes longer).
 SCENARIOS: dict[str, tuple[int, int, tuple[str, ...]]] = {
-    "dw_fwd_default": (3, 120, ()),
-    "dw_bwd_default": (3, 120, ("--run-backwards",)),
-    "dw_fwd_one": (3, 30, ("--max-active-runs", "1")),
-    "dw_bwd_one": (4, 30, ("--run-backwards", "--max-active-runs", "1")),
+    "dw_fwd_default": (2, 120, ()),
+    "dw_bwd_default": (2, 120, ("--run-backwards",)),
+    "dw_fwd_one": (2, 30, ("--max-active-runs", "1")),
+    "dw_bwd_one": (3, 30, ("--run-backwards", "--max-active-runs", "1")),
 }
 
 DAG_FILE = '''
 """The deferred-wait scenarios' DAGs (written by tests/topology/test_deferred_wait.py)."""
 from datetime import UTC, datetime, timedelta
-from shardsink.airflow import AttemptOptions, ShardOptions, ingest_dag
+from shardsink.airflow import AttemptOptions, ShardOptions, SparkOptions, ingest_dag
 from shardsink.sources import LandingSource
 
 START = datetime(2024, 1, 1, tzinfo=UTC)
@@ -53,6 +59,7 @@ for dag_id, (shard, landing, days, catch_up_s) in {scenarios!r}.items():
         dag_id=dag_id, shard_url=shard, source=LandingSource(landing, time_column="event_time"), writers=1,
         schedule="@daily", start_date=START, end_date=START + timedelta(days=days),  # no run of its own
         shard=ShardOptions(max_span=timedelta(days=1)), attempts=attempts,
+        spark=SparkOptions(conn_id="spark_local"),  # local[1] on the Celery worker (tests/topology/topo_stack.py)
     )
 '''
 
@@ -116,6 +123,10 @@ def test_backfills_in_both_orders_at_any_concurrency_defer_and_cover_every_inter
     assert writers == {f"airflow:dw_bwd_one/{newest}"}
     mint = _ti(topology.task_instances("dw_bwd_one"), newest, "attempt_1.mint")
     assert (mint["state"], mint["try_number"]) == ("success", 1)
+    # The write jobs ran in local mode (the spark_local connection's host became --master).
+    masters = {a["properties"].get("spark.master") for a in topology.spark_apps().values()
+               if any(f"-{dag_id}-" in str(a["properties"].get("spark.app.name")) for dag_id in SCENARIOS)}
+    assert masters == {"local[1]"}, masters
 
 
 def _ti(tis: list[dict[str, Any]], run_id: str, task_id: str) -> dict[str, Any]:

@@ -1,5 +1,7 @@
 """Partitioned runs (Airflow 3.2+ asset partitions) under the production topology (the
-``topology`` fixture: PostgreSQL, CeleryExecutor, scheduler, triggerer, Spark standalone, moto S3).
+``topology`` fixture: PostgreSQL, CeleryExecutor, scheduler, triggerer, moto S3). The Spark jobs
+run in local mode on the Celery workers (connection ``spark_local``: one JVM per job, no
+executors): nothing here is about where Spark runs (test_production_shape.py is).
 
 ONE scenario, kept small (3 daily partitions): the ingest DAG is scheduled by
 ``daily_partitions()`` and the view DAG per partition of its input (``InputPartitions``).
@@ -38,21 +40,23 @@ BAD_RUN = "manual__bad_partition_key"
 DAG_FILE = '''
 """Partitioned DAGs (written by tests/topology/test_partitioned_runs.py)."""
 from datetime import UTC, datetime, timedelta
-from shardsink.airflow import AttemptOptions, InputPartitions, ShardOptions, daily_partitions, ingest_dag, view_dag
+from shardsink.airflow import (AttemptOptions, InputPartitions, ShardOptions, SparkOptions, daily_partitions,
+                               ingest_dag, view_dag)
 from shardsink.sinks.materialize import ViewInput, view
 from shardsink.sources import LandingSource
 
 ATTEMPTS = AttemptOptions(backoff=0.5, task_retries=2, task_retry_delay=timedelta(seconds=2),
                           catch_up_after=timedelta(minutes=10), poke_interval=timedelta(seconds=5))
+SPARK = SparkOptions(conn_id="spark_local")  # local[1] on the Celery worker (tests/topology/topo_stack.py)
 START = datetime(2024, 1, 1, tzinfo=UTC)
 
 ingest = ingest_dag(
     dag_id="{ingest}", shard_url="{shard}", source=LandingSource("{landing}", time_column="event_time"),
     writers=1, schedule=daily_partitions(), start_date=START, end_date=START + timedelta(days={days}),
-    shard=ShardOptions(max_span=timedelta(days=1)), attempts=ATTEMPTS,
+    shard=ShardOptions(max_span=timedelta(days=1)), attempts=ATTEMPTS, spark=SPARK,
 )
 per_day = view_dag(
-    dag_id="{view}", output_url="{view_url}", start_date=START, attempts=ATTEMPTS,
+    dag_id="{view}", output_url="{view_url}", start_date=START, attempts=ATTEMPTS, spark=SPARK,
     schedule=InputPartitions(period="daily"),
     view=view(inputs={{"events": ViewInput("{shard}", mode="updates")}}, sql="""
         SELECT user, to_date(timestamp_millis(_time)) AS day, sum(_diff) AS events
@@ -142,6 +146,10 @@ def test_a_backfill_over_partitions_covers_each_once_and_views_run_per_partition
     view_events = _events(topology, VIEW_DAG)
     assert {e["partition_key"] for e in view_events} <= set(KEYS)
     assert all((e["extra"]["lower"], e["extra"]["upper"]) == _day_of(e["partition_key"]) for e in view_events)
+    # The Spark jobs ran in local mode (the spark_local connection's host became --master).
+    masters = {a["properties"].get("spark.master") for a in topology.spark_apps().values()
+               if any(f"-{dag_id}-" in str(a["properties"].get("spark.app.name")) for dag_id in (INGEST_DAG, VIEW_DAG))}
+    assert masters == {"local[1]"}, masters
 
 
 def _assert_bad_key_refused(topology: Topology) -> None:

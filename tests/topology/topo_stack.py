@@ -10,9 +10,9 @@ What runs (every process started by :func:`topology_stack`, on 127.0.0.1 and fre
   stands for a machine: its own Celery node name, log-server port and Airflow hostname
   (``[core] hostname_callable`` reads ``TOPOLOGY_HOSTNAME``), so a task instance's
   ``hostname`` names the worker that ran it;
-* **Spark** standalone: a master and two workers (1 GiB, 2 cores each). spark-submit in the
-  Celery workers reads ``SPARK_CONF_DIR/spark-defaults.conf``: small executors (512m, one
-  core, ``spark.cores.max`` 1), UI off, event logs in :attr:`Topology.spark_events`;
+* **Spark** standalone (connection ``spark_default``): a master and two workers (1 GiB, 2 cores each). spark-submit
+  in the Celery workers reads ``SPARK_CONF_DIR/spark-defaults.conf``: small executors (512m, one core,
+  ``spark.cores.max`` 1), UI off, event logs in :attr:`Topology.spark_events`. ``spark_local``: see :class:`Topology`;
 * **S3**: the session's moto server (tests/conftest.py ``moto``, bucket ``shardsink-test``).
 
 SUBTLE: every daemon gets its own process group (``start_new_session``) and is stopped by
@@ -33,13 +33,17 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from topo_spark import spark_conf, start_spark
+
+from shardsink_dev import jvm
 from shardsink_dev.testing import free_port
-from tests.airflow.af_helpers import JVM_OPTS, VENV_BIN, base_env
+from tests.airflow.af_helpers import VENV_BIN, base_env
 
 T = TypeVar("T")
 ADMIN = ("admin", "topology-admin-pw-5772")
@@ -114,7 +118,8 @@ class Daemons:
 class Topology:
     """A running topology (module docstring). Stable interface for tests/topology/*:
 
-    * ``env``: the Airflow processes' environment (PostgreSQL, Celery, Spark connection, AWS);
+    * ``env``: the Airflow processes' environment (PostgreSQL, Celery, AWS, Spark connections ``spark_default``:
+      the standalone cluster, and ``spark_local``: ``local[1]``, the whole job in one JVM on the Celery worker);
     * ``dags``: the DAG folder (empty at start): :meth:`add_dag_file` then :meth:`wait_for_dags`;
     * :meth:`airflow` runs an Airflow CLI command; :meth:`api` calls the REST API as an admin;
     * :meth:`unpause`, :meth:`trigger`, :meth:`runs`, :meth:`wait_for_runs`, :meth:`task_instances`;
@@ -279,43 +284,6 @@ def postgres() -> Iterator[str]:
         shutil.rmtree(data, ignore_errors=True)
 
 
-def _spark_conf(root: Path) -> Path:
-    """SPARK_CONF_DIR of the Celery workers' spark-submits: the cluster's defaults (module docstring)."""
-    conf, events = root / "spark-conf", root / "spark-events"
-    conf.mkdir()
-    events.mkdir()
-    (conf / "spark-defaults.conf").write_text("\n".join([
-        "spark.executor.memory 512m", "spark.executor.cores 1", "spark.cores.max 1", "spark.driver.memory 512m",
-        "spark.ui.enabled false", "spark.ui.showConsoleProgress false", "spark.sql.session.timeZone UTC",
-        f"spark.executor.extraJavaOptions {JVM_OPTS}", "spark.eventLog.enabled true",
-        f"spark.eventLog.dir {events.as_uri()}", "spark.eventLog.compress false",
-        "spark.eventLog.rolling.enabled false", "",
-    ]))
-    return conf
-
-
-def _start_spark(daemons: Daemons, root: Path, env: dict[str, str]) -> tuple[str, str, tuple[str, ...]]:
-    """The master and two workers; returns (master URL, master UI, worker UIs) once both registered."""
-    port, ui = free_port(), free_port()
-    spark_env = {**env, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_DAEMON_JAVA_OPTS": JVM_OPTS,
-                 "SPARK_DAEMON_MEMORY": "256m", "SPARK_LOG_DIR": str(root / "logs")}
-    cls = str(VENV_BIN / "spark-class")
-    daemons.start("spark-master", [cls, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-                                   "--port", str(port), "--webui-port", str(ui)], spark_env)
-    master = f"spark://127.0.0.1:{port}"
-    worker_uis = []
-    for i in (1, 2):
-        wui = free_port()
-        work = root / f"spark-worker-{i}"
-        work.mkdir()
-        # Executors are the worker's children: they inherit its environment (the S3 endpoint).
-        daemons.start(f"spark-worker-{i}", [cls, "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
-                                            "--webui-port", str(wui), "--cores", "2", "--memory", "1g",
-                                            "--work-dir", str(work), master], spark_env)
-        worker_uis.append(f"http://127.0.0.1:{wui}")
-    return master, f"http://127.0.0.1:{ui}", tuple(worker_uis)
-
-
 def _airflow_env(root: Path, pg: str, redis_port: int, master: str, api_port: int) -> dict[str, str]:
     home = root / "airflow"
     (home / "dags").mkdir(parents=True)
@@ -334,7 +302,8 @@ def _airflow_env(root: Path, pg: str, redis_port: int, master: str, api_port: in
         "PYTHONPATH": os.pathsep.join(p for p in (str(root / "pythonpath"), os.environ.get("PYTHONPATH")) if p),
         "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": master.rsplit(":", 1)[0],
                                                   "port": int(master.rsplit(":", 1)[1])}),
-        "SPARK_CONF_DIR": str(_spark_conf(root)),
+        "AIRFLOW_CONN_SPARK_LOCAL": json.dumps({"conn_type": "spark", "host": "local[1]"}),  # --master local[1]
+        "SPARK_CONF_DIR": str(root / "spark-conf"),
         "SPARK_LOCAL_IP": "127.0.0.1",
         "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{api_port}",
         "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{api_port}/execution/",
@@ -362,13 +331,18 @@ def topology_stack(root: Path) -> Iterator[Topology]:
         redis_port, api_port = free_port(), free_port()
         daemons.start("redis", ["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "",
                                 "--appendonly", "no", "--daemonize", "no"], dict(os.environ))
-        master, master_ui, worker_uis = _start_spark(daemons, root, base_env(root))
+        master, master_ui, worker_uis = start_spark(daemons.start, root, base_env(root))
+        # The Celery workers' spark-submits run on SPARK_CONF_DIR's classpath: its own class-data
+        # archive (shardsink_dev/jvm.py), built while PostgreSQL starts and Airflow migrates.
+        archive = ThreadPoolExecutor(1).submit(jvm.build_archives, conf_dir=spark_conf(root), env=base_env(root))
         pg = stack.enter_context(postgres())
         stack.callback(daemons.stop)  # again (idempotent): Airflow's processes stop before PostgreSQL does
         env = _airflow_env(root, pg, redis_port, master, api_port)
         migrate = subprocess.run([str(VENV_BIN / "airflow"), "db", "migrate"], env=env, capture_output=True,
                                  text=True, timeout=600)
         assert migrate.returncode == 0, migrate.stdout[-3000:] + migrate.stderr[-3000:]
+        archive.result(timeout=600)
+        env["SPARK_SUBMIT_OPTS"] = jvm.submit_opts(root / "spark-conf")
         af = str(VENV_BIN / "airflow")
         daemons.start("api-server", [af, "api-server", "--port", str(api_port), "--workers", "1"], env)
         daemons.start("scheduler", [af, "scheduler", "--skip-serve-logs"], env)
