@@ -15,8 +15,12 @@ The archive is tied to the exact ``java`` binary, the Spark jars and the classpa
 first entry is ``SPARK_CONF_DIR``: :func:`archive_path` keys it by all three, and a JVM that
 finds it stale or missing starts as before (``-Xshare:auto``; the ``cds`` log tags are off so
 no warning reaches a job's stdout). ``python -m shardsink_dev.jvm`` builds the default
-classpath's archives (``make test`` does, before the suite); :func:`build_archives` builds
-another conf dir's (the production-topology fixture's).
+classpath's archives (``make test`` does, before the suite).
+
+SUBTLE: a JVM maps an archive only if every folder on its classpath is as empty as when the
+archive was dumped, and a ``SPARK_CONF_DIR`` holding a spark-defaults.conf is not: give such
+JVMs their settings another way (``--conf``, ``-Dspark.*`` in ``SPARK_SUBMIT_OPTS``), as the
+production-topology fixture does (tests/topology/topo_spark.py).
 
 .. _JEP 350: https://openjdk.org/jeps/350
 """

@@ -13,19 +13,22 @@ from tests.airflow.af_helpers import JVM_OPTS, VENV_BIN
 #: Starts a named daemon (``topo_stack.Daemons.start``).
 Start = Callable[[str, list[str], dict[str, str]], object]
 
-def spark_conf(root: Path) -> Path:
-    """SPARK_CONF_DIR of the Celery workers' spark-submits: the cluster's defaults (module docstring)."""
-    conf, events = root / "spark-conf", root / "spark-events"
-    conf.mkdir()
+def spark_defaults(root: Path) -> str:
+    """The Celery workers' spark-submit defaults, as ``-Dspark.*`` options for ``SPARK_SUBMIT_OPTS``.
+
+    SUBTLE: not a ``SPARK_CONF_DIR`` with a spark-defaults.conf: that folder heads the driver's
+    classpath, and a JVM maps a class-data archive only when each folder on its classpath is
+    as empty as when the archive was dumped (shardsink_dev/jvm.py); the default conf folder is."""
+    events = root / "spark-events"
     events.mkdir()
-    (conf / "spark-defaults.conf").write_text("\n".join([
-        "spark.executor.memory 512m", "spark.executor.cores 1", "spark.cores.max 1", "spark.driver.memory 512m",
-        "spark.ui.enabled false", "spark.ui.showConsoleProgress false", "spark.sql.session.timeZone UTC",
-        f"spark.executor.extraJavaOptions {jvm.submit_opts()}", "spark.eventLog.enabled true",  # default classpath
-        f"spark.eventLog.dir {events.as_uri()}", "spark.eventLog.compress false",
-        "spark.eventLog.rolling.enabled false", "",
-    ]))
-    return conf
+    props = {"spark.executor.memory": "512m", "spark.executor.cores": "1", "spark.cores.max": "1",
+             "spark.driver.memory": "512m", "spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",
+             "spark.sql.session.timeZone": "UTC", "spark.eventLog.enabled": "true",
+             "spark.eventLog.dir": events.as_uri(), "spark.eventLog.compress": "false",
+             "spark.eventLog.rolling.enabled": "false",
+             # the executors' classpath is the default one: the suite's archive (jvm.submit_opts)
+             "spark.executor.extraJavaOptions": f'"{jvm.submit_opts()}"'}
+    return " ".join(f"-D{k}={v}" for k, v in props.items())
 
 
 def start_spark(start: Start, root: Path, env: dict[str, str]) -> tuple[str, str, tuple[str, ...]]:

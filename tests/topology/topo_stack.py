@@ -11,8 +11,9 @@ What runs (every process started by :func:`topology_stack`, on 127.0.0.1 and fre
   (``[core] hostname_callable`` reads ``TOPOLOGY_HOSTNAME``), so a task instance's
   ``hostname`` names the worker that ran it;
 * **Spark** standalone (connection ``spark_default``): a master and two workers (1 GiB, 2 cores each). spark-submit
-  in the Celery workers reads ``SPARK_CONF_DIR/spark-defaults.conf``: small executors (512m, one core,
-  ``spark.cores.max`` 1), UI off, event logs in :attr:`Topology.spark_events`. ``spark_local``: see :class:`Topology`;
+  in the Celery workers gets the cluster's defaults as ``-Dspark.*`` properties in ``SPARK_SUBMIT_OPTS``
+  (topo_spark.py): small executors (512m, one core, ``spark.cores.max`` 1), UI off, event logs in
+  :attr:`Topology.spark_events`. ``spark_local``: see :class:`Topology`;
 * **S3**: the session's moto server (tests/conftest.py ``moto``, bucket ``shardsink-test``).
 
 SUBTLE: every daemon gets its own process group (``start_new_session``) and is stopped by
@@ -33,15 +34,13 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from topo_spark import spark_conf, start_spark
+from topo_spark import spark_defaults, start_spark
 
-from shardsink_dev import jvm
 from shardsink_dev.testing import free_port
 from tests.airflow.af_helpers import VENV_BIN, base_env
 
@@ -303,7 +302,7 @@ def _airflow_env(root: Path, pg: str, redis_port: int, master: str, api_port: in
         "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": master.rsplit(":", 1)[0],
                                                   "port": int(master.rsplit(":", 1)[1])}),
         "AIRFLOW_CONN_SPARK_LOCAL": json.dumps({"conn_type": "spark", "host": "local[1]"}),  # --master local[1]
-        "SPARK_CONF_DIR": str(root / "spark-conf"),
+        "SPARK_SUBMIT_OPTS": f"{env['SPARK_SUBMIT_OPTS']} {spark_defaults(root)}",
         "SPARK_LOCAL_IP": "127.0.0.1",
         "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{api_port}",
         "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{api_port}/execution/",
@@ -332,17 +331,12 @@ def topology_stack(root: Path) -> Iterator[Topology]:
         daemons.start("redis", ["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "",
                                 "--appendonly", "no", "--daemonize", "no"], dict(os.environ))
         master, master_ui, worker_uis = start_spark(daemons.start, root, base_env(root))
-        # The Celery workers' spark-submits run on SPARK_CONF_DIR's classpath: its own class-data
-        # archive (shardsink_dev/jvm.py), built while PostgreSQL starts and Airflow migrates.
-        archive = ThreadPoolExecutor(1).submit(jvm.build_archives, conf_dir=spark_conf(root), env=base_env(root))
         pg = stack.enter_context(postgres())
         stack.callback(daemons.stop)  # again (idempotent): Airflow's processes stop before PostgreSQL does
         env = _airflow_env(root, pg, redis_port, master, api_port)
         migrate = subprocess.run([str(VENV_BIN / "airflow"), "db", "migrate"], env=env, capture_output=True,
                                  text=True, timeout=600)
         assert migrate.returncode == 0, migrate.stdout[-3000:] + migrate.stderr[-3000:]
-        archive.result(timeout=600)
-        env["SPARK_SUBMIT_OPTS"] = jvm.submit_opts(root / "spark-conf")
         af = str(VENV_BIN / "airflow")
         daemons.start("api-server", [af, "api-server", "--port", str(api_port), "--workers", "1"], env)
         daemons.start("scheduler", [af, "scheduler", "--skip-serve-logs"], env)
