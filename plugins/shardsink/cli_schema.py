@@ -66,6 +66,10 @@ def change_of(args: argparse.Namespace) -> sch.SchemaChange | None:
 
 
 def entry_json(e: SchemaEntry) -> dict[str, Any]:
+    """One schema of the history as JSON: ``id``, the ``seqno``, time (``at``, ISO-8601; None for
+    a shard's implicit first schema) and shard ``upper`` of the change that made it current,
+    and its ``fields`` (field id, name, type, nullable). THE one form: ``shardsink schema
+    --json`` prints it and the Shards page's API (:mod:`shardsink.provider.inventory`) serves it."""
     return {"id": e.id, "seqno": e.seqno, "at": e.at or None, "upper": e.upper,
             "fields": [{"id": f.id, "name": f.name, "type": f.type, "nullable": f.nullable} for f in e.fields]}
 

@@ -6,8 +6,9 @@ transport and StatsD on a real UDP listener), then a real ``airflow api-server``
 the shardsink plugin loaded from its entry point and the simple auth manager (users
 ``viewer``, ``admin`` and ``noassets`` with passwords from a file), extended by the
 test-only tests/support/auth/shardsink_test_auth.py to deny ``noassets`` (an admin) access
-to assets. The browser test drives Debian's
-headless Chromium (``make test`` installs it, as it does Java).
+to assets. ``[shardsink] shard_urls`` also names a shard not created yet and one evolved
+with ``shardsink schema --add/--rename`` (its schema history). The browser test drives
+Debian's headless Chromium (``make test`` installs it, as it does Java).
 """
 
 from __future__ import annotations
@@ -26,10 +27,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from af_helpers import REPO, START, VENV_BIN, Env, UdpListener, lineage_env, make_env, ok, read_lineage
 
 from shardsink import Shard
+from shardsink.cli import main
 from shardsink.provider.inventory import shard_id
 from shardsink_dev.synthetic import generate
 from shardsink_dev.testing import free_port
@@ -50,6 +53,7 @@ class Stack:
     lineage: list[dict[str, Any]]
     statsd: list[str]
     dags_test_output: str
+    evolved_url: str
     tokens: dict[str, str] = field(default_factory=dict)
 
     def token(self, user: str) -> str:
@@ -88,7 +92,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory, airflow_template: Path) -> I
         "AIRFLOW__API_AUTH__JWT_SECRET": "shardsink-test-jwt-secret-not-for-production",
         "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
         **lineage_env(tmp / "lineage.jsonl"),
-        "AIRFLOW__SHARDSINK__SHARD_URLS": f"{(tmp / 'configured').as_uri()}, relative/path s3://Bad_Bucket/x",
+        "AIRFLOW__SHARDSINK__SHARD_URLS": f"{(tmp / 'configured').as_uri()}, relative/path s3://Bad_Bucket/x "
+                                          f"{(tmp / 'evolved').as_uri()}",
         **listener.env(),
     })
     try:
@@ -99,6 +104,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, airflow_template: Path) -> I
     shard = Shard.open(af.shard_url)
     writer = shard.log(limit=1)[0][1].writer
     assert writer.startswith("airflow:example_ingest/"), writer
+    evolved = _evolved_shard((tmp / "evolved").as_uri())
     log = open(af.home / "api-server.log", "w")  # noqa: SIM115 - closed below
     proc = subprocess.Popen([str(VENV_BIN / "airflow"), "api-server", "--port", str(port), "--workers", "1"],
                             env=af.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -115,7 +121,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, airflow_template: Path) -> I
                     raise AssertionError("api-server did not start:\n" +
                                          (af.home / "api-server.log").read_text()[-4000:]) from None
                 time.sleep(0.5)
-        yield Stack(af, base, writer.split("/", 1)[1], shard.url, lineage, listener.lines, out)
+        yield Stack(af, base, writer.split("/", 1)[1], shard.url, lineage, listener.lines, out, evolved)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGTERM)
@@ -127,10 +133,19 @@ def stack(tmp_path_factory: pytest.TempPathFactory, airflow_template: Path) -> I
         log.close()
 
 
+def _evolved_shard(url: str) -> str:
+    """A shard with one batch, then ``shardsink schema --add score:double`` and ``--rename user:who``."""
+    shard = Shard.create(url, pa.schema([("user", pa.string()), ("n", pa.int64())]), upper=0)
+    shard.append(pa.table({"user": ["a"], "n": [1], "_time": [0]}), lower=0, upper=1000)
+    assert main(["schema", url, "--add", "score:double"]) == 0
+    assert main(["schema", url, "--rename", "user:who"]) == 0
+    return shard.url
+
+
 def _routes(s: Stack) -> list[str]:
     sid = shard_id(s.shard_url)
     return ["/shardsink/ui/", "/shardsink/ui/shards.js", "/shardsink/api/shards", f"/shardsink/api/shards/{sid}",
-            f"/shardsink/api/shards/{sid}/snapshot"]
+            f"/shardsink/api/shards/{sid}/schema", f"/shardsink/api/shards/{sid}/snapshot"]
 
 
 def test_every_plugin_route_refuses_missing_or_invalid_credentials(stack: Stack) -> None:
@@ -160,7 +175,7 @@ def test_shards_api_lists_the_dag_shard_with_its_frontiers_and_last_dag_run(stac
     [row] = [r for r in rows if r["url"] == stack.shard_url]
     # [shardsink] shard_urls: listed before its shard exists; invalid entries are ignored.
     assert [(r["url"].rsplit("/", 1)[1], r["exists"]) for r in rows if r["url"] != stack.shard_url] == [
-        ("configured", False)]
+        ("configured", False), ("evolved", True)]
     info = Shard.open(stack.shard_url).info()
     assert (row["upper"], row["seqno"], row["rows"]) == (info.upper, info.seqno, 120)
     assert row["upper_time"] == "2024-01-02T00:00:00.000Z" and row["leaked"] == 0
@@ -178,6 +193,18 @@ def test_shards_api_lists_the_dag_shard_with_its_frontiers_and_last_dag_run(stac
     status, body = stack.get(f"/shardsink/api/shards/{row['id']}/snapshot?as_of={info.upper}",
                              token=stack.token("viewer"))
     assert status == 400 and "not readable" in body
+    # The schema history: one implicit schema for the DAG's shard; the evolved one's as the CLI prints it.
+    [only] = json.loads(stack.get(f"/shardsink/api/shards/{row['id']}/schema", token=stack.token("viewer"))[1])[
+        "schemas"]
+    assert (only["id"], only["seqno"], [f["name"] for f in only["fields"]]) == (0, 0, ["user", "action", "amount"])
+    eid = shard_id(stack.evolved_url)
+    hist = json.loads(stack.get(f"/shardsink/api/shards/{eid}/schema", token=stack.token("viewer"))[1])["schemas"]
+    assert [(e["id"], e["seqno"]) for e in hist] == [(0, 0), (1, 2), (2, 3)] and all(e["at"] for e in hist[1:])
+    assert [(f["id"], f["name"], f["type"]) for f in hist[-1]["fields"]] == [
+        (1, "who", "string"), (2, "n", "int64"), (3, "score", "double")]
+    detail = json.loads(stack.get(f"/shardsink/api/shards/{eid}", token=stack.token("viewer"))[1])
+    assert detail["schema_history"] == hist and detail["schema_id"] == 2
+    assert stack.get(f"/shardsink/api/shards/{eid}/schema")[0] == 401
 
 
 def _driver() -> Any:
@@ -211,7 +238,8 @@ def test_browser_logs_in_sees_the_shard_page_and_opens_the_commits_dag_run(stack
 
         d.get(f"{stack.base}/plugin/shards")  # Browse → Shards: the page inside the Airflow UI
         wait.until(ec.frame_to_be_available_and_switch_to_it((By.CSS_SELECTOR, "iframe[src*='/shardsink/ui/']")))
-        row = wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "tr[data-shard-row]")))
+        row = wait.until(ec.presence_of_element_located(
+            (By.CSS_SELECTOR, f"tr[data-shard-row='{shard_id(stack.shard_url)}']")))
         assert row.find_element(By.CSS_SELECTOR, "td.upper").text == "2024-01-02 00:00:00"  # column: Upper (UTC)
         row.find_element(By.CSS_SELECTOR, "a[data-shard]").click()
 
@@ -220,6 +248,8 @@ def test_browser_logs_in_sees_the_shard_page_and_opens_the_commits_dag_run(stack
         assert d.find_elements(By.CSS_SELECTOR, "#frontier-chart path.series-up")
         commit = d.find_element(By.CSS_SELECTOR, "tr.commit[data-seqno='1']")
         assert "append" in commit.text and "120" in commit.text
+        schema = d.find_element(By.CSS_SELECTOR, "#schema-history tr.schema[data-schema-id='0']").text
+        assert "schema 0 (current)" in schema and "user: string" in schema and "amount: int64" in schema
         d.switch_to.default_content()
         shot = Path(SCREENSHOT) if SCREENSHOT else tmp_path / "shards-page.png"
         d.save_screenshot(str(shot))
@@ -232,6 +262,16 @@ def test_browser_logs_in_sees_the_shard_page_and_opens_the_commits_dag_run(stack
         assert urllib.parse.unquote(d.current_url).endswith(f"/dags/example_ingest/runs/{stack.run_id}")
         wait.until(lambda d: stack.run_id in d.find_element(By.TAG_NAME, "body").text)  # Airflow rendered the run
         assert SECRET not in d.page_source
+
+        # An evolved shard's page shows its schema history, newest first.
+        d.get(f"{stack.base}/shardsink/ui/?shard={shard_id(stack.evolved_url)}")
+        wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "#schema-history tr.schema")))
+        found = d.find_elements(By.CSS_SELECTOR, "#schema-history tr.schema")
+        rows = [r.text for r in found]
+        assert [r.get_attribute("data-schema-id") for r in found] == ["2", "1", "0"], rows
+        assert "schema 2 (current)" in rows[0] and "who: string (#1), n: int64 (#2), score: double (#3)" in rows[0]
+        assert "user: string (#1), n: int64 (#2), score: double (#3)" in rows[1] and "UTC" in rows[1]
+        assert "user: string (#1), n: int64 (#2)" in rows[2] and "creation" in rows[2]
     finally:
         d.quit()
 
@@ -252,6 +292,9 @@ def test_dags_test_reports_lineage_from_the_landing_zone_to_the_shard(stack: Sta
             assert (out["namespace"], out["name"]) == ("file", shard_path)
             assert [f["name"] for f in out["facets"]["schema"]["fields"]] == ["user", "action", "amount"]
     [done] = [e for e in _events(stack, "attempt_1.append") if e["eventType"] == "COMPLETE"]
+    # The shard's current schema, with its field ids (no _time/_diff).
+    assert [(f["name"], f.get("description")) for f in done["outputs"][0]["facets"]["schema"]["fields"]] == [
+        ("user", "field id 1"), ("action", "field id 2"), ("amount", "field id 3")]
     stats = done["outputs"][0]["outputFacets"]["outputStatistics"]
     assert stats["rowCount"] == 120 and stats["size"] > 0
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import json
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
 from shardsink import ReadFrontierError, Shard
+from shardsink.cli import main
 from shardsink.provider import inventory, lineage
 from shardsink.provider.inventory import dag_run_of
 
@@ -68,3 +71,27 @@ def test_lineage_names_follow_the_openlineage_conventions() -> None:
         lineage.DatasetName("kafka://b1:9092", "clicks")]
     view = {"kind": "sql", "inputs": {"a": {"url": "s3://lake/x", "mode": "updates"}, "b": {"url": "file:///y"}}}
     assert lineage.source_datasets(view) == [lineage.DatasetName("s3://lake", "x"), lineage.DatasetName("file", "/y")]
+
+
+def test_detail_and_the_schema_route_show_the_schema_history_as_shardsink_schema_json_prints_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"file://{tmp_path}/s"
+    shard = Shard.create(url, SCHEMA, upper=DAY)
+    shard.append(_rows(DAY, 3), lower=DAY, upper=2 * DAY)
+    assert main(["schema", url, "--add", "score:double"]) == 0
+    assert main(["schema", url, "--rename", "user:who"]) == 0
+    capsys.readouterr()
+    assert main(["schema", url, "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+
+    d = inventory.detail(url)
+    assert d["schema_history"] == printed == inventory.schema_history(url)["schemas"]
+    assert d["schema_id"] == 2 and [s["name"] for s in d["schema"]] == ["who", "n", "score"]
+    assert [(e["id"], e["seqno"], e["upper"]) for e in printed] == [(0, 0, None), (1, 2, 2 * DAY), (2, 3, 2 * DAY)]
+    assert printed[0]["at"] is None  # the implicit first schema: made at creation, time not recorded
+    ages = [dt.datetime.now(dt.UTC) - dt.datetime.fromisoformat(e["at"]) for e in printed[1:]]
+    assert all(dt.timedelta(0) <= a < dt.timedelta(minutes=5) for a in ages), ages
+    assert [(f["id"], f["name"], f["type"]) for f in printed[-1]["fields"]] == [
+        (1, "who", "string"), (2, "n", "int64"), (3, "score", "double")]
+    assert [(f["id"], f["name"]) for f in printed[0]["fields"]] == [(1, "user"), (2, "n")]
+    assert d["seqno"] == 3 and {c["kind"] for c in d["commits"][:2]} == {"schema"}

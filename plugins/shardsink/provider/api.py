@@ -5,7 +5,8 @@ Routes (all GET)::
     /shardsink/ui/                        the page (list; ``?shard=<id>`` shows one shard)
     /shardsink/ui/shards.js               its script
     /shardsink/api/shards                 the list: every shard the DAGs declare or the config names
-    /shardsink/api/shards/{id}            one shard: summary, commits, leases, leaked parts
+    /shardsink/api/shards/{id}            one shard: summary, commits, schema history, leases, leaked parts
+    /shardsink/api/shards/{id}/schema     its schema history (as ``shardsink schema URL --json``)
     /shardsink/api/shards/{id}/snapshot   the first rows as of ``?as_of=<ms>`` (default upper - 1)
 
 Access control: Airflow does NOT protect plugin routes, so every route here depends on
@@ -105,6 +106,18 @@ def create_app() -> FastAPI:
                     "airflow_root": _root()}
         except ShardNotFoundError:
             return {**inventory.missing(url), "airflow_root": _root()}
+        except ShardsinkError as e:
+            raise HTTPException(500, f"{type(e).__name__}: {e}") from e
+
+    @app.get("/api/shards/{shard}/schema")
+    def schema(shard: str) -> dict[str, Any]:
+        """Every schema of the shard, oldest first: id, fields with their ids and types, and the
+        seqno, time and upper of the change that made it current."""
+        url = _url(shard)
+        try:
+            return inventory.schema_history(url)
+        except ShardNotFoundError as e:
+            raise HTTPException(404, str(e)) from e
         except ShardsinkError as e:
             raise HTTPException(500, f"{type(e).__name__}: {e}") from e
 

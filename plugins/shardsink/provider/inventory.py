@@ -8,7 +8,9 @@ to show.
 Cost per shard: ``summary`` = one head read + one listing of ``parts/`` + one of
 ``leases/``; ``history`` = one read per state version shown (bounded by ``limit``);
 ``preview`` = a full snapshot read (bounded by the shard's size; meant for small/medium
-shards and on-call inspection, not for bulk export).
+shards and on-call inspection, not for bulk export); ``schema_history`` = one head read.
+The schema history is the JSON ``shardsink schema URL --json`` prints
+(:func:`shardsink.cli_schema.entry_json`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ import hashlib
 import math
 from typing import Any
 
+from shardsink.cli_schema import entry_json
+from shardsink.core import schema as sch
 from shardsink.core.shard import Shard
 from shardsink.storage.url import parse_url
 
@@ -80,7 +84,7 @@ def summary(url: str, *, grace_s: float = DEFAULT_GRACE_S) -> dict[str, Any]:
         "batches": h.stats.batches, "parts": h.stats.parts, "rows": h.stats.rows, "bytes": h.stats.bytes,
         "retention_ms": retention,
         "leases": len(leases), "leaked": len(leaked), "leaked_bytes": sum(o.size for o in leaked),
-        "schema": [{"name": f.name, "type": str(f.type)} for f in h.schema],
+        "schema": [{"name": f.name, "type": str(f.type)} for f in h.schema], "schema_id": sch.current(h).id,
         "last_commit": _commit(v.seqno, v.commit, upper=h.upper, since=h.since),
     }
 
@@ -92,11 +96,13 @@ def missing(url: str) -> dict[str, Any]:
 
 def detail(url: str, *, limit: int = DEFAULT_HISTORY, grace_s: float = DEFAULT_GRACE_S) -> dict[str, Any]:
     """A shard's page: its summary, the last ``limit`` commits (newest first, each with the shard's
-    upper and since after it: the chart's points), live leases and leaked parts."""
+    upper and since after it: the chart's points), the schema history (oldest first, as of the
+    summary's seqno), live leases and leaked parts."""
     out = summary(url, grace_s=grace_s)
     shard = Shard.open(url)
     head = out["seqno"]
     versions = shard.reader().versions(range(head, max(-1, head - limit), -1))
+    out["schema_history"] = [entry_json(e) for e in sch.history(versions[0].header)]
     out["commits"] = [_commit(v.seqno, v.commit, upper=v.header.upper, since=v.header.since) for v in versions]
     out["history_complete"] = head - limit < 0
     out["lease_list"] = [
@@ -110,6 +116,12 @@ def detail(url: str, *, limit: int = DEFAULT_HISTORY, grace_s: float = DEFAULT_G
     ]
     out["grace_s"] = grace_s
     return out
+
+
+def schema_history(url: str) -> dict[str, Any]:
+    """The shard's schema history (oldest first), as ``shardsink schema URL --json`` prints it."""
+    shard = Shard.open(url)
+    return {"id": shard_id(url), "url": shard.url, "schemas": [entry_json(e) for e in shard.schema_history()]}
 
 
 def commits_by(url: str, writer: str, *, limit: int = 50) -> list[dict[str, Any]]:

@@ -6,9 +6,10 @@ is ``@task`` for the TaskFlow tasks of a sink (mint, append) with the mixin appl
 
 * OpenLineage: ``get_openlineage_facets_on_start`` / ``_on_complete`` (the methods the
   OpenLineage provider's default extractor calls) report the source's datasets → the
-  shard, with its schema and, for append, the rows and bytes committed; a maintenance
-  task (role ``maintain``) reads and rewrites its shard: the shard → the shard, with the
-  rows and bytes of its live batches after maintenance (:mod:`shardsink.provider.lineage`).
+  shard, every shard with its current schema (read when the event is built) and, for
+  append, the rows and bytes committed; a maintenance task (role ``maintain``) reads and
+  rewrites its shard: the shard → the shard, with the rows and bytes of its live batches
+  after maintenance (:mod:`shardsink.provider.lineage`).
 * "Shard page" extra link (:class:`shardsink.provider.links.ShardPageLink`).
 * Metrics (:mod:`shardsink.provider.metrics`): the task's duration; for append, commits,
   lost races and the committed batch's rows and bytes; for maintain, objects and part
@@ -135,24 +136,20 @@ class ShardTaskMixin:
                            batches_after=int(after["batches"]), objects_deleted=int(summary["objects_deleted"]),
                            part_bytes_deleted=int(gc.get("part_bytes_deleted", 0)))
 
-    def _inputs(self) -> list[lineage.DatasetName]:
-        if self.shard_role == "maintain":  # maintenance reads the shard and rewrites it in place
-            return [lineage.shard_dataset(self.shard_url)]
-        return lineage.source_datasets(self.source_spec)
-
     def _lineage(self, *, complete: bool) -> Any:
-        from shardsink.core.shard import Shard
-        from shardsink.errors import ShardNotFoundError
-
-        try:
-            schema = Shard.open(self.shard_url).schema
-        except ShardNotFoundError:
-            schema = self._source_schema()  # the first mint or write creates the shard
+        """Inputs → the shard, every shard with its CURRENT schema, read now (on COMPLETE: after
+        any schema change the run committed; see :mod:`shardsink.provider.lineage`)."""
+        columns = lineage.shard_columns(self.shard_url)
+        if columns is None:  # the first mint or write creates the shard: the source's schema
+            source = self._source_schema()
+            columns = lineage.arrow_columns(source) if source is not None else None
+        output = lineage.ReportedDataset(lineage.shard_dataset(self.shard_url), columns)
+        # Maintenance reads the shard and rewrites it in place.
+        inputs = [output] if self.shard_role == "maintain" else lineage.input_datasets(self.source_spec)
         rows = size = None
         if complete:
             rows, size = getattr(self, "_shard_result_rows", None), getattr(self, "_shard_result_bytes", None)
-        return lineage.operator_lineage(shard_url=self.shard_url, inputs=self._inputs(), schema=schema, rows=rows,
-                                        size=size)
+        return lineage.operator_lineage(output=output, inputs=inputs, rows=rows, size=size)
 
     def _source_schema(self) -> Any:
         """The schema the shard will be created with: the ingest source's (a view's is only known to Spark)."""

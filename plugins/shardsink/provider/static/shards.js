@@ -149,6 +149,18 @@
         el("td", {}, when(new Date(c.shard_since).toISOString())), el("td", { class: "mono muted wrap" }, c.desc_id || "—")))));
   }
 
+  // The schema history (the API gives it oldest first, as `shardsink schema --json`): newest first here.
+  function schemaTable(history) {
+    const head = el("tr", {}, ["Schema", "Made current at", "Seqno", "Shard upper then", "Columns (field id)"].map((h) => el("th", {}, h)));
+    const last = history.length ? history[history.length - 1].id : null;
+    return el("table", { id: "schema-history" }, el("thead", {}, head), el("tbody", {}, history.slice().reverse().map((e) =>
+      el("tr", { class: "schema", "data-schema-id": e.id },
+        el("td", {}, "schema " + e.id + (e.id === last ? " (current)" : "")),
+        el("td", {}, e.at ? when(e.at) : e.seqno === 0 ? "creation" : "—"), el("td", { class: "num" }, e.seqno),
+        el("td", {}, e.upper === null || e.upper === undefined ? "—" : when(new Date(e.upper).toISOString())),
+        el("td", { class: "mono wrap" }, e.fields.map((f) => f.name + ": " + f.type + (f.nullable ? "" : " not null") + " (#" + f.id + ")").join(", "))))));
+  }
+
   function simpleTable(id, cols, rows, empty) {
     if (!rows.length) return el("p", { class: "muted", id }, empty);
     return el("table", { id }, el("thead", {}, el("tr", {}, cols.map(([h]) => el("th", {}, h)))),
@@ -186,6 +198,7 @@
     app.replaceChildren(back, el("h1", {}, "Shard"), el("div", { class: "sub mono", id: "shard-url" }, s.url), cards,
       el("h2", {}, "Upper and since over time"), legend, el("div", { class: "scroll" }, chart(s.commits)),
       el("h2", {}, "Commit log"), el("div", { class: "scroll" }, commitsTable(s.commits)),
+      el("h2", {}, "Schema history"), el("div", { class: "scroll" }, schemaTable(s.schema_history || [])),
       el("h2", {}, "Live leases"), simpleTable("leases", [["Holder", (l) => l.holder], ["As of", (l) => when(l.as_of_time)], ["Acquired", (l) => when(l.acquired_at)], ["Expires", (l) => when(l.expires_at)]], s.lease_list, "No live leases."),
       el("h2", {}, "Leaked parts"), el("div", { class: "sub" }, `Objects under parts/ that no live batch references, older than ${s.grace_s} s (younger ones may belong to an in-flight writer).`),
       simpleTable("leaked", [["Key", (o) => el("span", { class: "mono" }, o.key)], ["Bytes", (o) => bytes(o.bytes)], ["Modified", (o) => when(o.modified)]], s.leaked_list, "No leaked parts."),
