@@ -10,7 +10,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from shardsink import CorruptionError, ReadFrontierError, Shard
+from shardsink import CorruptionError, InvalidUsageError, ReadFrontierError, Shard
 from shardsink.core.state import PartMeta
 from shardsink.spark import datasource as ds
 from shardsink.spark.read import ShardReads, read_changes, read_snapshot
@@ -177,3 +177,38 @@ def test_empty_shard_reads_empty(spark: Any, tmp_path: Any) -> None:
     with read_snapshot(spark, s.url) as df:
         assert df.count() == 0
         assert df.columns == [*SCHEMA.names, "_count"]
+
+
+def _source_updates(url: str, **options: str) -> tuple[ds.ReadPlan, pa.Table]:
+    """What the data source's tasks yield for ``options`` (planned and read in this process, no JVM)."""
+    plan = ds.plan_read({"path": url, **options})
+    reader = ds.ShardReader(plan)
+    wire = ds.sty.arrow_wire_schema(plan.spark_schema())
+    return plan, pa.Table.from_batches([b for g in reader.partitions() for b in reader.read(g)], schema=wire)
+
+
+def test_the_source_projects_every_part_by_field_id_like_the_shard(shard_url: str) -> None:
+    """Issue 19: parts written under six schema ids (add, rename, drop, widen, a dropped name
+    added again) read as the reader's schema, equal to Shard.snapshot / Shard.changes."""
+    from support.evolved_shard import CHANGES, SNAPSHOTS, evolved_shard, rows
+
+    s = evolved_shard(shard_url)
+    for as_of, choice in SNAPSHOTS:
+        want = s.snapshot(as_of, schema=choice)  # type: ignore[arg-type]
+        plan, got = _source_updates(s.url, as_of=str(as_of), schema=choice)
+        assert got.schema.names == [*want.schema.names[:-1], "_diff"], (as_of, choice)
+        assert plan.sources, "some parts were written under another schema id"
+        summed = got.group_by(got.schema.names[:-1]).aggregate([("_diff", "sum")])
+        summed = summed.filter(pa.compute.not_equal(summed["_diff_sum"], 0))
+        assert rows(summed) == rows(want), (as_of, choice)
+    for (lo, hi), choice in CHANGES:
+        want = s.changes(lo, hi, schema=choice)  # type: ignore[arg-type]
+        _, got = _source_updates(s.url, mode="changes", **{"from": str(lo), "to": str(hi)}, schema=choice)
+        summed = got.group_by(got.schema.names[:-1]).aggregate([("_diff", "sum")])
+        summed = summed.filter(pa.compute.not_equal(summed["_diff_sum"], 0))
+        assert got.schema.names == want.schema.names and rows(summed) == rows(want), (lo, hi, choice)
+    assert _source_updates(s.url, as_of="25", schema="2")[1].schema.names == ["k", "n", "f", "new", "x", "_diff"]
+    with pytest.raises(InvalidUsageError, match=r"option schema='later' is invalid"):
+        ds.plan_read({"path": s.url, "schema": "later"})
+    with pytest.raises(InvalidUsageError, match=r"schema id 9 is unknown"):
+        ds.plan_read({"path": s.url, "schema": "9"})

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from shardsink.core.schema import current
 from shardsink.core.shard import Shard
 from shardsink.core.updates import DIFF, TIME
 from shardsink.errors import ShardExistsError, ShardNotFoundError, UnknownOutcomeError, UpperMismatchError
@@ -101,8 +102,8 @@ class RemapShard:
         v = r.head()
         h = v.header
         upper = h.upper if h.upper is not None else 2**63 - 1
-        parts = [p for b in r.batches(v) for p in b.parts]
-        t = r.read_parts(parts, h.schema)
+        # Projected by field id like every read (a remap shard's schema never evolves today).
+        t = r.read_batch_parts(h, [(b, p) for b in r.batches(v) for p in b.parts], current(h))
         cols = [t.column(c).to_pylist() for c in ("partition", "offset", "name", "size", TIME, DIFF)]
         return replay(zip(*cols, strict=True), upper=upper, since=h.since)
 

@@ -34,6 +34,15 @@ the state version ``seqno`` and the part list are pinned in the source, so every
 on the DataFrame reads the same parts. ``.option("seqno", N)`` pins an explicit version
 (the read helpers pin the one their lease protects).
 
+**Schema evolution.** Columns are those of the reader's schema: ``.option("schema", ...)``
+``current`` (default), ``as_of`` (the one current at ``as_of``; changes: at ``to - 1``, as
+:meth:`Shard.changes`) or a schema id (the read helpers pass the one they resolved). A part
+written under another schema id is read through it and projected by field id
+(:func:`shardsink.core.schema.projection_for`): renamed columns from their old name, added
+ones as typed nulls, widened ones cast, dropped ones not read. SUBTLE: a part may hold a
+column of the reader's *name* with another field id (dropped, then added again): it is
+never read for it; the projection comes from the plan, never from the part file.
+
 HAZARDS: executors open the store themselves (boto3 with the standard AWS environment:
 ``AWS_ENDPOINT_URL``, credentials) and need ``shardsink`` importable; a missing or
 unreadable part fails the task with CorruptionError. Without a lease
@@ -44,7 +53,7 @@ during a long job: prefer the read helpers.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -53,8 +62,10 @@ import pyarrow.parquet as pq
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from shardsink.core import floats as fl
+from shardsink.core import schema as sch
+from shardsink.core.read import ReadHandle
 from shardsink.core.shard import Shard, check_as_of, check_changes
-from shardsink.core.state import BatchMeta, PartMeta
+from shardsink.core.state import BatchMeta, Header, PartMeta, SchemaEntry
 from shardsink.core.updates import DIFF, TIME
 from shardsink.errors import CorruptionError, InvalidUsageError, ReadFrontierError
 from shardsink.outcome import carry_errors
@@ -81,13 +92,16 @@ class ReadPlan:
     seqno: int
     lower: int  # snapshot: MIN_TIME; changes: from
     upper: int  # snapshot: as_of + 1; changes: to
-    schema: bytes  # the shard's Arrow user schema, serialized
+    schema: bytes  # the reader's Arrow user schema, serialized
     parts: tuple[PartMeta, ...]
     partition_bytes: int
     min_partitions: int
     batch_rows: int = BATCH_ROWS
     #: changes from at or below since: times below it read as it (as Shard.changes does)
     advance_to: int | None = None
+    #: parts written under another schema id than the reader's: for each user column of
+    #: ``schema``, the part's column to read (None: typed nulls); absent parts read by name
+    sources: Mapping[str, tuple[str | None, ...]] = field(default_factory=dict)
 
     @property
     def user_schema(self) -> pa.Schema:
@@ -136,6 +150,7 @@ def plan_read(options: Mapping[str, str]) -> ReadPlan:
             as_of = h.upper - 1
         check_as_of(url, h, as_of)
         lower, upper = MIN_TIME, as_of + 1
+        at = as_of
     else:
         lo, hi = _int_option(options, "from"), _int_option(options, "to")
         if lo is None or hi is None:
@@ -143,13 +158,81 @@ def plan_read(options: Mapping[str, str]) -> ReadPlan:
         check_changes(url, h, lo, hi)
         lower, upper = lo, hi
         advance_to = h.since if lo <= h.since else None
+        at = max(lo, hi - 1)
     # Times below since are read as since (changes from since): every part below it counts.
     parts = select_parts(batches, MIN_TIME if advance_to is not None else lower, upper)
+    layout = Layout.of(url, h, batches, reader_schema(url, h, options.get("schema"), at))
     size = _int_option(options, "partitionBytes") or DEFAULT_PARTITION_BYTES
     spread = _int_option(options, "minPartitions") or 1
     rows = _int_option(options, "batchRows") or BATCH_ROWS
-    return ReadPlan(url, mode, v.seqno, lower, upper, h.schema.serialize().to_pybytes(), tuple(parts), size, spread,
-                    rows, advance_to if mode == "changes" else None)
+    return ReadPlan(url, mode, v.seqno, lower, upper, layout.schema.serialize().to_pybytes(), tuple(parts), size,
+                    spread, rows, advance_to if mode == "changes" else None, layout.sources(parts))
+
+
+def reader_schema(url: str, h: Header, choice: object, time: int) -> SchemaEntry:
+    """The schema a read projects onto: option ``schema`` = ``current`` (None too), ``as_of``
+    (the one current at data time ``time``) or a schema id the shard knows."""
+    raw = "current" if choice is None else str(choice)
+    if raw.lstrip("-").isdigit():
+        return sch.known(h, int(raw), url=url)
+    if raw not in ("current", "as_of"):
+        raise InvalidUsageError(f"option schema={raw!r:.120} is invalid; expected 'current', 'as_of' or a schema id",
+                                value=raw[:120])
+    return ReadHandle.reader_schema(h, "current" if raw == "current" else "as_of", time)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The reader's schema ``target`` and the schema (by id, ``entries``) each part of a state
+    version was written with (``ids``: part key → schema id)."""
+
+    url: str
+    target: SchemaEntry
+    entries: Mapping[int, SchemaEntry]
+    ids: Mapping[str, int]
+
+    @classmethod
+    def of(cls, url: str, h: Header, batches: Sequence[BatchMeta], target: SchemaEntry) -> Layout:
+        """CorruptionError if a batch names a schema id the state ``h`` does not hold."""
+        entries = {e.id: e for e in sch.history(h)}
+        for b in batches:
+            if b.schema_id not in entries:
+                raise CorruptionError(f"batch {b.desc_id} of {url} names schema id {b.schema_id}, which the state "
+                                      f"does not hold (it holds {sorted(entries)})")
+        return cls(url, target, entries, {p.key: b.schema_id for b in batches for p in b.parts})
+
+    @property
+    def schema(self) -> pa.Schema:
+        """The reader's user columns."""
+        return sch.entry_schema(self.target)
+
+    def source(self, part: PartMeta) -> SchemaEntry:
+        """The schema ``part`` was written with."""
+        return self.entries[self.ids[part.key]]
+
+    def projected(self, part: PartMeta) -> bool:
+        """Whether ``part`` was written under another schema id than the reader's."""
+        return self.ids[part.key] != self.target.id
+
+    def lossy(self, part: PartMeta) -> bool:
+        """Whether reading ``part`` as the reader's schema leaves out a column it holds (by
+        field id: dropped since, or added after the reader's schema)."""
+        if not self.projected(part):
+            return False
+        return not {f.id for f in self.source(part).fields} <= {f.id for f in self.target.fields}
+
+    def schemas(self, parts: Sequence[PartMeta]) -> list[pa.Schema]:
+        """The reader's schema and those ``parts`` were written with (each once)."""
+        ids = dict.fromkeys([self.target.id, *(self.ids[p.key] for p in parts)])
+        return [sch.entry_schema(self.entries[i]) for i in ids]
+
+    def sources(self, parts: Sequence[PartMeta]) -> dict[str, tuple[str | None, ...]]:
+        """:attr:`ReadPlan.sources` of ``parts`` (one shared tuple per schema id)."""
+        names: dict[int, tuple[str | None, ...]] = {}
+        for p in parts:
+            if self.projected(p) and self.ids[p.key] not in names:
+                names[self.ids[p.key]] = tuple(c.source for c in sch.projection_for(self.source(p), self.target))
+        return {p.key: names[self.ids[p.key]] for p in parts if self.projected(p)}
 
 
 def select_parts(batches: Sequence[BatchMeta], lower: int, upper: int) -> list[PartMeta]:
@@ -231,8 +314,11 @@ def _batches(f: pq.ParquetFile, part: PartMeta, plan: ReadPlan, wire: pa.Schema)
     """The part's updates within the plan's time bounds, cast to the wire schema."""
     advance = plan.advance_to is not None and part.min_time < plan.advance_to
     filtered = part.min_time < plan.lower or part.max_time >= plan.upper
-    out_names = wire.names
-    cols = list(dict.fromkeys([*out_names, TIME])) if filtered else out_names
+    # Where each wire column comes from: a projected part's own column names (None: nulls).
+    proj = plan.sources.get(part.key)
+    names: list[str | None] = list(wire.names) if proj is None else [*proj, *wire.names[len(proj):]]
+    read = [n for n in names if n is not None]
+    cols = list(dict.fromkeys([*read, TIME])) if filtered else list(dict.fromkeys(read))
     for batch in f.iter_batches(batch_size=plan.batch_rows, columns=cols):
         batch = fl.canonical_batch(batch)  # one float equality with every other path (core/floats.py)
         if advance:  # times below since read as since (they may be stored either way)
@@ -245,9 +331,10 @@ def _batches(f: pq.ParquetFile, part: PartMeta, plan: ReadPlan, wire: pa.Schema)
             if batch.num_rows == 0:
                 continue
         try:
-            yield pa.RecordBatch.from_arrays([batch.column(fl.name).cast(fl.type) for fl in wire],
+            yield pa.RecordBatch.from_arrays([pa.nulls(batch.num_rows, w.type) if n is None else
+                                              batch.column(n).cast(w.type) for n, w in zip(names, wire, strict=True)],
                                              schema=wire)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, KeyError) as e:
             raise CorruptionError(f"part {plan.url}/{part.key} does not match the shard schema: {e}") from e
 
 

@@ -37,6 +37,13 @@ skips the global consolidation for sorted parts whose time ranges overlap no oth
 (a sorted part is consolidated on its own; an unordered one is always consolidated),
 which is every sorted part of a shard written one task per batch.
 
+**Schema evolution.** Every read has the columns of the reader's schema (``schema=
+"current"``, default, or ``"as_of"``: as :meth:`Shard.snapshot` / :meth:`Shard.changes`),
+each part projected by field id from the schema id it was written with, on both paths:
+the data source per part (:mod:`shardsink.spark.datasource`), a native read per group of
+parts sharing a schema id, then ``unionByName`` (:mod:`shardsink.spark.native_read`).
+Views, corrections and re-processing read through these helpers, so they project too.
+
 HAZARD: Spark's grouping normalises NaN and -0.0 in float columns; rows differing
 only there are merged where pyarrow would keep them apart. A native read does not
 compare a part's row count with the state (the data source does); a missing or
@@ -49,47 +56,29 @@ import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal
-from urllib.parse import unquote
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, Any
 
 from shardsink.core.leases import DEFAULT_TTL_S, LeaseKeeper
+from shardsink.core.read import ReadHandle, SchemaChoice
 from shardsink.core.shard import Shard, default_writer
-from shardsink.core.state import PartMeta, Version
-from shardsink.core.updates import COUNT, DIFF, TIME
+from shardsink.core.state import PartMeta, SchemaEntry, Version
+from shardsink.core.updates import COUNT, DIFF
 from shardsink.errors import CorruptionError, InvalidUsageError, ReadFrontierError, ShardsinkError
 from shardsink.outcome import MARK, ErrorClass, error_from_record, record_of
 from shardsink.spark import datasource as ds
-from shardsink.spark import types as sty
-from shardsink.storage.url import parse_url
+from shardsink.spark import native_read as nr
+from shardsink.spark.native_read import NativeMode, natively_readable
+
+__all__ = ["NativeMode", "ShardReads", "natively_readable", "raise_record", "read_changes", "read_snapshot"]
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, DataFrameReader, SparkSession
 
-#: How reads are planned: natively where possible (see the module docstring), always
-#: natively (InvalidUsageError where impossible), or always through the data source.
-NativeMode = Literal["auto", "always", "never"]
-#: Characters Spark's path handling would read as a glob or URI syntax.
-_UNSAFE_PATH = re.compile(r"[*?\[\]{}\\%:,]")
 #: Spark's error conditions (``PySparkException.getCondition``) for a file that vanished
 #: (at planning or in a task) or cannot be decoded; their ``path`` parameter names the file.
 _FILE_FAILURES = frozenset({"PATH_NOT_FOUND", "FAILED_READ_FILE.FILE_NOT_EXIST", "FAILED_READ_FILE.NO_HINT",
                             "FAILED_READ_FILE.CANNOT_READ_FILE_FOOTER",
                             "FAILED_READ_FILE.PARQUET_COLUMN_DATA_TYPE_MISMATCH"})
-
-
-def natively_readable(field: pa.Field) -> bool:
-    """Whether Spark's Parquet reader maps this column to exactly the type the data source gives."""
-    t = field.type
-    if pa.types.is_timestamp(t):
-        return t.tz is not None and t.unit in ("ms", "us")
-    return (
-        (pa.types.is_integer(t) and pa.types.is_signed_integer(t))
-        or pa.types.is_float32(t) or pa.types.is_float64(t) or pa.types.is_boolean(t)
-        or t in (pa.string(), pa.large_string(), pa.binary(), pa.large_binary(), pa.date32())
-        or pa.types.is_decimal128(t)
-    )
 
 
 class ShardReads:
@@ -139,15 +128,18 @@ class ShardReads:
             spread = 1
         return self.spark.read.format(ds.NAME).option("minPartitions", str(spread))
 
-    def updates(self, url: str, as_of: int | None = None, *, at: Version | None = None) -> DataFrame:
+    def updates(self, url: str, as_of: int | None = None, *, at: Version | None = None,
+                schema: SchemaChoice = "current") -> DataFrame:
         """Leased raw snapshot updates (user columns + ``_diff``, unconsolidated; see datasource).
 
         ``at``: a state version of ``url`` the caller already read, for the frontier check and
-        the schema (else one head read); the parts always come from a version read after the
-        lease is held (:mod:`shardsink.core.leases`)."""
-        return self._updates(url, as_of, at=at)[0]
+        the reader's schema (else one head read); the parts always come from a version read
+        after the lease is held (:mod:`shardsink.core.leases`). ``schema``: the columns of the
+        current schema, or (``"as_of"``) of the one current at ``as_of`` (as :meth:`Shard.snapshot`)."""
+        return self._updates(url, as_of, at=at, schema=schema)[0]
 
-    def _updates(self, url: str, as_of: int | None, *, at: Version | None = None) -> tuple[DataFrame, int]:
+    def _updates(self, url: str, as_of: int | None, *, at: Version | None = None,
+                 schema: SchemaChoice = "current") -> tuple[DataFrame, int]:
         shard = self._shard(url)
         v = at if at is not None else shard.reader().head()
         h = v.header
@@ -156,78 +148,39 @@ class ShardReads:
                 raise ReadFrontierError(f"shard {shard.url} is closed; pass an explicit as_of")
             as_of = h.upper - 1
         ds.check_as_of(shard.url, h, as_of)
+        target = ReadHandle.reader_schema(h, schema, as_of)
         pinned = self.keeper.acquire_pinned(shard, as_of, holder=self.holder, head=v)[1]
-        root = self._native_root(shard, h.schema)
-        if root is not None:
-            parts, seqno = self._pinned_parts(shard, pinned, ds.MIN_TIME, as_of + 1)
-            return self._scan(shard, root, h.schema, parts, seqno, ds.MIN_TIME, as_of + 1, time=False), as_of
-        reader = self._reader().option("as_of", str(as_of))
+        native = self._native(shard, pinned, target, ds.MIN_TIME, as_of + 1)
+        if native is not None:
+            layout, parts, root = native
+            return nr.scan(self.spark, layout, root, parts, pinned.seqno, ds.MIN_TIME, as_of + 1, time=False), as_of
+        reader = self._reader().option("as_of", str(as_of)).option("schema", str(target.id))
         return reader.load(shard.url), as_of
 
-    # --- native planning ----------------------------------------------------------
-
-    def _native_root(self, shard: Shard, schema: pa.Schema) -> str | None:
-        """Where Spark reads this shard's objects itself, or None to use the data source."""
-        if self.native == "never":
+    def _native(self, shard: Shard, v: Version, target: SchemaEntry, lower: int,
+                upper: int) -> tuple[ds.Layout, list[PartMeta], str] | None:
+        """For a native read (:func:`shardsink.spark.native_read.native_root`; None: use the data
+        source): the schema layout of ``v`` (the lease's re-check version, read after the lease
+        is held), its parts for ``[lower, upper)`` and the root Spark reads them under. The
+        parts are listed only when the store itself can be read natively."""
+        if nr.native_root(self.spark, shard.url, (), self.native) is None:
             return None
-        u = parse_url(shard.url)
-        why = None
-        if u.scheme == "s3" and self.native == "auto" and not _has_s3a(self.spark):
-            why = "this Spark has no s3a file system (hadoop-aws)"
-        elif _UNSAFE_PATH.search(u.path):
-            why = f"the path {u.path!r} has characters Spark would read as a pattern"
-        elif not all(natively_readable(f) for f in schema):
-            why = f"some column types are not read exactly by Spark's Parquet reader ({schema})"
-        if why is not None:
-            if self.native == "always":
-                raise InvalidUsageError(f"cannot read {shard.url} natively: {why}")
+        batches = shard.reader().batches(v)
+        layout, parts = ds.Layout.of(shard.url, v.header, batches, target), ds.select_parts(batches, lower, upper)
+        root = nr.native_root(self.spark, shard.url, layout.schemas(parts), self.native)
+        if root is None:
             return None
-        root = f"file://{u.path}" if u.scheme == "file" else f"s3a://{u.bucket}/{u.path}"
         if root not in self._roots:
             self._roots.append(root)
-        return root
-
-    def _pinned_parts(self, shard: Shard, v: Version, lower: int, upper: int) -> tuple[list[PartMeta], int]:
-        """The parts of ``v`` (the lease's re-check version, read after the lease is held) for ``[lower, upper)``."""
-        return ds.select_parts(shard.reader().batches(v), lower, upper), v.seqno
-
-    def _scan(self, shard: Shard, root: str, schema: pa.Schema, parts: Sequence[PartMeta], seqno: int,
-              lower: int, upper: int, *, time: bool) -> DataFrame:
-        """``spark.read.parquet`` of exactly ``parts``: user columns (+ ``_time``) + ``_diff``
-        for the updates with ``lower <= _time < upper``."""
-        from pyspark.errors import AnalysisException
-        from pyspark.sql import functions as F
-
-        full = sty.spark_schema(schema, time=True, diff=DIFF)
-        cols = [*schema.names, *([TIME] if time else []), DIFF]
-        if not parts:
-            return self.spark.createDataFrame([], full).select(*cols)
-        paths = {f"{root}/{p.key}": p for p in parts}
-        try:
-            df = self.spark.read.schema(full).parquet(*paths)
-        except AnalysisException as e:
-            missing = _bare((e.getMessageParameters() or {}).get("path", "")) \
-                if e.getCondition() == "PATH_NOT_FOUND" else None
-            gone = next((p for path, p in paths.items() if _bare(path) == missing), None)
-            if gone is not None:
-                raise CorruptionError(f"part {shard.url}/{gone.key} is missing (referenced by state {seqno})") from e
-            raise
-        t = F.col(TIME)
-        if any(p.min_time < lower for p in parts) and any(p.max_time >= upper for p in parts):
-            df = df.filter((t >= lower) & (t < upper))
-        elif any(p.min_time < lower for p in parts):
-            df = df.filter(t >= lower)
-        elif any(p.max_time >= upper for p in parts):
-            df = df.filter(t < upper)
-        return df.select(*cols)
+        return layout, parts, root
 
     def snapshot(self, url: str, as_of: int | None = None, *, repeat: bool = False,
-                 at: Version | None = None) -> DataFrame:
+                 at: Version | None = None, schema: SchemaChoice = "current") -> DataFrame:
         """The consolidated contents as of ``as_of`` (default upper - 1); see the module docstring.
-        ``at``: as for :meth:`updates`."""
+        ``at``, ``schema``: as for :meth:`updates`."""
         from pyspark.sql import functions as F
 
-        raw, resolved = self._updates(url, as_of, at=at)
+        raw, resolved = self._updates(url, as_of, at=at, schema=schema)
         cols = [c for c in raw.columns if c != DIFF]
         where = f"shard {url} as of {resolved}"
         summed = raw.groupBy(*cols).agg(F.sum(DIFF).alias(COUNT))
@@ -238,34 +191,34 @@ class ShardReads:
         return out.withColumn("__one", F.explode(ones)).select(*cols)
 
     def changes(self, url: str, lower: int, upper: int, *, consolidate: bool = True,
-                at: Version | None = None) -> DataFrame:
+                at: Version | None = None, schema: SchemaChoice = "current") -> DataFrame:
         """Updates with ``lower <= _time < upper`` (user columns + ``_time`` + ``_diff``).
-        ``at``: as for :meth:`updates`."""
+        ``at``: as for :meth:`updates`; ``schema``: ``"as_of"`` is the one current at ``upper - 1``
+        (as :meth:`Shard.changes`)."""
         shard = self._shard(url)
         v = at if at is not None else shard.reader().head()
         h = v.header
         ds.check_changes(shard.url, h, lower, upper)
+        target = ReadHandle.reader_schema(h, schema, max(lower, upper - 1))
         pinned = self.keeper.acquire_pinned(shard, lower, holder=self.holder, head=v)[1]
-        root = self._native_root(shard, h.schema)
-        if root is not None:
-            parts, seqno = self._pinned_parts(shard, pinned, ds.MIN_TIME if lower <= h.since else lower, upper)
-            if lower <= h.since and any(p.min_time < h.since for p in parts):
-                # SUBTLE: times below since are read as since (compaction may have advanced
-                # them): the data source implements that; the native scan does not.
-                root = None
-            else:
-                parts = [p for p in parts if p.max_time >= lower]
-        if root is not None:
+        native = self._native(shard, pinned, target, ds.MIN_TIME if lower <= h.since else lower, upper)
+        if native is not None and lower <= h.since and any(p.min_time < h.since for p in native[1]):
+            # SUBTLE: times below since are read as since (compaction may have advanced
+            # them): the data source implements that; the native scan does not.
+            native = None
+        if native is not None:
+            layout, parts, root = native
+            parts = [p for p in parts if p.max_time >= lower]
             if not consolidate:
-                return self._scan(shard, root, h.schema, parts, seqno, lower, upper, time=True)
-            alone, shared = ds.isolated_parts(parts, lower, upper)
-            out = self._scan(shard, root, h.schema, alone, seqno, lower, upper, time=True)
+                return nr.scan(self.spark, layout, root, parts, pinned.seqno, lower, upper, time=True)
+            alone, shared = nr.consolidation_split(layout, parts, lower, upper)
+            out = nr.scan(self.spark, layout, root, alone, pinned.seqno, lower, upper, time=True)
             if shared:
-                out = out.unionByName(_consolidated(self._scan(shard, root, h.schema, shared, seqno, lower, upper,
-                                                               time=True)))
+                out = out.unionByName(_consolidated(nr.scan(self.spark, layout, root, shared, pinned.seqno, lower,
+                                                            upper, time=True)))
             return out
         reader = self._reader().option("mode", "changes").option("from", str(lower)).option("to", str(upper))
-        raw = reader.load(shard.url)
+        raw = reader.option("schema", str(target.id)).load(shard.url)
         if not consolidate:
             return raw
         return _consolidated(raw)
@@ -278,22 +231,6 @@ def _consolidated(raw: DataFrame) -> DataFrame:
     keys = [c for c in raw.columns if c != DIFF]
     summed = raw.groupBy(*keys).agg(F.sum(DIFF).alias(DIFF))
     return summed.filter(F.col(DIFF) != 0).select(*keys, DIFF)
-
-
-_S3A: dict[int, bool] = {}
-
-
-def _has_s3a(spark: SparkSession) -> bool:
-    """Whether the driver's JVM has hadoop-aws (Spark Connect: unknown, so no)."""
-    key = id(spark)
-    if key not in _S3A:
-        try:
-            jvm: Any = spark.sparkContext._jvm
-            jvm.java.lang.Class.forName("org.apache.hadoop.fs.s3a.S3AFileSystem")
-            _S3A[key] = True
-        except Exception:
-            _S3A[key] = False
-    return _S3A[key]
 
 
 def _first_line(e: BaseException) -> str:
@@ -316,18 +253,12 @@ def _failed_part(e: BaseException, roots: Sequence[str]) -> str | None:
     else:  # text fallback: Spark gave no error condition
         paths = [str(e)] if "FileNotFoundException" in str(e) else []
     for root in roots:
-        bare = re.escape(_bare(root).rstrip("/"))
+        bare = re.escape(nr.bare(root).rstrip("/"))
         for path in paths:
-            m = re.search(rf"(?:^|[\s/]){bare}/(parts/[^\s'\"`\]]+?\.parquet)", _bare(path))
+            m = re.search(rf"(?:^|[\s/]){bare}/(parts/[^\s'\"`\]]+?\.parquet)", nr.bare(path))
             if m:
                 return f"{root}/{m.group(1)}"
     return None
-
-
-def _bare(path: str) -> str:
-    """A file URL or path without its scheme, leading slashes and %-escapes, for comparing
-    the paths Spark reports (``file:/x``, ``file:///x``, ``s3a://b/x``) with ours."""
-    return re.sub(r"^[A-Za-z][A-Za-z0-9+.-]*:/*|^/+", "", unquote(path))
 
 
 def _spark_conditions(e: BaseException) -> list[tuple[str, dict[str, str]]]:

@@ -26,9 +26,12 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from shardsink.core import schema as sch
 from shardsink.core.schema import current as current_schema
 from shardsink.core.shard import Shard
+from shardsink.core.state import PartMeta
 from shardsink.core.updates import DIFF, TIME
+from shardsink.errors import CorruptionError
 from shardsink.sinks.description import Description
 from shardsink.sinks.ingest import committed
 from shardsink.sinks.reprocess import check_range, correction_label, prior_corrections
@@ -60,10 +63,28 @@ def range_correction(reads: ShardReads, source: Source, shard: Shard, desc: Desc
     persisted = reads.changes(shard.url, a, b, consolidate=False).drop(TIME)
     prior = prior_corrections(shard, a, b)
     if prior:  # earlier corrections of this range: small, read on the driver
-        t = shard.reader().read_parts(prior, schema).drop_columns([TIME])
+        t = _read_prior(shard, prior, schema).drop_columns([TIME])
         frame = spark.createDataFrame(t.to_pandas(), sty.spark_schema(schema, time=False, diff=DIFF))
         persisted = persisted.unionByName(frame)
     return correction_frame(desired, persisted, schema=schema, upper=desc.upper, where=shard.url), inputs
+
+
+def _read_prior(shard: Shard, prior: list[PartMeta], schema: pa.Schema) -> pa.Table:
+    """The rows of the prior correction parts ``prior``, each read through the schema id its
+    batch was written with and projected by field id onto ``schema`` (schema evolution).
+    SUBTLE: ``prior`` came from an earlier state read; a part no longer in the state (compacted
+    meanwhile) is a CorruptionError naming it (re-run the correction)."""
+    r = shard.reader()
+    v = r.head()
+    h = v.header
+    sid = sch.id_of(h, schema)
+    target = sch.current(h) if sid is None else sch.known(h, sid, url=shard.url)
+    by_key = {p.key: b for b in r.batches(v) for p in b.parts}
+    gone = [p.key for p in prior if p.key not in by_key]
+    if gone:
+        raise CorruptionError(f"prior correction part {gone[0]} of {shard.url} left the state while being read "
+                              "(compacted meanwhile?); re-run the correction")
+    return r.read_batch_parts(h, [(by_key[p.key], p) for p in prior], target)
 
 
 def ordinary_rows(spark: SparkSession, source: Source, shard: Shard, desc: Description, *,
