@@ -16,7 +16,7 @@ from shardsink.core import transitions as tr
 from shardsink.core.commands import AppendCommand
 from shardsink.core.schema import SchemaChange
 from shardsink.core.shard import Shard
-from shardsink.errors import InvalidUsageError
+from shardsink.errors import CorruptionError, InvalidUsageError
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "shard-format1"
 SCHEMA = pa.schema([pa.field("k", pa.int32(), False), pa.field("v", pa.string()), pa.field("f", pa.float32()),
@@ -194,3 +194,16 @@ def test_the_cli_reads_with_the_current_or_the_as_of_schema(shard: Shard, capsys
     assert main(["changes", shard.url, "--from", "0", "--to", "10", "--schema", "as_of"]) == 0
     # the rename committed at upper 10: times before it read with the old name
     assert list(json.loads(capsys.readouterr().out.splitlines()[0])) == ["k", "v", "f", "d", "_time", "_diff"]
+
+
+def test_a_value_that_does_not_fit_the_readers_narrower_type_is_corruption_naming_the_column() -> None:
+    """project runs after the read's time filter: a value left that the older schema cannot
+    hold (k = 2**40 under k: int32) is corruption, named by column, not an ArrowInvalid."""
+    narrow = sch.make_entry(pa.schema([("k", pa.int32()), ("v", pa.string())]), [1, 2], id=0, seqno=0, at="",
+                            upper=None)
+    wide = sch.make_entry(pa.schema([("k", pa.int64()), ("v", pa.string())]), [1, 2], id=1, seqno=3, at="", upper=30)
+    part = pa.table({"k": pa.array([1, 2**40], pa.int64()), "v": ["a", "b"], "_time": [0, 30], "_diff": [1, 1]})
+    assert sch.project(part.slice(0, 1), wide, narrow)["k"].type == pa.int32()
+    with pytest.raises(CorruptionError, match=r"^shard X: column 'k' \(field id 1, stored as 'k'\) holds a value that "
+                                              r"is not a int32 under the schema at the read's time"):
+        sch.project(part, wide, narrow, where="shard X")

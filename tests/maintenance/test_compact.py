@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -21,7 +22,7 @@ import pyarrow.parquet as pq
 import pytest
 from support import SCHEMA, Row, audit, changes_counter, consolidated, contents, snapshot_counter, table_of
 
-from shardsink import Shard
+from shardsink import CorruptionError, Shard
 from shardsink.core import fate as ft
 from shardsink.core import state as st
 from shardsink.core import transitions as tr
@@ -349,3 +350,32 @@ def test_inputs_replaced_and_collected_while_read_is_a_refusal_not_corruption(sh
     assert list(blob.list(f"parts/{loser.compaction_id}/")) == [] == list(blob.list(f"staging/{loser.compaction_id}/"))
     everything = [r for rows in model.values() for r in rows]
     assert snapshot_counter(shard.snapshot(4 * SPAN - 1)) == contents(everything, 4 * SPAN - 1)
+
+
+
+@pytest.mark.parametrize("small_bytes", [1 << 30, 0], ids=["one-shot", "streamed"])
+def test_a_compaction_never_writes_a_wrapped_diff_sum(shard_url: str, blob: Blob, small_bytes: int) -> None:
+    """Six batches adding ("a", 0) with diffs 2**62 (+, +, -, +, +, +), times advanced to one
+    since: the sum 2**64 wrapped to 0 and the compaction dropped the row. Now it refuses
+    (CorruptionError naming the shard and the sum) and commits nothing; the first three
+    (2**63 on the way, 2**62 at the end) compact exactly."""
+    big = 2**62
+    shard = Shard.create(shard_url, SCHEMA, blob=blob)
+    for i, d in enumerate((big, big, -big, big, big, big)):
+        shard.append(table_of([("a", 0, SPAN * i, d), ("b", 0, SPAN * i, 1)]), lower=SPAN * i, upper=SPAN * (i + 1))
+    since = 5 * SPAN
+    advance_since(shard, target=since)
+    head = shard.reader().head()
+    options = CompactOptions(merge=MergeOptions(small_bytes=small_bytes, batch_rows=1))
+    with pytest.raises(CorruptionError, match=f"^compaction of {re.escape(shard_url)} has 1 rows whose _diff sum "
+                                              f"overflows int64, e.g. {2**64}$"):
+        compact_batches(shard, shard.batches(), since=since, options=options)
+    after = shard.reader().head()
+    assert (after.seqno, shard.batches()) == (head.seqno, shard.reader().batches(head)), "nothing was committed"
+    if small_bytes:
+        assert shard.reader().leaked_parts() == [], "the one-shot merge wrote no output part"
+    res = compact_batches(shard, shard.batches()[:3], since=since, options=options)
+    assert res.status == "applied"
+    merged = shard.batches()[0]
+    got = read_parts(blob, merged.parts, SCHEMA).sort_by("k").to_pylist()
+    assert got == [{"k": "a", "n": 0, "_time": since, "_diff": big}, {"k": "b", "n": 0, "_time": since, "_diff": 3}]

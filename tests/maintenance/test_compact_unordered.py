@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 from support import SCHEMA, Row, audit, changes_counter, consolidated, contents, snapshot_counter, table_of
 
-from shardsink import Shard
+from shardsink import CorruptionError, Shard
 from shardsink.core import state as st
 from shardsink.core.consolidate import consolidate
 from shardsink.core.part_io import write_parts
@@ -171,3 +171,28 @@ def test_the_merges_row_keys_order_rows_exactly_as_the_sort_does(seed: int) -> N
     want = pc.sort_indices(t, sort_keys=[(k, "ascending", "at_end") for k in keys]).to_pylist()
     got = sorted(range(n), key=lambda j: (row_key(t, j, keys), j))
     assert got == want
+
+
+def test_sorted_runs_keep_partial_diff_sums_exact(tmp_path: Path) -> None:
+    """Unordered inputs sorted in separate runs (a budget of one batch per run): a run whose sum
+    of a key leaves int64 keeps its rows (the key's total may not leave it: exact), and a total
+    that does leave it fails the merge naming the shard, from several runs or from a lone run
+    (whose sums the old merge wrapped: four 2**62 became 0 and the row vanished)."""
+    big = 2**62
+    blob = LocalBlob(tmp_path / "s")
+    admin = Shard(blob.url, blob=blob).admin()
+
+    def merged(inputs: list[list[Row]], name: str) -> list[tuple[str, int, int, int]]:
+        parts = [p for i, rows in enumerate(inputs)
+                 for p in write_parts(blob, table_of(rows), prefix=f"parts/{name}{i}", order="unordered")]
+        stats = merge_parts(admin, parts, SCHEMA, into=admin.builder(name), since=0,
+                            options=MergeOptions(small_bytes=0, memory_budget=1 if len(inputs) > 1 else 1 << 30))
+        assert stats.runs == len(inputs)
+        return _as_rows(pa.concat_tables([raw(blob, p.key) for p in stats.parts])) if stats.parts else []
+
+    assert merged([[("a", 0, 0, big), ("b", 0, 0, 1), ("a", 0, 0, big)],
+                   [("a", 0, 0, -big), ("a", 0, 0, 5), ("a", 0, 0, -big)]], "fits") == [("a", 0, 0, 5), ("b", 0, 0, 1)]
+    for name, inputs in (("two", [[("a", 0, 0, big)] * 2, [("a", 0, 0, big)] * 2]), ("one", [[("a", 0, 0, big)] * 4])):
+        with pytest.raises(CorruptionError, match=f"^compaction of {blob.url} has 1 rows whose _diff sum overflows "
+                                                  f"int64, e.g. {2**64}$"):
+            merged(inputs, name)

@@ -15,6 +15,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from shardsink.core.diff_sums import group_sums, run_sums
 from shardsink.core.updates import DIFF
 
 try:  # numpy is optional for pyarrow; without it sorting falls back to pc.sort_indices
@@ -23,56 +24,84 @@ except ImportError:  # pragma: no cover
     np = None  # type: ignore[assignment]
 
 
-def consolidate(table: pa.Table, keys: Sequence[str]) -> pa.Table:
+def consolidate(table: pa.Table, keys: Sequence[str], *, where: str = "the updates") -> pa.Table:
     """Sum ``_diff`` per distinct ``keys``, drop zero sums, sort by ``keys``.
+
+    Sums are exact (:mod:`shardsink.core.diff_sums`): CorruptionError naming ``where`` if one
+    leaves int64, never a wrapped value.
 
     Sorts, then sums runs of equal adjacent keys (a segmented sum keeps the sorted
     order; a hash group-by would not). Skips the summing when no two adjacent sorted
     rows share their keys, the common case for ingested data.
     """
+    return _consolidate(table, keys, where=where, partial=False)[0]
+
+
+def consolidate_partial(table: pa.Table, keys: Sequence[str], *, where: str) -> tuple[pa.Table, bool]:
+    """:func:`consolidate` of a CHUNK of some updates (more rows of a key may be in other
+    chunks, consolidated together later): a key whose exact sum in this chunk leaves int64 is
+    no error (its total may not), its rows are kept unsummed instead (still sorted; the sums
+    stay exact). Returns the table and whether it is fully consolidated (no such key)."""
+    return _consolidate(table, keys, where=where, partial=True)
+
+
+def _consolidate(table: pa.Table, keys: Sequence[str], *, where: str, partial: bool) -> tuple[pa.Table, bool]:
     if table.num_rows == 0:
-        return table
-    fast = consolidate_fast(table, keys)
+        return table, True
+    fast = _consolidate_fast(table, keys, where=where, partial=partial)
     if fast is not None:
         return fast
     table = _take(table, pc.sort_indices(table, sort_keys=[(k, "ascending", "at_end") for k in keys]))
     if table.num_rows == 1:
-        return table
+        return table, True
     same = _adjacent_same(table, keys)
     if same is None:
-        return table
-    return _sum_runs(table, same, keys)
+        return table, True
+    return _sum_runs(table, same, keys, where=where, partial=partial)
 
 
-def consolidate_fast(table: pa.Table, keys: Sequence[str]) -> pa.Table | None:
+def consolidate_fast(table: pa.Table, keys: Sequence[str], *, where: str = "the updates") -> pa.Table | None:
     """:func:`consolidate` by the vectorised sort alone, or None (nothing done) if a key
     type has no coding there (or numpy is missing); :func:`consolidate` then falls back
     to ``pc.sort_indices``. Also takes string keys dictionary-encoded, as staging's fast
     path encodes them (``part_io._stage_slice``).
     """
+    fast = _consolidate_fast(table, keys, where=where, partial=False)
+    return None if fast is None else fast[0]
+
+
+def _consolidate_fast(table: pa.Table, keys: Sequence[str], *, where: str,
+                      partial: bool) -> tuple[pa.Table, bool] | None:
     fast = _sort_order(table, keys)
     if fast is None:
         return None
     ordered = _take(table, fast[0])
     same = _adjacent_same(ordered, keys) if fast[1] else None  # None: no duplicates to sum
     if same is None:
-        return ordered
-    return _sum_runs(ordered, same, keys)
+        return ordered, True
+    return _sum_runs(ordered, same, keys, where=where, partial=partial)
 
 
-def _sum_runs(table: pa.Table, same: Any, keys: Sequence[str]) -> pa.Table:
-    """Sum ``_diff`` over runs of rows where ``same[i]`` (row i equals row i+1); drop zeros."""
+def _sum_runs(table: pa.Table, same: Any, keys: Sequence[str], *, where: str,
+              partial: bool) -> tuple[pa.Table, bool]:
+    """Sum ``_diff`` (exactly) over runs of rows where ``same[i]`` (row i equals row i+1); drop
+    zeros. ``partial``: a run whose sum leaves int64 keeps its rows (see :func:`consolidate_partial`)."""
     if np is None:  # pragma: no cover - numpy ships with every supported install
-        summed = table.group_by(list(keys), use_threads=False).aggregate([(DIFF, "sum")])
-        summed = summed.rename_columns([*keys, DIFF]).select(table.column_names)
+        summed = group_sums(table, keys, name=DIFF, where=where, use_threads=False).select(table.column_names)
         summed = summed.take(pc.sort_indices(summed, sort_keys=[(k, "ascending", "at_end") for k in keys]))
-    else:
-        starts = np.flatnonzero(np.concatenate(([True], ~same)))
-        sums = np.add.reduceat(table.column(DIFF).to_numpy(), starts)
-        summed = table.take(pa.array(starts)).set_column(
-            table.schema.get_field_index(DIFF), table.schema.field(DIFF), pa.array(sums, pa.int64())
-        )
-    return summed.filter(pc.not_equal(summed[DIFF], 0))
+        return summed.filter(pc.not_equal(summed[DIFF], 0)), True
+    starts = np.flatnonzero(np.concatenate(([True], ~same)))
+    sums, over = run_sums(table.column(DIFF), starts, where=where, partial=partial)
+    rows = starts
+    if over is not None:  # keep the rows of the runs whose sum leaves int64, with their own diffs
+        run_of = np.cumsum(np.concatenate(([True], ~same))) - 1
+        rows = np.flatnonzero(np.isin(np.arange(table.num_rows), starts) | over[run_of])
+        own = table.column(DIFF).take(pa.array(rows)).to_numpy()
+        sums = np.where(over[run_of[rows]], own, sums[run_of[rows]])
+    summed = table.take(pa.array(rows)).set_column(
+        table.schema.get_field_index(DIFF), table.schema.field(DIFF), pa.array(sums, pa.int64())
+    )
+    return summed.filter(pc.not_equal(summed[DIFF], 0)), over is None
 
 
 # --- sorting ---------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from the same state pass the version it returned on (:meth:`batches`, and
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Literal
@@ -30,8 +30,9 @@ from shardsink.core import schema as sch
 from shardsink.core import state as st
 from shardsink.core.checks import check_as_of, check_changes
 from shardsink.core.consolidate import consolidate
+from shardsink.core.diff_sums import group_sums
 from shardsink.core.machine import Machine
-from shardsink.core.updates import COUNT, DIFF, TIME
+from shardsink.core.updates import COUNT, TIME
 from shardsink.errors import CorruptionError, InvalidUsageError, ReadFrontierError
 from shardsink.storage.base import Blob, ObjectInfo
 
@@ -117,22 +118,34 @@ class ReadHandle:
         return pio.read_parts(self._machine.blob, parts, schema)
 
     def read_batch_parts(self, header: st.Header, wanted: Sequence[tuple[st.BatchMeta, st.PartMeta]],
-                         target: st.SchemaEntry) -> pa.Table:
+                         target: st.SchemaEntry, *, times: tuple[int | None, int] | None = None) -> pa.Table:
         """The rows of parts (each with its batch) projected onto the schema ``target``: every
         part is read through its batch's schema id, its columns mapped by field id
         (:func:`shardsink.core.schema.project`: nulls for added, casts for widened, renamed by
-        id, dropped hidden). CorruptionError if a batch names a schema the state does not hold."""
+        id, dropped hidden). CorruptionError if a batch names a schema the state does not hold.
+
+        ``times`` ``(lo, hi)``: only rows with ``lo <= _time < hi`` (stored times; ``lo`` None:
+        no lower bound), filtered BEFORE projecting: a part compacted from newer data may hold
+        values (e.g. ``2**40`` in a column widened to int64) that an older, narrower ``target``
+        cannot hold, outside the read's times. A row inside them that does not fit ``target``
+        is corruption (CorruptionError naming the column).
+        """
         entries = {e.id: e for e in sch.history(header)}
         parts = [p for _, p in wanted]
-        if all(b.schema_id == target.id for b, _ in wanted):
+        cut = [times is not None and ((times[0] is not None and p.min_time < times[0]) or p.max_time >= times[1])
+               for p in parts]
+        if not any(cut) and all(b.schema_id == target.id for b, _ in wanted):
             return pio.read_parts(self._machine.blob, parts, sch.entry_schema(target))
         sources = []
-        for b, _ in wanted:
+        for (b, _), part_cut in zip(wanted, cut, strict=True):
             src = entries.get(b.schema_id)
             if src is None:
                 raise CorruptionError(f"batch {b.desc_id} of {self.url} names schema id {b.schema_id}, which the "
                                       f"state does not hold (it holds {sorted(entries)})")
-            sources.append((sch.entry_schema(src), partial(sch.project, source=src, target=target)))
+            proj = partial(sch.project, source=src, target=target, where=f"shard {self.url}")
+            if part_cut and times is not None:
+                proj = partial(_filtered, times=times, then=proj)
+            sources.append((sch.entry_schema(src), proj))
         return pio.read_parts(self._machine.blob, parts, sch.entry_schema(target), sources=sources)
 
     @staticmethod
@@ -166,7 +179,8 @@ class ReadHandle:
     def snapshot(self, as_of: int | None = None, *, schema: SchemaChoice = "current") -> pa.Table:
         """Consolidated contents as of ``as_of`` (default upper - 1): user columns + ``_count``.
 
-        Requires ``since <= as_of < upper``. Raises CorruptionError on a negative count.
+        Requires ``since <= as_of < upper``. Raises CorruptionError on a count outside int64
+        (exact sums, :mod:`shardsink.core.diff_sums`; checked first) or a negative count.
         Columns are those of the ``schema`` choice (:meth:`reader_schema`), every part projected.
         """
         v = self.head()
@@ -178,12 +192,9 @@ class ReadHandle:
         check_as_of(self.url, h, as_of)
         target = self.reader_schema(h, schema, as_of)
         wanted = [(b, p) for b in self.batches(v) if b.lower <= as_of for p in b.parts if p.min_time <= as_of]
-        data = self.read_batch_parts(h, wanted, target)
-        if any(p.max_time > as_of for _, p in wanted):
-            data = data.filter(pc.less_equal(data[TIME], as_of))
+        data = self.read_batch_parts(h, wanted, target, times=(None, as_of + 1))
         names = [f.name for f in target.fields]
-        summed = data.group_by(names, use_threads=True).aggregate([(DIFF, "sum")])
-        summed = summed.rename_columns([*names, COUNT])
+        summed = group_sums(data, names, name=COUNT, where=f"shard {self.url} as of {as_of}")
         lowest = pc.min(summed[COUNT]).as_py()
         if lowest is not None and lowest < 0:
             negative = summed.filter(pc.less(summed[COUNT], 0))
@@ -202,7 +213,8 @@ class ReadHandle:
         compaction may have stored them: so ``changes(since, x)`` starts with the whole
         history before ``since`` collapsed at ``since``, and the result is the same before
         and after any compaction. Columns are those of the ``schema`` choice (:meth:`reader_schema`;
-        ``"as_of"``: the schema current at ``upper - 1``).
+        ``"as_of"``: the schema current at ``upper - 1``). CorruptionError if a ``_diff`` sum
+        leaves int64 (exact sums, never wrapped).
         """
         v = self.head()
         h = v.header
@@ -213,13 +225,14 @@ class ReadHandle:
             (b, p) for b in self.batches(v) for p in b.parts
             if (from_start or p.max_time >= lower) and p.min_time < upper
         ]
-        data = self.read_batch_parts(h, wanted, target)
+        data = self.read_batch_parts(h, wanted, target, times=(None if from_start else lower, upper))
         if from_start and data.num_rows:
             i = data.schema.get_field_index(TIME)
             data = data.set_column(i, data.schema.field(i),
                                    pc.max_element_wise(data[TIME], pa.scalar(h.since, pa.int64())))
-        data = data.filter(pc.and_(pc.greater_equal(data[TIME], lower), pc.less(data[TIME], upper)))
-        return consolidate(data, [*(f.name for f in target.fields), TIME])
+            data = data.filter(pc.and_(pc.greater_equal(data[TIME], lower), pc.less(data[TIME], upper)))
+        return consolidate(data, [*(f.name for f in target.fields), TIME],
+                           where=f"shard {self.url} changes [{lower}, {upper})")
 
     # --- leases -------------------------------------------------------------------
 
@@ -230,3 +243,12 @@ class ReadHandle:
     def min_leased_as_of(self, *, now: float | None = None) -> int | None:
         """The lowest ``as_of`` a live lease holds: compaction must keep ``since`` at or below it."""
         return ls.min_leased_as_of(_LeaseHost(self.url, self._machine), now=now)
+
+
+def _filtered(table: pa.Table, *, times: tuple[int | None, int], then: Callable[[pa.Table], pa.Table]) -> pa.Table:
+    """``then`` of the rows of ``table`` (a part as written) with ``lo <= _time < hi``."""
+    lo, hi = times
+    keep = pc.less(table[TIME], hi)
+    if lo is not None:
+        keep = pc.and_(keep, pc.greater_equal(table[TIME], lo))
+    return then(table.filter(keep))

@@ -30,7 +30,7 @@ import pyarrow as pa
 
 from shardsink.core.state import FieldSpec, Header, SchemaEntry
 from shardsink.core.updates import COUNT, DIFF, TIME, check_schema
-from shardsink.errors import InvalidUsageError
+from shardsink.errors import CorruptionError, InvalidUsageError
 
 ChangeKind = Literal["add", "drop", "rename", "widen", "nullable"]
 CHANGE_KINDS: tuple[ChangeKind, ...] = ("add", "drop", "rename", "widen", "nullable")
@@ -264,17 +264,30 @@ def projection_for(source: SchemaEntry, target: SchemaEntry) -> tuple[ColumnProj
                  for spec, f in zip(target.fields, schema, strict=True))
 
 
-def project(table: pa.Table, source: SchemaEntry, target: SchemaEntry) -> pa.Table:
+def project(table: pa.Table, source: SchemaEntry, target: SchemaEntry, *, where: str = "a part") -> pa.Table:
     """``table`` (a part's user columns by ``source``'s names, then ``_time``, ``_diff``) as the
-    reader's schema ``target`` (see :func:`projection_for`); same rows, same order."""
+    reader's schema ``target`` (see :func:`projection_for`); same rows, same order.
+
+    HAZARD: ``target`` may be older and narrower than ``source`` (an ``as_of`` read), so callers
+    filter ``table`` to the read's times first; a value that then still does not fit ``target``
+    is corruption: CorruptionError naming ``where`` and the column.
+    """
     if source is target or source.id == target.id:
         return table
     cols, fields = [], []
     for c in projection_for(source, target):
-        col = pa.nulls(table.num_rows, c.type) if c.source is None else table[c.source].cast(c.type)
+        col = pa.nulls(table.num_rows, c.type) if c.source is None else _cast(table[c.source], c, where)
         cols.append(col)
         fields.append(pa.field(c.name, c.type, c.nullable))
     for n in (TIME, DIFF):
         cols.append(table[n])
         fields.append(table.schema.field(n))
     return pa.Table.from_arrays(cols, schema=pa.schema(fields))
+
+
+def _cast(col: pa.ChunkedArray, c: ColumnProjection, where: str) -> pa.ChunkedArray:
+    try:
+        return col.cast(c.type)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+        raise CorruptionError(f"{where}: column {c.name!r} (field id {c.field_id}, stored as {c.source!r}) holds a "
+                              f"value that is not a {c.type} under the schema at the read's time: {e}") from e

@@ -36,6 +36,7 @@ from shardsink.core import transitions as tr
 from shardsink.core import verdicts as vd
 from shardsink.core.builder import DEFAULT_PART_OPTIONS, BatchBuilder, PartOptions
 from shardsink.core.commands import AppendCommand, Command
+from shardsink.core.diff_sums import check_input_sums
 from shardsink.core.machine import Head, Machine
 from shardsink.core.updates import TIME, validate_updates
 from shardsink.errors import InvalidUsageError, ShardClosedError, UpperMismatchError
@@ -120,6 +121,7 @@ class WriteHandle:
             if schema_id is None:
                 schema_id = sch.id_of(self._machine.head().version.header, schema)
         updates = validate_updates(table, schema, lower=lower, upper=upper)
+        check_input_sums(updates, [*schema.names, TIME], what="the appended table")
         written = self.builder(desc_id, label=label, options=options).stage(updates, [*schema.names, TIME])
         return StagedBatch(desc_id, lower, upper, written, schema_id)
 

@@ -215,11 +215,11 @@ def merge_parts(source: PartSource, parts: Sequence[PartMeta], schema: pa.Schema
         tables = [t for r in readers for t in r]
         data = pa.concat_tables(tables) if tables else full.empty_table()
         stats.peak_rows = data.num_rows
-        out.write(consolidate(data, keys))
+        out.write(consolidate(data, keys, where=f"compaction of {source.url}"))
         out.flush()
         return stats
     stats.streamed = True
-    _stream(readers, keys, stats, out)
+    _stream(readers, keys, stats, out, where=f"compaction of {source.url}")
     out.flush()
     return stats
 
@@ -259,12 +259,13 @@ def _merge_unordered(source: PartSource, parts: Sequence[PartMeta], full: pa.Sch
             _counted(i, part_batches(f, p, source.url, full, since, options.batch_rows), stats, on_batch)
             for (i, p), f in zip(ordered, files, strict=True)]
         del files
-        if not streams and len(runs) == 1:  # one sorted, consolidated run (times already advanced): as it is
+        if not streams and len(runs) == 1 and runs[0].exact:  # one sorted, consolidated run: as it is
             for t in runs[0].batches(full, options.batch_rows):
                 out.write(t)
         elif streams or runs:
             stats.streamed = True
-            _stream([*streams, *(r.batches(full, options.batch_rows) for r in runs)], keys, stats, out)
+            _stream([*streams, *(r.batches(full, options.batch_rows) for r in runs)], keys, stats, out,
+                    where=f"compaction of {source.url}")
         out.flush()  # before the spill files go
 
 
@@ -276,7 +277,8 @@ def _opened(f: pq.ParquetFile) -> Callable[[], pq.ParquetFile]:
     return lambda: f
 
 
-def _stream(readers: list[Iterator[pa.Table]], keys: list[str], stats: MergeStats, out: _Writer) -> None:
+def _stream(readers: list[Iterator[pa.Table]], keys: list[str], stats: MergeStats, out: _Writer, *,
+            where: str) -> None:
     """The k-way merge of ``readers`` (each yields sorted, consolidated tables in order).
 
     Each input keeps its loaded, not yet emitted rows (``pending``, still sorted). A round
@@ -313,10 +315,10 @@ def _stream(readers: list[Iterator[pa.Table]], keys: list[str], stats: MergeStat
         stats.peak_rows = max(stats.peak_rows, sum(p.num_rows for p in pending if p is not None)
                               + sum(e.num_rows for e in emit))
         if emit:
-            out.write(consolidate(pa.concat_tables(emit), keys))
+            out.write(consolidate(pa.concat_tables(emit), keys, where=where))
         load(setter)
     rest = [p for p in pending if p is not None and p.num_rows]
     if rest:
         tail = pa.concat_tables(rest)
         stats.peak_rows = max(stats.peak_rows, tail.num_rows)
-        out.write(consolidate(tail, keys))
+        out.write(consolidate(tail, keys, where=where))

@@ -36,7 +36,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from shardsink.core import floats as fl
-from shardsink.core.consolidate import consolidate
+from shardsink.core.consolidate import consolidate_partial
 from shardsink.core.state import PartMeta
 from shardsink.core.updates import DIFF, TIME
 from shardsink.errors import CorruptionError
@@ -113,11 +113,14 @@ def rows_below(table: pa.Table, bound: RowKey, keys: Sequence[str]) -> int:
 
 @dataclass
 class Run:
-    """A sorted, consolidated run of updates: in memory (``table``) or spilled (``path``)."""
+    """A sorted, consolidated run of updates: in memory (``table``) or spilled (``path``).
+    ``exact``: False if some key's sum in the run left int64 and its rows were kept unsummed
+    (:func:`shardsink.core.consolidate.consolidate_partial`): merge it with the other runs."""
 
     rows: int
     table: pa.Table | None = None
     path: str | None = None
+    exact: bool = True
 
     def batches(self, full: pa.Schema, batch_rows: int) -> Iterator[pa.Table]:
         """The run in order, at most ``batch_rows`` rows at a time (a spilled run: per row group
@@ -178,19 +181,19 @@ def sort_runs(inputs: Sequence[RunInput], url: str, full: pa.Schema, keys: Seque
         chunk.clear()
         size = 0
         stats.peak_rows = max(stats.peak_rows, table.num_rows)
-        run = consolidate(table, keys)
+        run, exact = consolidate_partial(table, keys, where=f"compaction of {url}")
         del table
         if run.num_rows == 0:
             return
         stats.runs += 1
         if not spill:
-            runs.append(Run(run.num_rows, table=run))
+            runs.append(Run(run.num_rows, table=run, exact=exact))
             return
         path = os.path.join(options.spill_dir, f"run-{uuid.uuid4().hex}.parquet")
         pq.write_table(run, path, row_group_size=max(1, options.row_group_rows), compression="lz4")
         stats.spilled += 1
         stats.spill_bytes += os.path.getsize(path)
-        runs.append(Run(run.num_rows, path=path))
+        runs.append(Run(run.num_rows, path=path, exact=exact))
 
     for i, p, open_ in inputs:
         for t in part_batches(open_(), p, url, full, since, options.batch_rows):
