@@ -201,14 +201,13 @@ def _verify(shard: Shard, args: argparse.Namespace) -> int:
 
 def _read(shard: Shard, args: argparse.Namespace) -> int:
     """``snapshot`` and ``changes``: the rows sorted, in the requested format."""
-    if getattr(args, "engine", "pyarrow") != "pyarrow" and getattr(args, "schema", "current") != "current":
-        raise InvalidUsageError("--schema as_of reads with the pyarrow engine only (for now)")
     if getattr(args, "engine", "pyarrow") != "pyarrow":  # a leased engine read (shardsink.read)
         from shardsink.read.tables import engine_table
 
         changes = None if args.cmd == "snapshot" else (args.lower, args.upper)
-        t = engine_table(args.engine, shard.url, as_of=args.as_of if changes is None else None, changes=changes)
-        keys = shard.schema.names if changes is None else [*shard.schema.names, TIME]
+        t = engine_table(args.engine, shard.url, as_of=args.as_of if changes is None else None, changes=changes,
+                         schema=getattr(args, "schema", "current"))
+        keys = [c for c in t.column_names if c not in ("_count", DIFF)]
     elif args.cmd == "snapshot":
         t = shard.snapshot(args.as_of, schema=getattr(args, "schema", "current"))
         keys = [c for c in t.column_names if c != "_count"]

@@ -27,6 +27,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from shardsink import Shard
+from shardsink.core.schema import SchemaChange
 
 # The float column first: Parquet statistics of the first column are written, which once
 # made DuckDB fold isnan() to false (see shardsink.read.duckdb_read).
@@ -138,3 +139,27 @@ def as_counter(rows: Iterable[Sequence[Any]]) -> Counter[tuple[Any, ...]]:
 
 def core_counter(table: pa.Table) -> Counter[tuple[Any, ...]]:
     return as_counter(zip(*(table.column(i).to_pylist() for i in range(table.num_columns)), strict=True))
+
+
+EVOLVED = pa.schema([pa.field("k", pa.int32()), pa.field("v", pa.string()), pa.field("y", pa.float64()),
+                     pa.field("z", pa.string())])
+
+
+def evolved(url: str) -> Shard:
+    """Four schema changes, a batch under each schema id: ``add note`` at 10, ``rename v:w``
+    at 20, ``widen k:int64`` and ``drop z`` at 30 (schema ids 0, 1, 2, 4 hold batches)."""
+    s = Shard.create(url, EVOLVED)
+    i32 = pa.int32()
+    s.append(pa.table({"k": pa.array([1, 2, 3], i32), "v": ["a", "b", "c"], "y": [0.5, -0.0, float("nan")],
+                       "z": ["p", "q", None], "_time": [0, 1, 2], "_diff": [1, 1, 1]}), lower=0, upper=10)
+    s.evolve(SchemaChange(kind="add", name="note", type="string"))
+    s.append(pa.table({"k": pa.array([4, 1], i32), "v": ["d", "a"], "y": [1.0, 0.5], "z": ["r", "p"],
+                       "note": ["n4", None], "_time": [10, 11], "_diff": [1, -1]}), lower=10, upper=20)
+    s.evolve(SchemaChange(kind="rename", name="v", new_name="w"))
+    s.append(pa.table({"k": pa.array([5], i32), "w": ["e"], "y": [2.0], "z": ["s"], "note": ["n5"],
+                       "_time": [20], "_diff": [1]}), lower=20, upper=30)
+    s.evolve(SchemaChange(kind="widen", name="k", type="int64"))
+    s.evolve(SchemaChange(kind="drop", name="z"))
+    s.append(pa.table({"k": pa.array([2**40, 2], pa.int64()), "w": ["f", "b"], "y": [3.0, 0.0], "note": ["n6", None],
+                       "_time": [30, 31], "_diff": [2, 1]}), lower=30, upper=40)
+    return s

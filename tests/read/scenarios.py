@@ -11,9 +11,9 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from read_helpers import NAN_KEY, SCHEMA, Model, as_counter, core_counter, decanonicalise, write_history
+from read_helpers import NAN_KEY, SCHEMA, Model, as_counter, core_counter, decanonicalise, evolved, write_history
 
-from shardsink import Shard
+from shardsink import CorruptionError, Shard
 from shardsink.maintenance.compact import compact_batches
 from shardsink.maintenance.gc import collect
 from shardsink.maintenance.gc_types import GcOptions
@@ -24,10 +24,14 @@ from shardsink.read import LeasedRead
 @dataclass(frozen=True)
 class Engine:
     """``read(url, as_of, changes)``: the engine reader; ``rows(engine object)``: its result
-    rows as tuples in the plan's column order."""
+    rows as tuples in the plan's column order; ``arrow``: its result as an Arrow table;
+    ``corruption``: what a failed corruption check raises (DuckDB: its error, message
+    ``CorruptionError: ...``)."""
 
     read: Callable[..., LeasedRead[Any]]
     rows: Callable[[Any], Sequence[tuple[Any, ...]]]
+    arrow: Callable[[Any], pa.Table]
+    corruption: type[Exception] = CorruptionError
 
     def snapshot(self, url: str, as_of: int | None = None) -> Counter[tuple[Any, ...]]:
         with self.read(url, as_of) as value:
@@ -120,3 +124,56 @@ def lease_lives_as_long_as_the_returned_object(engine: Engine, url: str) -> None
     del value
     gc.collect()
     assert not shard.leases()                                      # collected: released
+
+
+def as_of_schema_reads_equal_the_pyarrow_reads(engine: Engine, url: str) -> None:
+    """``schema="as_of"`` after add (10), rename (20), widen + drop (30): the engine's columns,
+    the widened column's type and rows equal ``Shard.snapshot/changes(schema="as_of")``."""
+    shard = evolved(url)
+
+    def same(got: pa.Table, want: pa.Table, what: str) -> None:
+        assert got.column_names == want.column_names, what
+        assert got.schema.field("k").type == want.schema.field("k").type, what
+        assert core_counter(got) == core_counter(want), what
+
+    expected = {5: ["k", "v", "y", "z"], 15: ["k", "v", "y", "z", "note"], 29: ["k", "w", "y", "z", "note"],
+                39: ["k", "w", "y", "note"]}
+    for as_of, names in expected.items():
+        want = shard.snapshot(as_of, schema="as_of")
+        assert want.column_names == [*names, "_count"]                      # the pyarrow read's schema
+        with engine.read(url, as_of, schema="as_of") as value:
+            same(engine.arrow(value), want, f"snapshot as of {as_of}")
+    assert shard.snapshot(29, schema="as_of").schema.field("k").type == pa.int32()   # narrower before 30
+    for lo, hi in ((0, 40), (0, 25), (10, 20), (15, 15)):
+        with engine.read(url, changes=(lo, hi), schema="as_of") as value:
+            same(engine.arrow(value), shard.changes(lo, hi, schema="as_of"), f"changes [{lo}, {hi})")
+    with engine.read(url, 15) as value:                                     # the default stays current
+        assert engine.arrow(value).column_names == ["k", "w", "y", "note", "_count"]
+
+
+def diff_sums_never_wrap(engine: Engine, url: str) -> None:
+    """Diffs of 2**62 in five parts (times 0..40: +, +, -, +, +): a sum whose running total
+    passes int64 but ends inside it reads exactly (as the pyarrow read); a sum outside int64
+    fails the read (corruption check) instead of wrapping."""
+    big = 2**62
+    shard = Shard.create(url, pa.schema([("k", pa.string())]))
+    for i, d in enumerate((big, big, -big, big, big)):
+        shard.append(pa.table({"k": ["a", "b"], "_time": [10 * i, 10 * i + 5], "_diff": [d, 1]}),
+                     lower=10 * i, upper=10 * i + 10)
+    want = {("a",): big, ("b",): 3}
+    assert engine.snapshot(url, 29) == core_counter(shard.snapshot(29)) == want      # 2**63 on the way
+    for as_of in (39, 49):                                                # 2**63, 3 * 2**62
+        with engine.read(url, as_of) as value, pytest.raises(engine.corruption, match="overflows int64") as e:
+            engine.rows(value)
+        assert url in str(e.value)
+        with pytest.raises(CorruptionError, match="overflows int64"):    # the pyarrow read refuses it too
+            shard.snapshot(as_of)
+    advance_since(shard, target=20)                                       # times 0, 10 read as 20
+    assert engine.changes(url, 20, 50) == core_counter(shard.changes(20, 50))
+    assert engine.changes(url, 20, 50)[("a", 20)] == big
+    advance_since(shard, target=40)                                       # 0..30 read as 40: 3 * 2**62
+    with engine.read(url, changes=(40, 50)) as value, pytest.raises(engine.corruption, match="overflows int64"):
+        engine.rows(value)
+    with pytest.raises(CorruptionError, match="overflows int64"):
+        shard.changes(40, 50)
+    assert not shard.leases()

@@ -19,7 +19,8 @@ def _read(url: str, as_of: int | None = None, **kw: Any) -> shardsink.read.Lease
     return shardsink.read.duckdb(duckdb.connect(), url, as_of, **kw)
 
 
-ENGINE = scenarios.Engine(read=_read, rows=lambda rel: rel.fetchall())
+ENGINE = scenarios.Engine(read=_read, rows=lambda rel: rel.fetchall(), arrow=lambda rel: rel.to_arrow_table(),
+                          corruption=duckdb.Error)
 
 
 def test_duckdb_snapshots_and_changes_equal_the_model(shard_url: str) -> None:
@@ -28,6 +29,14 @@ def test_duckdb_snapshots_and_changes_equal_the_model(shard_url: str) -> None:
 
 def test_duckdb_normalises_floats_in_parts_without_nulls(tmp_path: Any) -> None:
     scenarios.floats_without_nulls_are_normalised(ENGINE, f"file://{tmp_path}/s")
+
+
+def test_duckdb_as_of_schema_reads_equal_the_pyarrow_reads(shard_url: str) -> None:
+    scenarios.as_of_schema_reads_equal_the_pyarrow_reads(ENGINE, shard_url)
+
+
+def test_duckdb_diff_sums_never_wrap_past_int64(tmp_path: Any) -> None:
+    scenarios.diff_sums_never_wrap(ENGINE, f"file://{tmp_path}/s")
 
 
 def test_duckdb_gc_cannot_delete_a_part_under_a_reader(shard_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -82,6 +91,10 @@ def test_duckdb_refuses_bad_reads_and_leaves_no_lease(tmp_path: Any) -> None:
     for rng in ((5, 3), (0, 11), (0,), [0, 5], (0.5, 3)):
         with pytest.raises((InvalidUsageError, ReadFrontierError)):
             shardsink.read.duckdb(con, url, changes=rng)  # type: ignore[arg-type]
+    for choice in ("bogus", None, 1, "AS_OF"):
+        with pytest.raises(InvalidUsageError, match="expected 'current' or 'as_of'") as e:
+            shardsink.read.duckdb(con, url, schema=choice)  # type: ignore[arg-type]
+        assert repr(choice) in str(e.value)
     with pytest.raises(InvalidUsageError, match="not both"):
         shardsink.read.duckdb(con, url, 3, changes=(0, 5))
     with pytest.raises(InvalidUsageError, match="DuckDBPyConnection"):

@@ -8,39 +8,11 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 import pytest
+from read_helpers import evolved
 
 import shardsink.read
-from shardsink import Shard
-from shardsink.core.schema import SchemaChange
 from shardsink.read.plan import open_plan
 from shardsink.read.tables import engine_table
-
-SCHEMA = pa.schema([pa.field("k", pa.int32()), pa.field("v", pa.string()), pa.field("y", pa.float64()),
-                    pa.field("z", pa.string())])
-
-
-def _rows(t: int, ks: list[int], *, diff: int = 1, **cols: list[Any]) -> pa.Table:
-    n = len(ks)
-    return pa.table({"k": ks, **cols, "_time": [t] * n, "_diff": [diff] * n})
-
-
-def _evolved(url: str) -> Shard:
-    """Four schema ids, a batch under each: add, rename, widen int32 -> int64, drop."""
-    s = Shard.create(url, SCHEMA)
-    i32 = pa.int32()
-    s.append(pa.table({"k": pa.array([1, 2, 3], i32), "v": ["a", "b", "c"], "y": [0.5, -0.0, float("nan")],
-                       "z": ["p", "q", None], "_time": [0, 1, 2], "_diff": [1, 1, 1]}), lower=0, upper=10)
-    s.evolve(SchemaChange(kind="add", name="note", type="string"))
-    s.append(pa.table({"k": pa.array([4, 1], i32), "v": ["d", "a"], "y": [1.0, 0.5], "z": ["r", "p"],
-                       "note": ["n4", None], "_time": [10, 11], "_diff": [1, -1]}), lower=10, upper=20)
-    s.evolve(SchemaChange(kind="rename", name="v", new_name="w"))
-    s.append(pa.table({"k": pa.array([5], i32), "w": ["e"], "y": [2.0], "z": ["s"], "note": ["n5"],
-                       "_time": [20], "_diff": [1]}), lower=20, upper=30)
-    s.evolve(SchemaChange(kind="widen", name="k", type="int64"))
-    s.evolve(SchemaChange(kind="drop", name="z"))
-    s.append(pa.table({"k": pa.array([2**40, 2], pa.int64()), "w": ["f", "b"], "y": [3.0, 0.0], "note": ["n6", None],
-                       "_time": [30, 31], "_diff": [2, 1]}), lower=30, upper=40)
-    return s
 
 
 def _key(row: dict[str, Any]) -> str:
@@ -53,7 +25,7 @@ def _same(a: pa.Table, b: pa.Table) -> None:
 
 
 def test_the_plan_projects_each_part_by_field_id_onto_the_current_schema(tmp_path: Any) -> None:
-    s = _evolved(f"file://{tmp_path}/s")
+    s = evolved(f"file://{tmp_path}/s")
     plan, lease = open_plan(s.url, "snapshot")
     try:
         assert plan.schema.names == ["k", "w", "y", "note"] and plan.schema.field("k").type == pa.int64()
@@ -67,7 +39,7 @@ def test_the_plan_projects_each_part_by_field_id_onto_the_current_schema(tmp_pat
 
 @pytest.mark.parametrize("engine", ["duckdb", "polars"])
 def test_an_evolved_shard_reads_through_each_engine_as_the_core_snapshot(shard_url: str, engine: str) -> None:
-    s = _evolved(shard_url)
+    s = evolved(shard_url)
     for as_of in (5, 15, 25, 39):
         _same(engine_table(engine, s.url, as_of=as_of), s.snapshot(as_of))
     for lo, hi in ((0, 40), (10, 31)):
@@ -75,7 +47,7 @@ def test_an_evolved_shard_reads_through_each_engine_as_the_core_snapshot(shard_u
 
 
 def test_the_duckdb_relation_has_the_current_columns_and_types(tmp_path: Any) -> None:
-    s = _evolved(f"file://{tmp_path}/s")
+    s = evolved(f"file://{tmp_path}/s")
     with shardsink.read.duckdb(duckdb.connect(), s.url) as rel:
         assert rel.columns == ["k", "w", "y", "note", "_count"]
         assert [str(t) for t in rel.types][:1] == ["BIGINT"]

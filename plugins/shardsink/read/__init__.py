@@ -10,13 +10,18 @@
     with shardsink.read.polars(url, changes=(lower, upper)) as lf:         # + _time, _diff
         lf.collect()
 
-Both equal :meth:`shardsink.Shard.snapshot` / :meth:`~shardsink.Shard.changes` as sets of
-rows (row order is unspecified): they read exactly the parts of one state version,
+Both equal :meth:`shardsink.Shard.snapshot` / :meth:`~shardsink.Shard.changes` (with the same
+``schema`` choice: ``"current"``, the default, or ``"as_of"``, the schema current at the read's
+time) as sets of rows (row order is unspecified): they read exactly the parts of one state version,
 pinned under a read lease (:mod:`shardsink.read.plan`, the one place that plans parts,
 columns and time bounds), and push the time filter, float normalisation and the ``_diff``
 sum into the engine. Local folders and S3 (the same AWS environment or
 :func:`~shardsink.storage.s3.using_s3_access` as the store; nothing is downloaded at
 run time) both work.
+
+**Overflow.** ``_diff`` is summed in 128 bits; a sum outside int64 (``_count``/``_diff`` are
+int64) fails the read with CorruptionError (DuckDB: its error ``CorruptionError: ...``, see
+:mod:`shardsink.read.duckdb_read`) naming the shard, never wraps.
 
 **Lease.** Each call returns a :class:`~shardsink.read.leased.LeasedRead`: a context manager
 yielding the engine's relation/LazyFrame. The lease is held for the ``with`` block; without
@@ -35,6 +40,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from shardsink.core.leases import DEFAULT_TTL_S
+from shardsink.core.read import SchemaChoice
 from shardsink.errors import InvalidUsageError
 from shardsink.read.leased import LeasedRead
 from shardsink.read.plan import ReadPlan, open_plan
@@ -74,17 +80,20 @@ def _mode(as_of: int | None, changes: tuple[int, int] | None) -> Any:
 
 def duckdb(con: _duckdb.DuckDBPyConnection, url: str, as_of: int | None = None, *,
            changes: tuple[int, int] | None = None, holder: str | None = None,
-           ttl_s: float = DEFAULT_TTL_S) -> LeasedRead[_duckdb.DuckDBPyRelation]:
+           ttl_s: float = DEFAULT_TTL_S, schema: SchemaChoice = "current") -> LeasedRead[_duckdb.DuckDBPyRelation]:
     """The consolidated snapshot at ``as_of`` (default ``upper - 1``; user columns + ``_count``)
     or, with ``changes=(lower, upper)``, the update feed ``[lower, upper)`` (user columns +
     ``_time`` + ``_diff``) of the shard at ``url``, as a lazy relation on ``con``, leased
-    (module docstring). Frontier errors are raised here, before any lease is left behind.
+    (module docstring). User columns: the shard's current schema, or with ``schema="as_of"``
+    the one current at the read's time (as :meth:`shardsink.Shard.snapshot`). Frontier errors
+    and a bad ``schema`` are raised here, before any lease is left behind.
     """
     check_engine("duckdb")
     from shardsink.read import duckdb_read
 
     duckdb_read.check_connection(con)
-    plan, lease = open_plan(url, _mode(as_of, changes), as_of=as_of, changes=changes, holder=holder, ttl_s=ttl_s)
+    plan, lease = open_plan(url, _mode(as_of, changes), as_of=as_of, changes=changes, holder=holder, ttl_s=ttl_s,
+                            schema=schema)
     try:
         rel = duckdb_read.relation(con, plan)
     except BaseException:
@@ -94,12 +103,14 @@ def duckdb(con: _duckdb.DuckDBPyConnection, url: str, as_of: int | None = None, 
 
 
 def polars(url: str, as_of: int | None = None, *, changes: tuple[int, int] | None = None,
-           holder: str | None = None, ttl_s: float = DEFAULT_TTL_S) -> LeasedRead[_polars.LazyFrame]:
+           holder: str | None = None, ttl_s: float = DEFAULT_TTL_S,
+           schema: SchemaChoice = "current") -> LeasedRead[_polars.LazyFrame]:
     """:func:`duckdb` as a Polars ``LazyFrame`` (same columns, same lease contract)."""
     check_engine("polars")
     from shardsink.read import polars_read
 
-    plan, lease = open_plan(url, _mode(as_of, changes), as_of=as_of, changes=changes, holder=holder, ttl_s=ttl_s)
+    plan, lease = open_plan(url, _mode(as_of, changes), as_of=as_of, changes=changes, holder=holder, ttl_s=ttl_s,
+                            schema=schema)
     try:
         lf = polars_read.frame(plan)
     except BaseException:

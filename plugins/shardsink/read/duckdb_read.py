@@ -12,9 +12,11 @@ NaN), as :mod:`shardsink.core.floats` defines row equality. SUBTLE: DuckDB folds
 ``isnan(x)`` to false when a Parquet file's statistics of ``x`` exclude NaN (pyarrow writes
 them so), so the NaN test reads ``[x][1]``, which carries no statistics.
 
-A negative multiplicity fails the query with DuckDB's ``InvalidInputException`` whose
-message starts with ``CorruptionError:`` and names the shard (DuckDB's ``error()``): the
-check runs inside the engine, when the relation executes.
+A negative multiplicity, or a ``_diff`` sum outside int64 (DuckDB sums BIGINT as HUGEINT;
+the result's ``_count``/``_diff`` are BIGINT, and a sum that does not fit is refused rather
+than wrapped or left to a bare cast error), fails the query with DuckDB's
+``InvalidInputException`` whose message starts with ``CorruptionError:`` and names the shard
+(DuckDB's ``error()``): the check runs inside the engine, when the relation executes.
 """
 
 from __future__ import annotations
@@ -110,14 +112,24 @@ def relation(con: duckdb.DuckDBPyConnection, plan: ReadPlan) -> duckdb.DuckDBPyR
     if plan.mode == "changes":
         time = f"greatest({t}, CAST({plan.since} AS BIGINT)) AS {t}" if plan.advance else t
         rel = rel.project(", ".join([*cols, time, d]))
-        summed = rel.aggregate(", ".join([*keys, t, f"CAST(sum({d}) AS BIGINT) AS {d}"]), ", ".join([*keys, t]))
-        return summed.filter(f"{d} <> 0")
+        summed = rel.aggregate(", ".join([*keys, t, f"sum({d}) AS {d}"]), ", ".join([*keys, t]))
+        return summed.project(", ".join([*keys, t, _checked(plan, DIFF, negative=False)])).filter(f"{d} <> 0")
     c = quote(COUNT)
     rel = rel.project(", ".join([*cols, d]))
-    summed = rel.aggregate(", ".join([*keys, f"CAST(sum({d}) AS BIGINT) AS {c}"]), ", ".join(keys))
-    message = literal(f"CorruptionError: {plan.describe()} has a row with negative multiplicity ")
-    checked = f"CASE WHEN {c} < 0 THEN error({message} || CAST({c} AS VARCHAR)) ELSE {c} END AS {c}"
-    return summed.project(", ".join([*keys, checked])).filter(f"{c} > 0")
+    summed = rel.aggregate(", ".join([*keys, f"sum({d}) AS {c}"]), ", ".join(keys))
+    return summed.project(", ".join([*keys, _checked(plan, COUNT, negative=True)])).filter(f"{c} > 0")
+
+
+def _checked(plan: ReadPlan, name: str, *, negative: bool) -> str:
+    """The HUGEINT sum column ``name`` as BIGINT, failing the query (``CorruptionError: ...``)
+    on a sum outside int64 and, if ``negative``, on a negative multiplicity."""
+    col = quote(name)
+    over = literal(f"CorruptionError: {plan.describe()} has a row whose {name} sum overflows int64: ")
+    cases = [f"WHEN {col} < {-2**63} OR {col} > {2**63 - 1} THEN error({over} || CAST({col} AS VARCHAR))"]
+    if negative:
+        message = literal(f"CorruptionError: {plan.describe()} has a row with negative multiplicity ")
+        cases.insert(0, f"WHEN {col} < 0 THEN error({message} || CAST({col} AS VARCHAR))")
+    return f"CASE {' '.join(cases)} ELSE CAST({col} AS BIGINT) END AS {col}"
 
 
 def _empty(con: duckdb.DuckDBPyConnection, plan: ReadPlan) -> duckdb.DuckDBPyRelation:

@@ -7,10 +7,15 @@ into their own scan + filter + ``GROUP BY``; so a later change to what a part ho
 (schema evolution: a per-part projection) is made here, once, for every engine.
 
 **Schema evolution.** Every part is read through :func:`shardsink.core.schema.projection_for`
-from the schema id its batch was written with onto the shard's current schema (the reader
-schema of ``ReadHandle.reader_schema(header, "current", t)``): renamed columns from their old
-name, added ones as typed nulls, widened ones cast, dropped ones not read. Engines scan each
-group of parts sharing a projection (:meth:`ReadPlan.groups`) and union them by name.
+from the schema id its batch was written with onto the reader schema
+``ReadHandle.reader_schema(header, schema, t)``, exactly as the pyarrow reads: ``"current"``
+(default) the shard's schema now; ``"as_of"`` the one current at the read's time ``t``
+(snapshot: ``as_of``; changes: ``max(lower, upper - 1)``). By field id: renamed columns from
+their old name (as_of: a column renamed later keeps its old name), added ones as typed nulls
+(as_of: columns added later are absent), widened ones cast (as_of: to the older, narrower
+type), dropped ones not read (as_of: a column dropped later is present; parts rewritten by a
+compaction after the drop no longer hold it and read it as nulls, as the pyarrow read does).
+Engines scan each group of parts sharing a projection (:meth:`ReadPlan.groups`) and union them.
 
 The semantics are exactly those of :meth:`shardsink.core.read.ReadHandle.snapshot` and
 :meth:`~shardsink.core.read.ReadHandle.changes`:
@@ -41,7 +46,7 @@ import pyarrow as pa
 from shardsink.core import checks as ck
 from shardsink.core import schema as sch
 from shardsink.core.leases import DEFAULT_TTL_S, LeaseKeeper
-from shardsink.core.read import ReadHandle
+from shardsink.core.read import ReadHandle, SchemaChoice
 from shardsink.core.schema import ColumnProjection
 from shardsink.core.shard import Shard, default_writer
 from shardsink.core.state import BatchMeta, Header, PartMeta, SchemaEntry, Version
@@ -50,6 +55,15 @@ from shardsink.errors import CorruptionError, InvalidUsageError, LeaseLostError,
 log = logging.getLogger(__name__)
 
 Mode = Literal["snapshot", "changes"]
+SCHEMA_CHOICES: tuple[SchemaChoice, ...] = ("current", "as_of")
+
+
+def check_schema_choice(schema: object) -> SchemaChoice:
+    """``schema`` if it is a schema choice (``"current"`` or ``"as_of"``), else InvalidUsageError naming it."""
+    if not isinstance(schema, str) or schema not in SCHEMA_CHOICES:
+        raise InvalidUsageError(f"schema {schema!r:.120} is not a schema choice; expected 'current' or 'as_of'",
+                                value=str(schema)[:120])
+    return "current" if schema == "current" else "as_of"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -132,8 +146,9 @@ def changes_parts(batches: tuple[BatchMeta, ...], lower: int, upper: int, *, fro
 
 
 def plan_for(shard: Shard, v: Version, mode: Mode, *, as_of: int | None = None,
-             changes: tuple[int, int] | None = None) -> ReadPlan:
-    """The plan of ``mode`` on the state version ``v`` (checked against ``v``'s frontiers)."""
+             changes: tuple[int, int] | None = None, schema: SchemaChoice = "current") -> ReadPlan:
+    """The plan of ``mode`` on the state version ``v`` (checked against ``v``'s frontiers),
+    its columns those of the ``schema`` choice (module docstring)."""
     h = v.header
     batches = shard.reader().batches(v)
     if mode == "snapshot":
@@ -152,7 +167,9 @@ def plan_for(shard: Shard, v: Version, mode: Mode, *, as_of: int | None = None,
         # Advanced times are >= since == lower: only a part below lower without advancing needs that bound.
         filter_lower = not advance and any(p.min_time < lower for p in parts)
         filter_upper = any(p.max_time >= upper for p in parts)
-    target = ReadHandle.reader_schema(h, "current", upper - 1)
+    # The read's time as ReadHandle.snapshot / changes take it (changes: max(lower, upper - 1)).
+    target = ReadHandle.reader_schema(h, check_schema_choice(schema), upper - 1 if lower is None else
+                                      max(lower, upper - 1))
     user = sch.entry_schema(target)
     ids = {p.key: b.schema_id for b in batches for p in b.parts}
     reads = tuple(_part_read(shard.url, h, p, ids[p.key], target) for p in parts)
@@ -206,12 +223,15 @@ def _close_quietly(keeper: LeaseKeeper) -> None:
 
 
 def open_plan(url: str, mode: Mode, *, as_of: int | None = None, changes: tuple[int, int] | None = None,
-              holder: str | None = None, ttl_s: float = DEFAULT_TTL_S) -> tuple[ReadPlan, Lease]:
+              holder: str | None = None, ttl_s: float = DEFAULT_TTL_S,
+              schema: SchemaChoice = "current") -> tuple[ReadPlan, Lease]:
     """Take a lease and plan the read from the version pinned after it (module docstring).
 
-    Refuses (InvalidUsageError / ReadFrontierError, no lease left behind) bad bounds, an
-    ``as_of`` outside ``[since, upper)`` and a change range outside ``[since, upper]``.
+    Refuses (InvalidUsageError / ReadFrontierError, no lease left behind) a bad ``schema``
+    choice, bad bounds, an ``as_of`` outside ``[since, upper)`` and a change range outside
+    ``[since, upper]``.
     """
+    schema = check_schema_choice(schema)
     if holder is not None and (not isinstance(holder, str) or not holder):
         raise InvalidUsageError(f"lease holder {holder!r} must be a non-empty string")
     shard = Shard(url)
@@ -234,7 +254,7 @@ def open_plan(url: str, mode: Mode, *, as_of: int | None = None, changes: tuple[
     try:
         pinned = keeper.acquire_pinned(shard, lease_at, holder=holder or f"engine-read@{default_writer()}",
                                        head=v)[1]
-        plan = plan_for(shard, pinned, mode, as_of=as_of, changes=changes)
+        plan = plan_for(shard, pinned, mode, as_of=as_of, changes=changes, schema=schema)
     except BaseException:
         keeper.close()
         raise

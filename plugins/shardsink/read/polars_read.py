@@ -13,12 +13,15 @@ Secrets: on S3 the frame's scan carries only the endpoint and region in its stor
 options; the credentials come from a provider (:class:`shardsink.read.store.PolarsCredentials`)
 that keeps them in memory and never serialises them, so ``LazyFrame.serialize()`` holds none.
 
-A negative multiplicity fails ``collect()`` with CorruptionError naming the shard (raised
-by a check on the summed column inside the query; Polars passes it through).
+A negative multiplicity, or a ``_diff`` sum outside int64, fails ``collect()`` with
+CorruptionError naming the shard (raised by a check on the summed column inside the query;
+Polars passes it through). ``_diff`` is summed as Int128 (Polars' Int64 sum wraps silently)
+and cast back to Int64 after the check.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import polars as pl
@@ -77,21 +80,35 @@ def frame(plan: ReadPlan) -> pl.LazyFrame:
     dtypes = lf.collect_schema()
     cols = [_normalised(c, dtypes[c]) for c in plan.columns]
     keys = list(plan.columns)
+    total = pl.col(DIFF).cast(pl.Int128).sum()
     if plan.mode == "changes":
         time = pl.max_horizontal(t, pl.lit(plan.since, pl.Int64)).alias(TIME) if plan.advance else t
-        summed = lf.select([*cols, time, pl.col(DIFF)]).group_by([*keys, TIME]).agg(pl.col(DIFF).sum())
-        return summed.filter(pl.col(DIFF) != 0)
+        summed = lf.select([*cols, time, pl.col(DIFF)]).group_by([*keys, TIME]).agg(total.alias(DIFF))
+        checked = summed.with_columns(pl.col(DIFF).map_batches(_check(plan, DIFF, negative=False),
+                                                               return_dtype=pl.Int64))
+        return checked.filter(pl.col(DIFF) != 0)
+    summed = lf.select([*cols, pl.col(DIFF)]).group_by(keys).agg(total.alias(COUNT))
+    checked = summed.with_columns(pl.col(COUNT).map_batches(_check(plan, COUNT, negative=True),
+                                                            return_dtype=pl.Int64))
+    return checked.filter(pl.col(COUNT) > 0)
+
+
+_I64 = (-(2**63), 2**63 - 1)
+
+
+def _check(plan: ReadPlan, name: str, *, negative: bool) -> Callable[[pl.Series], pl.Series]:
+    """The check of the Int128 sums ``name``: CorruptionError naming the shard on a sum outside
+    int64 and, if ``negative``, on a negative multiplicity; else the sums as Int64."""
     where = plan.describe()
 
-    def check(counts: pl.Series) -> pl.Series:
-        negative = counts.filter(counts < 0)
-        if len(negative):
-            raise CorruptionError(f"{where} has {len(negative)} rows with negative multiplicity, e.g. {negative[0]!r}")
-        return counts
+    def check(sums: pl.Series) -> pl.Series:
+        if negative and len(bad := sums.filter(sums < 0)):
+            raise CorruptionError(f"{where} has {len(bad)} rows with negative multiplicity, e.g. {bad[0]!r}")
+        if len(bad := sums.filter((sums < _I64[0]) | (sums > _I64[1]))):
+            raise CorruptionError(f"{where} has {len(bad)} rows whose {name} sum overflows int64, e.g. {bad[0]!r}")
+        return sums.cast(pl.Int64)
 
-    summed = lf.select([*cols, pl.col(DIFF)]).group_by(keys).agg(pl.col(DIFF).sum().alias(COUNT))
-    checked = summed.with_columns(pl.col(COUNT).map_batches(check, return_dtype=pl.Int64))
-    return checked.filter(pl.col(COUNT) > 0)
+    return check
 
 
 def _empty(plan: ReadPlan) -> pl.LazyFrame:

@@ -11,20 +11,22 @@ from __future__ import annotations
 import pyarrow as pa
 
 from shardsink import read
+from shardsink.core.read import SchemaChoice
 from shardsink.core.updates import COUNT, DIFF, TIME
 from shardsink.errors import CorruptionError, InvalidUsageError
 from shardsink.read.plan import ReadPlan
 
 
-def engine_table(engine: str, url: str, *, as_of: int | None = None,
-                 changes: tuple[int, int] | None = None) -> pa.Table:
+def engine_table(engine: str, url: str, *, as_of: int | None = None, changes: tuple[int, int] | None = None,
+                 schema: SchemaChoice = "current") -> pa.Table:
     """The snapshot at ``as_of`` or the change feed ``changes`` of ``url`` read by ``engine``
-    (``duckdb`` or ``polars``), as an Arrow table; InvalidUsageError naming the extra to
-    install when the engine is missing, CorruptionError on a negative multiplicity."""
+    (``duckdb`` or ``polars``) with the ``schema`` choice, as an Arrow table; InvalidUsageError
+    naming the extra to install when the engine is missing (or a bad ``schema``),
+    CorruptionError on a negative multiplicity or a ``_diff`` sum outside int64."""
     if engine == "duckdb":
-        table, plan = _duckdb_table(url, as_of, changes)
+        table, plan = _duckdb_table(url, as_of, changes, schema)
     elif engine == "polars":
-        table, plan = _polars_table(url, as_of, changes)
+        table, plan = _polars_table(url, as_of, changes, schema)
     else:
         raise InvalidUsageError(f"engine {engine!r} has no engine reader; expected 'duckdb' or 'polars'")
     extra = [pa.field(COUNT, pa.int64())] if changes is None else \
@@ -33,13 +35,14 @@ def engine_table(engine: str, url: str, *, as_of: int | None = None,
     return table.select(want.names).cast(want)
 
 
-def _duckdb_table(url: str, as_of: int | None, changes: tuple[int, int] | None) -> tuple[pa.Table, ReadPlan]:
+def _duckdb_table(url: str, as_of: int | None, changes: tuple[int, int] | None,
+                  schema: SchemaChoice) -> tuple[pa.Table, ReadPlan]:
     read.check_engine("duckdb")
     import duckdb
 
     con = duckdb.connect()
     try:
-        leased = read.duckdb(con, url, as_of, changes=changes)
+        leased = read.duckdb(con, url, as_of, changes=changes, schema=schema)
         with leased as rel:
             try:
                 return rel.to_arrow_table(), leased.plan
@@ -51,8 +54,9 @@ def _duckdb_table(url: str, as_of: int | None, changes: tuple[int, int] | None) 
         con.close()
 
 
-def _polars_table(url: str, as_of: int | None, changes: tuple[int, int] | None) -> tuple[pa.Table, ReadPlan]:
+def _polars_table(url: str, as_of: int | None, changes: tuple[int, int] | None,
+                  schema: SchemaChoice) -> tuple[pa.Table, ReadPlan]:
     read.check_engine("polars")
-    leased = read.polars(url, as_of, changes=changes)
+    leased = read.polars(url, as_of, changes=changes, schema=schema)
     with leased as lf:
         return lf.collect().to_arrow(), leased.plan
