@@ -81,12 +81,12 @@ ui: venv
 # Three pytest processes side by side on two cores: the real-Airflow tests (tests/airflow)
 # mostly wait (Airflow parses and schedules, spark-submit starts JVMs) while the rest mostly
 # computes. The Airflow tests run as two groups balanced on measured durations (pytest
-# --durations, fresh clone, 2026-11-24 16:19, before the production topology: re-processing
-# 279 s, the rest of tests/airflow ~1,000 s). Group 1 is the production-topology tests
-# (tests/topology: PostgreSQL, Redis, Celery workers, Spark standalone, moto; mostly waiting on
-# the scheduler and Spark; they replace the SQLite real-scheduler backfill test) with the
-# AWS-connection, reclock DAG and ingest race tests. Their logs follow the first process's.
-# First, the class-data archives of Spark's classes that every test JVM maps (shardsink_dev/jvm.py).
+# --durations, fresh clone, 2026-11-24 22:07: the rest 20:07, group 1 17:29, group 2 20:53,
+# 22:47 in all with the venv). Group 1 is the production-topology tests (tests/topology:
+# PostgreSQL, Redis, Celery workers, Spark standalone, moto; they replace the SQLite
+# real-scheduler backfill test) with the AWS-connection, reclock DAG and ingest race tests.
+# Their logs follow the first process's. First, the class-data archives of Spark's classes
+# that every test JVM maps (shardsink_dev/jvm.py).
 AIRFLOW_GROUP := tests/topology tests/airflow/test_aws_connection.py tests/airflow/test_reclock_dag.py \
   tests/airflow/test_ingest_races.py
 test: venv java chromium services
