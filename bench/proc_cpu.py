@@ -3,12 +3,15 @@
 On a shared machine wall times swing with other users' load; the CPU the Spark JVM and
 its Python workers spend on a job does not (much). ``tree_cpu(pid)`` sums user+system
 time of ``pid`` and every descendant, including reaped children; take it before and
-after a job. Returns 0.0 where /proc is unavailable.
+after a job. Returns 0.0 where /proc is unavailable. ``rounds`` times competing readers
+(wall and tree CPU) in rotating order.
 """
 
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -49,3 +52,19 @@ def tree_cpu(pid: int) -> float:
 def spark_pid(spark: object) -> int:
     """The driver JVM's pid (local mode: every executor thread and Python worker is under it)."""
     return int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())  # type: ignore[attr-defined]
+
+
+def rounds(readers: dict[str, Callable[[], None]], runs: int) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Each reader once to warm up, then ``runs`` rounds in rotating order; seconds and CPU seconds per run."""
+    for fn in readers.values():
+        fn()
+    times: dict[str, list[float]] = {k: [] for k in readers}
+    cpu: dict[str, list[float]] = {k: [] for k in readers}
+    names = list(readers)
+    for i in range(runs):
+        for name in names[i % len(names):] + names[: i % len(names)]:
+            c0, t0 = tree_cpu(os.getpid()), time.perf_counter()
+            readers[name]()
+            times[name].append(time.perf_counter() - t0)
+            cpu[name].append(tree_cpu(os.getpid()) - c0)
+    return times, cpu

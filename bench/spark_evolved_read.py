@@ -32,14 +32,13 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import _path  # noqa: F401  (repo root on sys.path: shardsink_dev)
 import numpy as np
 import pyarrow as pa
-from proc_cpu import tree_cpu  # bench/ is on sys.path when run as a script
+from proc_cpu import rounds  # bench/ is on sys.path when run as a script
 
 from shardsink import Shard
 from shardsink.core.schema import SchemaChange
@@ -84,22 +83,6 @@ def build(root: Path, rows: int, batches: int) -> tuple[Shard, Shard]:
         flat.append(pa.table(f_cols | {"_time": cols["_time"], "_diff": cols["_diff"]}),
                     lower=b * 1000, upper=(b + 1) * 1000, desc_id=f"b{b}")
     return evolved, flat
-
-
-def rounds(readers: dict[str, Callable[[], None]], runs: int) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
-    """Each reader once to warm up, then ``runs`` rounds in rotating order; seconds and CPU seconds per run."""
-    for fn in readers.values():
-        fn()
-    times: dict[str, list[float]] = {k: [] for k in readers}
-    cpu: dict[str, list[float]] = {k: [] for k in readers}
-    names = list(readers)
-    for i in range(runs):
-        for name in names[i % len(names):] + names[: i % len(names)]:
-            c0, t0 = tree_cpu(os.getpid()), time.perf_counter()
-            readers[name]()
-            times[name].append(time.perf_counter() - t0)
-            cpu[name].append(tree_cpu(os.getpid()) - c0)
-    return times, cpu
 
 
 def main() -> None:

@@ -41,7 +41,7 @@ from typing import Any
 import _path  # noqa: F401  (repo root on sys.path: shardsink_dev)
 import numpy as np
 import pyarrow as pa
-from proc_cpu import tree_cpu  # bench/ is on sys.path when run as a script
+from proc_cpu import rounds  # bench/ is on sys.path when run as a script
 from pyspark.sql import functions as F
 
 from shardsink import Shard
@@ -54,8 +54,6 @@ from shardsink.spark.read import ShardReads, read_changes, read_snapshot
 from shardsink_dev.testing import local_spark
 
 RESULTS = Path(__file__).resolve().parent / "results"
-#: CPU seconds of this process and its children (the Spark JVM, its Python workers) per run.
-CPU: dict[str, list[float]] = {}
 TARGET_CHANGES = 0.9
 TARGET_SNAPSHOT = 1.2
 SCHEMA = pa.schema([("id", pa.int64()), ("user", pa.string()), ("country", pa.string()), ("amount", pa.float64())])
@@ -84,21 +82,6 @@ def build(root: Path, rows: int, batches: int) -> tuple[Shard, list[str]]:
         shard.compare_and_append([staged], expected_upper=b * 1000, new_upper=(b + 1) * 1000, desc_id=desc)
     files = [f"{root}/events/{p.key}" for bt in shard.batches() for p in bt.parts]
     return shard, files
-
-
-def rounds(readers: dict[str, Callable[[], None]], runs: int) -> dict[str, list[float]]:
-    """Each reader once to warm up, then ``runs`` rounds in rotating order; seconds per run."""
-    for fn in readers.values():
-        fn()
-    times: dict[str, list[float]] = {k: [] for k in readers}
-    names = list(readers)
-    for i in range(runs):
-        for name in names[i % len(names):] + names[: i % len(names)]:
-            c0, t0 = tree_cpu(os.getpid()), time.perf_counter()
-            readers[name]()
-            times[name].append(time.perf_counter() - t0)
-            CPU.setdefault(name, []).append(tree_cpu(os.getpid()) - c0)
-    return times
 
 
 def main() -> None:
@@ -150,7 +133,8 @@ def main() -> None:
                 "snapshot": lambda: noop(snapshot),
                 "snapshot_leased": snapshot_leased,
             }
-            times = rounds(readers, runs)
+            # CPU: seconds of this process and its children (the Spark JVM, its Python workers) per run
+            times, cpu_runs = rounds(readers, runs)
     secs = {name: statistics.median(v) for name, v in times.items()}
     rate = {name: rows / s for name, s in secs.items()}
     for name in readers:
@@ -160,7 +144,7 @@ def main() -> None:
     ratio_ds = rate["changes_ds"] / rate["parquet"]
     snap = secs["snapshot"] / secs["parquet_groupby"]
     load_end = os.getloadavg()
-    cpu = {name: statistics.median(v) for name, v in CPU.items()}
+    cpu = {name: statistics.median(v) for name, v in cpu_runs.items()}
     print("CPU seconds (process tree, median): " + ", ".join(f"{k} {v:.1f}" for k, v in cpu.items()))
     print(f"CPU ratios: parquet/changes {cpu['parquet'] / cpu['changes']:.2f} (throughput-like), "
           f"snapshot/native group-by {cpu['snapshot'] / cpu['parquet_groupby']:.2f}")
