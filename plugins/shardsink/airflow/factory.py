@@ -37,7 +37,8 @@ from airflow.sdk import DAG, Asset
 
 from shardsink.airflow.build import sink_dag, sink_settings, timetable, write_args
 from shardsink.airflow.deprecated import INGEST_ALIASES, with_flat_aliases
-from shardsink.airflow.options import AttemptOptions, ShardOptions, SparkOptions
+from shardsink.airflow.evolving import EvolvingWriteOperator, evolving_mint_task
+from shardsink.airflow.options import AttemptOptions, SchemaMode, ShardOptions, SparkOptions, checked_schema_mode
 from shardsink.airflow.partitions import check_partition_schedule
 from shardsink.airflow.reprocess import IngestWriteOperator, run_params
 from shardsink.airflow.tasks import mint_task
@@ -75,6 +76,7 @@ def ingest_dag(
     catchup: bool = False,
     max_active_runs: int = 1,
     tags: list[str] | None = None,
+    schema_mode: SchemaMode = "strict",
     **dag_kwargs: Any,
 ) -> DAG:
     """Build the ingest DAG: each run appends one batch ``[shard upper, min(watermark, interval end,
@@ -91,6 +93,15 @@ def ingest_dag(
     for one release, with a ``FlatOptionWarning`` (:mod:`shardsink.airflow.deprecated`).
     Any other keyword goes to Airflow's ``DAG``.
 
+    ``schema_mode`` (as delta-rs's): ``"strict"`` (default) refuses a source file whose columns
+    differ from the shard's, in the write job, naming the file and its missing and unexpected
+    columns (nothing commits); ``"add_columns"`` evolves the shard in the mint, before anything
+    is written, to hold every file the write jobs read: new columns are added nullable, types
+    widen (int8 -> ... -> int64, float -> double, decimal precision up, string -> large_string),
+    older files read nulls for the columns they lack; anything else fails the run at once,
+    naming the file and the column (:mod:`shardsink.sources.evolution`). Needs a file source
+    (``LandingSource``, ``FileArrivals``); re-processing corrections still read strictly.
+
     ``schedule``: a cron string or timedelta (a data-interval timetable), a partition
     timetable (:func:`shardsink.airflow.daily_partitions`; its keys must decode back to their
     partitions, checked now: a bad one fails the parse), or anything else Airflow accepts.
@@ -105,14 +116,20 @@ def ingest_dag(
                              shard=shard, attempts=attempts)
     common = write_args(url, spark, shard, attempts, default_conf=INGEST_SPARK_CONF)
     part_order = shard.checked_part_order()
+    mode = checked_schema_mode(schema_mode)
+    if mode != "strict" and not callable(getattr(source, "file_schemas", None)):
+        raise InvalidUsageError(f"schema_mode {mode!r} needs a file source (landing, files) that can tell its files' "
+                                f"schemas; source {source.kind!r} cannot", value=mode)
+    op: Any = IngestWriteOperator if mode == "strict" else EvolvingWriteOperator
+    evolving = {} if mode == "strict" else {"schema_mode": mode}
 
     def make_write(descs: Any) -> Any:
-        return IngestWriteOperator.partial(task_id="write", slots=writers, source_spec=settings.source_spec,
-                                           part_order=part_order, **common).expand(desc=descs,
-                                                                                  slot=list(range(writers)))
+        return op.partial(task_id="write", slots=writers, source_spec=settings.source_spec, part_order=part_order,
+                          **evolving, **common).expand(desc=descs, slot=list(range(writers)))
 
     return sink_dag(
-        settings, asset=shard_asset(url), attempts=attempts, mint_body=mint_task, make_write=make_write,
+        settings, asset=shard_asset(url), attempts=attempts, make_write=make_write,
+        mint_body=mint_task if mode == "strict" else evolving_mint_task,
         schedule=timetable(schedule),
         start_date=start_date,
         catchup=catchup,

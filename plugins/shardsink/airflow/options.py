@@ -20,6 +20,7 @@ from datetime import timedelta
 
 from shardsink.core.state import PART_ORDERS, PartOrder
 from shardsink.errors import InvalidUsageError
+from shardsink.sources.evolution import SchemaMode, check_schema_mode
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,6 +70,13 @@ class ShardOptions:
             raise InvalidUsageError(f"part_order must be 'sorted' or 'unordered', got {self.part_order!r}",
                                     value=str(self.part_order))
         return self.part_order
+
+
+def checked_schema_mode(mode: object) -> SchemaMode:
+    """``ingest_dag``'s ``schema_mode`` (``"strict"`` or ``"add_columns"``,
+    :data:`shardsink.sources.evolution.SCHEMA_MODES`),
+    or InvalidUsageError naming it (at DAG parse time). See :mod:`shardsink.sources.evolution`."""
+    return check_schema_mode(mode)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -36,7 +36,8 @@ from shardsink.reclock.bindings import FILES, Bindings, BoundFile, split
 from shardsink.reclock.remap import Proposal
 from shardsink.reclock.source import ReclockedBase, Routing
 from shardsink.sources.base import Seal, map_on_executors
-from shardsink.sources.landing import LandingSource, parse_columns, read_data_file
+from shardsink.sources.evolution import SchemaMode
+from shardsink.sources.landing import LandingSource, parse_columns, read_data_file, read_file_schema
 from shardsink.sources.stamp import stamp
 from shardsink.specs import FilesSpec, spec_as, spec_to_builtins
 from shardsink.storage.base import check_source_key
@@ -138,12 +139,22 @@ class FileArrivals(ReclockedBase):
 
     # --- reading (write job) --------------------------------------------------------------
 
+    def file_schemas(self, schema: pa.Schema | None = None) -> Iterator[tuple[str, pa.Schema]]:
+        """``(where, user columns)`` of every data file under the root, bound or not (a superset of
+        what the write jobs read; see :meth:`LandingSource.file_schemas`)."""
+        blob = self.landing.blob()
+        for f in self.landing.files():
+            where = f"{self.root}/{f.key}"
+            yield where, read_file_schema(blob, f.key, schema, where=where)
+
     def read_slot(self, spark: SparkSession, *, lower: int, upper: int, slot: int, slots: int, schema: pa.Schema,
-                  seals: Sequence[Seal] = ()) -> tuple[DataFrame, list[dict[str, Any]]]:
+                  seals: Sequence[Seal] = (), schema_mode: SchemaMode = "strict"
+                  ) -> tuple[DataFrame, list[dict[str, Any]]]:
         """The files first bound at times in ``[lower, upper)`` dealt to this slot, stamped.
 
         Every row of a file bound at time ``t`` gets ``_time = t``; ``seals`` are not
-        needed (bindings are final, so there is no late data).
+        needed (bindings are final, so there is no late data). ``schema_mode``: how files are
+        read onto ``schema`` (:mod:`shardsink.sources.evolution`).
         """
         from pyspark.sql.pandas.types import from_arrow_schema
 
@@ -165,7 +176,7 @@ class FileArrivals(ReclockedBase):
                     where = f"{src.root}/{row['key']}"
                     t = read_data_file(blob, row["key"], user, where=where, size=row["size"], identity=row["identity"])
                     t = src.routing.select(t, where=where)
-                    yield from stamp(t, user, row["time"], where=where).to_batches()
+                    yield from stamp(t, user, row["time"], where=where, schema_mode=schema_mode).to_batches()
 
         rows = [(f.key, f.size, f.identity, t) for f, t in mine]
         n = max(1, min(len(rows), spark.sparkContext.defaultParallelism * 2))

@@ -39,6 +39,7 @@ from shardsink.core.state_codec import schema_from_json, schema_to_json
 from shardsink.core.updates import DIFF, TIME, user_schema, validate_updates
 from shardsink.errors import InvalidUsageError
 from shardsink.sources.base import Seal, map_on_executors
+from shardsink.sources.evolution import STRICT_HINT, SchemaMode, conform
 from shardsink.specs import LandingSpec, spec_as, spec_to_builtins
 from shardsink.storage.base import Blob, ObjectInfo
 from shardsink.storage.url import ShardUrl, open_blob, parse_url
@@ -151,6 +152,21 @@ class LandingSource:
         t = read_landing_file(self.blob(), files[0], None, self.time_column)
         return user_schema(t.schema)
 
+    def file_schemas(self, schema: pa.Schema | None = None) -> Iterator[tuple[str, pa.Schema]]:
+        """``(where, user columns)`` of every data file the write jobs read (all of them, by key),
+        the event-time column left out; ``schema`` pins the types of the columns it names in
+        CSV / JSONL files. Reads each file (a Parquet file's footer is parsed, not its rows):
+        the cost of ``schema_mode="add_columns"``'s check at mint. MalformedInputError names a
+        file that cannot be read."""
+        blob = self.blob()
+        for f in self.files():
+            where = f"{self.root}/{f.key}"
+            fs = read_file_schema(blob, f.key, schema, where=where)
+            if self.time_column not in fs.names:
+                raise MalformedInputError(f"{where} has no event-time column {self.time_column!r} "
+                                          f"(columns: {fs.names})")
+            yield where, fs.remove(fs.get_field_index(self.time_column))
+
     def read_slot(
         self,
         spark: SparkSession,
@@ -161,7 +177,10 @@ class LandingSource:
         slots: int,
         schema: pa.Schema,
         seals: Sequence[Seal] = (),
+        schema_mode: SchemaMode = "strict",
     ) -> tuple[DataFrame, list[dict[str, Any]]]:
+        """The slot's rows in ``[lower, upper)`` (see :class:`shardsink.sources.base.Source`);
+        ``schema_mode``: how files are read onto ``schema`` (:mod:`shardsink.sources.evolution`)."""
         from pyspark.sql.pandas.types import from_arrow_schema
 
         mine = [f for f in self.files() if slot_of(f.key, slots) == slot]
@@ -181,7 +200,8 @@ class LandingSource:
             for b in batches:
                 for row in b.to_pylist():
                     f = LandingFile(row["key"], row["size"], row["modified"])
-                    t = read_landing_file(blob, f, user, time_column, root=src.root)
+                    t = read_landing_file(blob, f, user, time_column, root=src.root, schema_mode=schema_mode,
+                                          window=(lower, upper))
                     check_late(t, f, lower=lower, seals=seal_list, root=src.root)
                     keep = pc.and_(pc.greater_equal(t[TIME], lower), pc.less(t[TIME], upper))
                     yield from t.filter(keep).to_batches()
@@ -248,13 +268,31 @@ def read_data_file(blob: Blob, key: str, schema: pa.Schema | None, *, where: str
         raise MalformedInputError(f"{where} is unreadable as {fmt}: {e}") from e
 
 
+def read_file_schema(blob: Blob, key: str, schema: pa.Schema | None, *, where: str) -> pa.Schema:
+    """The columns of one data file (a Parquet file's from its footer; CSV / JSONL parsed, the
+    columns ``schema`` names pinned to its types); MalformedInputError naming ``where``."""
+    if key.lower().endswith(".parquet"):
+        got = blob.get_source(key)
+        if got is None:
+            raise MalformedInputError(f"{where} disappeared while reading; landed files must never be removed")
+        try:
+            return pq.read_schema(pa.BufferReader(got.data))
+        except (pa.ArrowInvalid, OSError) as e:
+            raise MalformedInputError(f"{where} is unreadable as parquet: {e}") from e
+    return read_data_file(blob, key, schema, where=where).schema
+
+
 def read_landing_file(
-    blob: Blob, f: LandingFile, schema: pa.Schema | None, time_column: str, *, root: str | None = None
+    blob: Blob, f: LandingFile, schema: pa.Schema | None, time_column: str, *, root: str | None = None,
+    schema_mode: SchemaMode = "strict", window: tuple[int, int] | None = None,
 ) -> pa.Table:
     """Read one landing file as user columns + ``_time``; MalformedInputError names the file.
 
     ``schema`` (the shard's user columns) pins types and the exact column set; None
-    keeps what the file has (used to infer a schema).
+    keeps what the file has (used to infer a schema). ``schema_mode="add_columns"``: the
+    file is read onto ``schema`` instead (:func:`shardsink.sources.evolution.conform`:
+    missing nullable columns as nulls; a column the shard does not know is refused only if
+    the file has rows in ``window``, the batch's ``[lower, upper)``).
     """
     where = f"{root or blob.url}/{f.key}"
     t = read_data_file(blob, f.key, schema, where=where)
@@ -264,12 +302,19 @@ def read_landing_file(
     if time.null_count:
         raise MalformedInputError(f"{where}: {time.null_count} rows have a null event time in {time_column!r}")
     t = t.drop_columns([time_column])
+    if schema is not None and schema_mode == "add_columns":
+        t = conform(t.append_column(TIME, time), schema, where=where, window=window)
+        try:
+            return validate_updates(t, schema, lower=-(2**63), upper=None).drop_columns([DIFF])
+        except InvalidUsageError as e:
+            raise MalformedInputError(f"{where}: {e}") from e
     if schema is not None:
         missing = [n for n in schema.names if n not in t.column_names]
         extra = [n for n in t.column_names if n not in schema.names]
         if missing or extra:
             raise MalformedInputError(
                 f"{where}: columns do not match the shard: missing {missing}, unexpected {extra}"
+                f"{STRICT_HINT if extra else ''}", value=(extra or missing)[0]
             )
         try:
             t = validate_updates(t.append_column(TIME, time), schema, lower=-(2**63), upper=None)

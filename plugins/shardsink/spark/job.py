@@ -57,10 +57,12 @@ def write_slot(job: IngestWriteRequest) -> dict[str, Any]:
     # SUBTLE: schema and schema id from the SAME version: the manifest records the id the parts
     # are written with, so a schema change before the append does not relabel them.
     schema, schema_id = head.header.schema, current_schema(head.header).id
+    # add_columns: the mint evolved the shard before this job read its head; files are read onto it.
+    mode: dict[str, Any] = {} if job.schema_mode == "strict" else {"schema_mode": job.schema_mode}
     spark = SparkSession.builder.appName(f"shardsink-write-{desc.desc_id}-slot{job.slot}").getOrCreate()
     try:
         df, inputs = source.read_slot(spark, lower=desc.lower, upper=desc.upper, slot=job.slot, slots=job.slots,
-                                      schema=schema, seals=seals(shard, head=head))
+                                      schema=schema, seals=seals(shard, head=head), **mode)
         parts = stage_dataframe(df, shard_url=job.shard_url, schema=schema, lower=desc.lower, upper=desc.upper,
                                 desc_id=desc.desc_id, order=job.part_order)
         hooks.fire("write.staged", shard_url=job.shard_url, slot=job.slot, attempt=desc.attempt, desc_id=desc.desc_id,

@@ -26,6 +26,7 @@ import msgspec
 from shardsink.core.state import PartOrder
 from shardsink.errors import InvalidUsageError
 from shardsink.sinks.description import Description
+from shardsink.sources.evolution import SchemaMode
 from shardsink.specs import SourceSpec
 
 FORMAT = "shardsink.job-request/1"
@@ -60,6 +61,9 @@ class IngestWriteRequest(RequestBase, frozen=True, kw_only=True, tag="ingest_wri
     slots: int
     part_order: PartOrder = "sorted"
     decided_at: int | None = None
+    #: How the slot reads files onto the shard's schema (:mod:`shardsink.sources.evolution`); a
+    #: request without it (an older operator) reads strictly, which refuses rather than loses a column.
+    schema_mode: SchemaMode = "strict"
 
 
 class IngestCorrectRequest(RequestBase, frozen=True, kw_only=True, tag="ingest_correct"):
