@@ -207,6 +207,7 @@ def test_s3_unchanged_rerun_writes_nothing_then_changes_and_a_foreign_append_are
 
 
 BAD_DAGS = '''
+import os
 from datetime import timedelta
 from shardsink.airflow.view_factory import view_dag
 from shardsink.sinks.materialize import ViewInput, view
@@ -218,10 +219,18 @@ view_dag(dag_id="changed_view", schedule=None, view=view(
         "FROM events GROUP BY 1, 2"), **common)
 view_dag(dag_id="ghost_view", schedule=None, view=view(
     inputs={{"events": {src!r}, "ghost": {ghost!r}}}, sql="SELECT * FROM events"), **common)
+view_dag(dag_id="growing_view", schedule=None, view=view(
+    inputs={{"events": ViewInput({src!r}, mode="updates")}},
+    sql="SELECT user, to_date(timestamp_millis(_time)) AS day, sum(_diff) AS events" + os.environ.get("GROWN", "")
+        + " FROM events GROUP BY 1, 2 HAVING sum(_diff) <> 0"), **common)
 '''
 
 
-def test_schema_change_and_missing_input_fail_clearly_output_unchanged(af: Env, tmp_path: Path) -> None:
+def test_schema_change_and_missing_input_fail_clearly_output_unchanged_and_a_gained_column_evolves_it(
+        af: Env, tmp_path: Path) -> None:
+    """A query whose column changes type, and one over a missing input, fail their runs clearly
+    with the output unchanged; then a view whose SQL gains a column between two runs evolves
+    its output and corrects every row (issue 19)."""
     _with_view(af)
     schema = pa.schema([("user", pa.string()), ("action", pa.string()), ("amount", pa.int64())])
     src = Shard.create(af.shard_url, schema, upper=START)
@@ -237,8 +246,9 @@ def test_schema_change_and_missing_input_fail_clearly_output_unchanged(af: Env, 
     r = _dags_test(af, "changed_view", "2024-02-01")
     out = r.stdout + r.stderr
     assert r.returncode != 0
-    assert "InvalidUsageError: the desired DataFrame does not match the schema of output shard" in out
-    assert "fixed at creation" in out and "unexpected columns ['extra']" in out
+    assert "InvalidUsageError: the view query's output does not fit output shard" in out
+    assert "column 'events' changed from int64 to decimal128(" in out and "which is not a widening" in out
+    assert f"`shardsink schema {view.url} --drop events`" in out  # 'extra' alone would have been added
     assert "invalid input, not retried: InvalidUsageError:" in out
     assert out.count("Spark-Submit cmd") == 1, "an invalid view was retried"
 
@@ -253,3 +263,26 @@ def test_schema_change_and_missing_input_fail_clearly_output_unchanged(af: Env, 
         raise AssertionError("the missing input was created")
     except ShardNotFoundError:
         pass
+
+    af.env["GROWN"] = ""  # run 1: (user, day, events), the output's schema
+    ok(_dags_test(af, "growing_view", "2024-02-01"))
+    day2 = [("a", "buy", 4, START + DAY + 5, 1), ("b", "view", 2, START + DAY + 6, 1)]
+    _append_events(src, day2, START + DAY, START + 2 * DAY)
+    af.env["GROWN"] = ", sum(amount * _diff) AS spent"  # run 2: the SQL gains a column
+    ok(_dags_test(af, "growing_view", "2024-02-01"))
+    assert view.schema.names == ["user", "day", "events", "spent"] and view.schema.field("spent").type == pa.int64()
+    assert [e.id for e in view.schema_history()] == [0, 1]
+    assert [(c.kind, dict(c.props).get("change")) for _, c in view.log(limit=3)] == [
+        ("append", None), ("schema", "add spent:int64"), ("append", None)]
+    per: Counter[tuple[str, date]] = Counter()
+    spent: Counter[tuple[str, date]] = Counter()
+    for user, _action, amount, t, diff in [("a", "buy", 1, START + 5, 1), *day2]:  # every input update
+        per[(user, _day(t))] += diff
+        spent[(user, _day(t))] += amount * diff
+    snap = view.snapshot()
+    assert Counter({(r["user"], r["day"], r["events"], r["spent"]): r["_count"] for r in snap.to_pylist()}) == \
+        Counter({(u, d, n, spent[(u, d)]): 1 for (u, d), n in per.items()})
+    d1 = _day(START)  # a full comparison: run 1's row, read with spent NULL, retracted and re-inserted
+    assert {(r["user"], r["day"], r["events"], r["spent"]): r["_diff"] for r in view.changes(
+        START + DAY, START + 2 * DAY).to_pylist() if r["day"] == d1} == {("a", d1, 1, None): -1, ("a", d1, 1, 1): 1}
+    assert_no_leaks(view.url)

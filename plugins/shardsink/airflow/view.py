@@ -85,7 +85,9 @@ class ViewWriteOperator(ShardWriteOperator):
     The ingest write operator with two differences: the output shard may not exist yet
     (the first write creates it), and the job gets the view spec. Failures are decided
     from the job's outcome record as for ingest (invalid input, e.g. a bad query or a
-    schema change, fails without Airflow retries).
+    schema change the output cannot evolve to, fails without Airflow retries; a query that gains
+    a column or widens a type evolves the output shard in the job, see
+    :mod:`shardsink.spark.view_schema`).
     """
 
     def __init__(self, *, view_spec: dict[str, Any], **kwargs: Any) -> None:

@@ -76,8 +76,10 @@ def view_dag(
     contents as of its new upper - 1, writing only the difference.
 
     The output shard is created by the first write from the query's schema with upper
-    ``shard.initial_upper`` (default: ``start_date``); its schema is fixed from then on (a
-    changed query fails its write with a clear message, the shard unchanged). The option
+    ``shard.initial_upper`` (default: ``start_date``). A query that later gains a column or
+    widens a type evolves the output's schema (one full comparison); any other change fails
+    its write without retries, naming the column and the ``shardsink schema`` command that
+    fixes it, the shard unchanged (:mod:`shardsink.spark.view_schema`). The option
     objects (``spark``, ``shard``, ``attempts``) and their deprecated flat keywords work as
     in :func:`shardsink.airflow.ingest_dag` (a view run mints one description and never
     waits for earlier intervals: ``max_chain``, ``catch_up_after`` and ``poke_interval``

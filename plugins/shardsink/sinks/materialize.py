@@ -22,12 +22,29 @@ written by the same definition, equivalently ``V(input changes in [lower, upper)
 (:mod:`shardsink.spark.incremental`). An unchanged view stages nothing (zero parts) and
 its append only advances the upper.
 
-**Output schema: fixed at creation, from the query.** The output shard is created by
-the first successful write job from the query's analysed schema (every column
-nullable), at upper = the view's ``initial_upper``, *after* the correction was staged:
-a query that fails creates nothing. From then on a query whose columns or types
-differ is refused (InvalidUsageError naming every mismatch) before any Spark job; the
-output shard is unchanged. To change a view's schema, write a new output shard.
+**Output schema: from the query, evolving by added columns and widened types.** The
+output shard is created by the first successful write job from the query's analysed
+schema (every column nullable), at upper = the view's ``initial_upper``, *after* the
+correction was staged: a query that fails creates nothing. When the query later gains a
+column or widens a type (int8 → int16 → int32 → int64, float → double, a decimal's
+precision up at the same scale), the write job evolves the output: it compares in FULL
+(the rows persisted before read with nulls in the new column, so every row is
+corrected), stages under the evolved schema and, after the query ran, commits the schema
+changes through the shard's conditional put (``shardsink log`` shows kind ``schema``,
+``shardsink schema URL`` the history), then the batch as usual
+(:mod:`shardsink.spark.view_schema`). A view's fingerprint covers the output's schema
+id, so no incremental run builds on a basis from another schema. Any other change (a
+column dropped or renamed, a narrowed or incompatible type) is refused before any Spark
+job (InvalidUsageError naming each column with its old and new type and the commands that
+fix it: ``shardsink schema URL --drop NAME`` or ``--rename OLD:NEW``, a CAST in the query,
+or a new output shard); the output shard is unchanged.
+
+SUBTLE (racing evolutions): twin write tasks and racing runs plan the same changes from
+the same schema; each change is re-validated on the fresh head, so one that a rival
+committed first is skipped, not applied twice, and both end at the same schema id. The
+schema commit and the batch's append are two commits: between them readers see the old
+rows with nulls in the new column, until the batch (or, if it loses its race, the next
+run's) corrects them.
 
 SUBTLE (racing runs): two runs may mint the same ``lower``; exactly one commits, the
 other loses compare-and-append and re-mints from the new upper. The loser's correction

@@ -30,7 +30,8 @@ carrying fingerprint ``F`` leaves the output equal to ``V_F`` of its input.
 
 The fingerprint hashes the analysed plan of the view over an empty frame of the input's
 schema (expression ids removed), that schema, the input's URL and mode, the Spark version,
-the session time zone and ANSI mode: a change to any of them forces a full comparison.
+the session time zone and ANSI mode, and the output's schema id (:func:`output_fingerprint`):
+a change to any of them forces a full comparison.
 
 HAZARDS: an input shard deleted and re-created at the same URL is not noticed (run the
 view once with ``full_every=1``; README, views). An incremental run cannot tell a corrupt
@@ -88,6 +89,19 @@ def fingerprint(shaped: DataFrame, v: View, *, input_schema: str) -> str | None:
         f"ansi {spark.conf.get('spark.sql.ansi.enabled')}",
     ]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
+
+
+def output_fingerprint(definition: str | None, schema_id: int) -> str | None:
+    """The fingerprint a run compares and records: the view's :func:`fingerprint` covering the
+    output's schema id (the schema its batch's parts are written with). After the output
+    evolves (:mod:`shardsink.spark.view_schema`) no run builds on a basis computed under an
+    older schema. Schema 0 (a shard that never evolved) keeps the definition's fingerprint, so
+    outputs written before schema evolution keep their basis."""
+    if definition is None:
+        return None
+    if schema_id == 0:
+        return definition
+    return hashlib.sha256(f"{definition}\noutput schema {schema_id}".encode()).hexdigest()[:32]
 
 
 def plan(reads: ShardReads, v: View, *, fp: str | None, output: Shard | None, input_url: str,

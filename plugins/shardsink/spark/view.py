@@ -11,6 +11,15 @@ would run unprotected). The staged parts are then published with the ingest sink
 manifest (one slot: the correction is a single Spark job, parallel inside Spark), so
 the append step is the ingest sink's, unchanged.
 
+Evolving output (:mod:`shardsink.spark.view_schema`): when the query's output gains a column
+or widens a type, the run compares in full against the persisted rows as read under the
+evolved schema, stages its parts under that schema, and only then, after the query ran,
+commits the schema changes (:func:`shardsink.spark.view_schema.evolve_output`) before it
+writes the manifest, which records the evolved schema id. SUBTLE: the schema commit and the
+batch's append are two commits: between them (or if the append then loses its race) readers
+see the old rows with nulls in the new column; the batch that commits, or the next run's,
+corrects them.
+
 Reads (issue 18, each fact once per task): the output's state version comes from the write
 task's fate decision (``decided_at``, fetched as an immutable version) or ONE head read; each
 input's head is read once (:class:`Facts`); both are passed down (``at=``/``head=``/``heads=``).
@@ -18,7 +27,8 @@ The leased reads add what the lease protocol needs (:mod:`shardsink.core.leases`
 around the lease's write, and the version pinned after it).
 
 Errors: a query Spark refuses at analysis (bad SQL, unknown column/table) or a schema
-that differs from the output's is InvalidUsageError, raised before any job and before
+the output cannot evolve to (:mod:`shardsink.spark.view_schema`: only added nullable columns
+and widened types evolve it) is InvalidUsageError, raised before any job and before
 anything is written. A failure at run time (e.g. ``raise_error`` in the query) fails the
 Spark job; staged leftovers live under the description's prefix and are deleted by the
 append step once the description's fate is known (see :mod:`shardsink.sinks.ingest`).
@@ -42,23 +52,24 @@ from shardsink.core.schema import current as current_schema
 from shardsink.core.schema import id_of
 from shardsink.core.shard import AppendResult, Shard
 from shardsink.core.state import Version
-from shardsink.core.updates import COUNT, DIFF, TIME, check_schema
+from shardsink.core.updates import DIFF, TIME
 from shardsink.errors import InvalidUsageError, ShardExistsError, ShardNotFoundError
 from shardsink.sinks.description import Description, NoOp
 from shardsink.sinks.ingest import committed
 from shardsink.sinks.materialize import View
 from shardsink.sinks.staging import write_manifest
-from shardsink.spark import incremental
+from shardsink.spark import incremental, view_schema
 from shardsink.spark.correction import (
     check_desired_schema,
     correction_frame,
     incremental_correction,
     linear_correction,
 )
-from shardsink.spark.incremental import Basis
+from shardsink.spark.incremental import BASIS, FINGERPRINT, RUN, Basis
 from shardsink.spark.linear import RowWiseView, row_wise_view, signed_views
 from shardsink.spark.read import ShardReads
 from shardsink.spark.stage import stage_dataframe
+from shardsink.spark.view_schema import Evolution, output_schema
 from shardsink.storage.retry import RetryPolicy
 
 if TYPE_CHECKING:
@@ -176,16 +187,6 @@ def run_view(spark: SparkSession, v: View, frames: dict[str, DataFrame]) -> Data
     return desired
 
 
-def output_schema(desired: DataFrame) -> pa.Schema:
-    """The Arrow schema a new output shard gets from the query (all columns nullable)."""
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    arrow = to_arrow_schema(desired.schema, timezone="UTC")
-    schema = pa.schema([pa.field(f.name, f.type, nullable=True) for f in arrow if f.name != COUNT])
-    check_schema(schema, what="the view query's output")
-    return schema
-
-
 def _create_output(url: str, schema: pa.Schema, desired: DataFrame, *, upper: int) -> Shard:
     """Create the output shard; a racing creator's shard is accepted only with the same schema,
     else InvalidUsageError. SUBTLE: the parts staged against our schema are then left in place:
@@ -203,13 +204,25 @@ def _create_output(url: str, schema: pa.Schema, desired: DataFrame, *, upper: in
 class ViewCorrection:
     """A run's correction (lazy; stage it inside the ``ShardReads`` block), the output
     schema, the inputs read (JSON-able) and how it was computed: ``basis`` and the props
-    its commit records (:mod:`shardsink.spark.incremental`)."""
+    its commit records (:mod:`shardsink.spark.incremental`). ``evolution``: the schema
+    changes the output needs first (``schema`` is then their target), committed by
+    :func:`write_view` after staging; ``definition``: the view's definition fingerprint."""
 
     frame: DataFrame
     schema: pa.Schema
     inputs: list[dict[str, Any]]
     basis: Basis
     props: dict[str, str]
+    evolution: Evolution | None = None
+    definition: str | None = None
+
+    def props_for(self, schema_id: int) -> dict[str, str]:
+        """The props the commit records, its parts written under ``schema_id``: the plan's, or
+        after an evolution a full run's, fingerprinted under the evolved schema id."""
+        if self.evolution is None:
+            return self.props
+        fp = incremental.output_fingerprint(self.definition, schema_id)
+        return {} if fp is None else {FINGERPRINT: fp, BASIS: "full", RUN: "0"}
 
 
 def correct_view(reads: ShardReads, v: View, *, output_url: str, desc: Description,
@@ -236,9 +249,13 @@ def correct_view(reads: ShardReads, v: View, *, output_url: str, desc: Descripti
         corr = correction_frame(desired, None, schema=schema, upper=desc.upper, where=output_url)
         return ViewCorrection(frame=corr, schema=schema, inputs=inputs, basis="full", props={})
     out = Shard(output_url)
+    evo = view_schema.evolution(output_schema(desired), at.header, url=out.url)
+    schema = at.header.schema if evo is None else evo.target
     persisted = _persisted(reads, out, at, lower=desc.lower)
-    corr = correction_frame(desired, persisted, schema=at.header.schema, upper=desc.upper, where=out.url)
-    return ViewCorrection(frame=corr, schema=at.header.schema, inputs=inputs, basis="full", props={})
+    if evo is not None:  # a full comparison against the rows as read under the evolved schema
+        persisted = view_schema.projected_persisted(persisted, evo.target)
+    corr = correction_frame(desired, persisted, schema=schema, upper=desc.upper, where=out.url)
+    return ViewCorrection(frame=corr, schema=schema, inputs=inputs, basis="full", props={}, evolution=evo)
 
 
 def _row_wise_correction(reads: ShardReads, v: View, rw: RowWiseView, *, output_url: str, desc: Description,
@@ -249,7 +266,11 @@ def _row_wise_correction(reads: ShardReads, v: View, rw: RowWiseView, *, output_
     at = facts.output
     out = None if at is None else Shard(output_url)
     input_at = facts.inputs.get(rw.url)
-    how = incremental.plan(reads, v, fp=rw.fingerprint, output=out, input_url=rw.url, lower=desc.lower, head=at)
+    evo = None if at is None else view_schema.evolution(
+        view_schema.probe_schema(reads.spark, rw.name, rw.url, run=run, at=input_at), at.header, url=output_url)
+    fp = incremental.output_fingerprint(rw.fingerprint, 0 if at is None else current_schema(at.header).id)
+    how = incremental.Plan(basis="full", props={}) if evo is not None else incremental.plan(
+        reads, v, fp=fp, output=out, input_url=rw.url, lower=desc.lower, head=at)
     if how.basis == "incremental":
         assert out is not None and at is not None
         changes = reads.changes(rw.url, desc.lower, desc.upper, consolidate=False, at=input_at)
@@ -258,13 +279,15 @@ def _row_wise_correction(reads: ShardReads, v: View, rw: RowWiseView, *, output_
         inputs = [{**i, "changes_from": desc.lower} for i in inputs_read(v, as_of=as_of, heads=facts.inputs)]
         return ViewCorrection(frame=corr, schema=at.header.schema, inputs=inputs, basis=how.basis, props=how.props)
     positive, negative = signed_views(rw, reads.updates(rw.url, as_of, at=input_at), run=run)
-    schema = output_schema(positive) if at is None else at.header.schema
+    schema = output_schema(positive) if at is None else at.header.schema if evo is None else evo.target
     persisted = None if out is None or at is None else _persisted(reads, out, at, lower=desc.lower)
+    if evo is not None:  # a full comparison against the rows as read under the evolved schema
+        persisted = view_schema.projected_persisted(persisted, evo.target)
     inputs_where = ", ".join(f"input shard {i.url} as of {as_of}" for i in v.inputs.values())
     corr = linear_correction(positive, negative, persisted, schema=schema, upper=desc.upper,
                              where=output_url if out is None else out.url, inputs_where=inputs_where)
     return ViewCorrection(frame=corr, schema=schema, inputs=inputs_read(v, as_of=as_of, heads=facts.inputs),
-                          basis=how.basis, props=how.props)
+                          basis=how.basis, props=how.props, evolution=evo, definition=rw.fingerprint)
 
 
 def _persisted(reads: ShardReads, out: Shard, at: Version, *, lower: int) -> DataFrame | None:
@@ -296,18 +319,27 @@ def write_view(spark: SparkSession, v: View, *, output_url: str, desc: Descripti
         # A correction is a small, sparse set of rows: compact parts (zstd, selective dictionaries).
         parts = stage_dataframe(c.frame, shard_url=output_url, schema=c.schema, lower=desc.lower,
                                 upper=desc.upper, desc_id=desc.desc_id, encoding="compact")
-    # SUBTLE: created only now, after the query ran: a failing query leaves no shard behind.
+    # SUBTLE: created (or evolved) only now, after the query ran: a failing query leaves the
+    # output as it was.
     out = Shard(output_url) if at is not None else _create_output(output_url, c.schema, c.frame.drop(TIME, DIFF),
                                                                    upper=desc.lower)
+    # The schema id the parts were written with: that of ``at`` (whose schema c.schema is), of
+    # c.schema once the output evolved to it, or for a shard created just now (or by a racing
+    # creator, checked equal) the id of c.schema.
+    if at is None:
+        schema_id = id_of(out.reader().head().header, c.schema)
+    elif c.evolution is not None:
+        schema_id = view_schema.evolve_output(out, c.evolution, at=at, writer=holder or f"view-write:{desc.desc_id}")
+    else:
+        schema_id = current_schema(at.header).id
     # SUBTLE: the props (the basis the next run builds on) travel in the manifest with the
     # parts they describe: a twin attempt's manifest replaces both at once.
-    # The schema id the parts were written with: that of ``at`` (whose schema c.schema is), or
-    # for a shard created just now (or by a racing creator, checked equal) the id of c.schema.
-    schema_id = current_schema(at.header).id if at is not None else id_of(out.reader().head().header, c.schema)
-    doc = write_manifest(out, desc, slot=0, slots=1, parts=parts, inputs=c.inputs, props=c.props,
+    props = c.props if schema_id is None else c.props_for(schema_id)
+    doc = write_manifest(out, desc, slot=0, slots=1, parts=parts, inputs=c.inputs, props=props,
                          schema_id=schema_id)
     return {"status": "staged", "slot": 0, "parts": len(parts), "rows": doc["rows"], "basis": c.basis,
-            "bytes": sum(p.bytes for p in parts), "seconds": round(time.monotonic() - t0, 2)}
+            "bytes": sum(p.bytes for p in parts), "seconds": round(time.monotonic() - t0, 2),
+            **({"evolved": c.evolution.describe(), "schema_id": schema_id} if c.evolution is not None else {})}
 
 
 def refresh_view(spark: SparkSession, v: View, *, output_url: str, initial_upper: int = 0,
