@@ -379,3 +379,44 @@ def test_a_compaction_never_writes_a_wrapped_diff_sum(shard_url: str, blob: Blob
     merged = shard.batches()[0]
     got = read_parts(blob, merged.parts, SCHEMA).sort_by("k").to_pylist()
     assert got == [{"k": "a", "n": 0, "_time": since, "_diff": big}, {"k": "b", "n": 0, "_time": since, "_diff": 3}]
+
+
+@pytest.mark.parametrize("failure", ["overflow", "crash-mid-merge"])
+def test_a_merge_that_fails_before_its_commit_leaves_no_output_nor_manifest(shard_url: str, blob: Blob,
+                                                                            failure: str) -> None:
+    """A merge that fails after writing output parts (a _diff sum outside int64 at the last key,
+    or any error mid-merge) deletes its manifest and those parts: its inputs stay live, so the
+    fate rule calls it StillPossible and neither the sweep nor GC would ever take them (one more
+    set per retry). Nothing is committed and the inputs stay readable."""
+    big = 2**62
+    shard = Shard.create(shard_url, SCHEMA, blob=blob)
+    n = 3 if failure == "overflow" else 1  # three 2**62 adds at one since: 3 * 2**62 leaves int64
+    for i in range(3):
+        rows: list[Row] = [(f"k{j:02d}", 0, SPAN * i, 1) for j in range(20)]
+        rows.append(("z", 0, SPAN * i, big if i < n else 1))
+        shard.append(table_of(rows), lower=SPAN * i, upper=SPAN * (i + 1))
+    advance_since(shard, target=2 * SPAN)
+    head = shard.reader().head()
+    read = (lambda: snapshot_counter(shard.snapshot(3 * SPAN - 1))) if failure != "overflow" else shard.batches
+    before = read()  # the overflowing sum fails reads too: then the batches and their parts must stay
+    cids: list[str] = []
+    written: list[int] = []
+
+    def on_batch(i: int, rows: int) -> None:
+        written.append(len(list(blob.list(f"parts/{cids[0]}/"))))
+        if failure == "crash-mid-merge" and len(written) > 30:
+            raise RuntimeError("simulated failure mid-merge")
+
+    options = CompactOptions(merge=MergeOptions(small_bytes=0, batch_rows=1, part_bytes=1, row_group_rows=1),
+                             hooks=Hooks(after_manifest=cids.append, on_batch=on_batch))
+    with pytest.raises(CorruptionError if failure == "overflow" else RuntimeError,
+                       match="overflows int64" if failure == "overflow" else "simulated"):
+        compact_batches(shard, shard.batches(), since=2 * SPAN, options=options)
+    (cid,) = cids
+    assert max(written) > 0, "the merge wrote no output part before it failed: the test proves nothing"
+    assert list(blob.list(f"parts/{cid}/")) == [] == list(blob.list(f"staging/{cid}/")), "leftovers remain"
+    after = shard.reader().head()
+    assert (after.seqno, shard.batches()) == (head.seqno, shard.reader().batches(head)), "nothing was committed"
+    assert shard.reader().leaked_parts() == [] and sweep(shard, grace_s=0) == []
+    assert all(blob.get(p.key) is not None for b in shard.batches() for p in b.parts)
+    assert read() == before

@@ -10,8 +10,9 @@ A shard that never evolved stores no history: its one schema is ``header.schema`
 and field ids ``1..n`` by position (:func:`history`), derived on read, nothing rewritten.
 
 Allowed changes (:class:`SchemaChange`, checked by :func:`evolve`): add a nullable column
-(a non-nullable one only while the shard holds no batch); drop a column (hidden from reads at
-once; its data goes when compaction rewrites the parts); rename; make a column nullable;
+(a non-nullable one only while the shard holds no batch); drop a column (hidden from current
+reads at once, still shown by ``as_of`` reads before the drop; its data goes when compaction
+rewrites the parts once ``since`` passes the drop); rename; make a column nullable;
 widen a type (int8 → int16 → int32 → int64, float32 → float64, a decimal's precision up at
 the same scale, string → large_string). Anything else is an InvalidUsageError (CLI exit 2)
 naming the column, the old and new type and what would be allowed.

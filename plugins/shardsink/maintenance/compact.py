@@ -9,8 +9,22 @@ One compaction of inputs ``B1..Bk`` (adjacent, live)::
     4. applied ⇒ delete the manifest; refused (an input is gone) ⇒ delete its output;
        both through AdminHandle.delete_staged (core.fate's one deleter), which re-derives the fate first
 
+The output schema is the newest one, except where that would delete a dropped column some
+readable time still shows (:func:`shardsink.maintenance.plan.merge_target`): the plan keeps
+such batches out, and :func:`compact_batches` refuses them (nothing written) when mixed with
+others. SUBTLE: the header is read once, before the merge; a drop committed meanwhile only
+makes the output's schema (then no longer the newest) hold the column: nothing is lost, and
+``since`` only grows, so a stale since keeps out more, never less.
+
+A merge that fails before step 3 (CorruptionError from a ``_diff`` sum outside int64, an
+unreadable input, a storage error, …) deletes its manifest and whatever output it wrote
+(:func:`_abandon`): its inputs stay live, so no fate read could ever call it dead and the
+sweep would keep its leftovers for as long as those inputs live (for a deterministic
+failure, forever, and one more set per retry).
+
 Everything goes through the maintenance handle (:mod:`shardsink.core.admin`): the manifest,
-the output parts (its batch builder), the commit and the deletes.
+the output parts (its batch builder), the commit and the deletes (but :func:`_abandon`'s, which
+hands the one deleter a decided fate through the write handle).
 
 It never blocks appends: appends racing it commit, and it re-applies on top of them
 (the upper is not touched). The inputs' parts stay referenced by older state versions;
@@ -46,7 +60,7 @@ from shardsink.core.commands import CompactCommand
 from shardsink.core.shard import Shard, default_writer
 from shardsink.errors import CorruptionError, InvalidUsageError, ShardsinkError, UnknownOutcomeError
 from shardsink.maintenance.merge import MergeOptions, MergeStats, OnBatch, merge_parts
-from shardsink.maintenance.plan import PlanOptions, plan_merges
+from shardsink.maintenance.plan import PlanOptions, merge_target, plan_merges
 from shardsink.maintenance.projected import projected_inputs
 
 log = logging.getLogger(__name__)
@@ -150,7 +164,7 @@ def compact(shard: Shard, *, options: CompactOptions = CompactOptions()) -> Comp
     since = head.header.since
     merges = []
     unknown: UnknownOutcomeError | None = None
-    for group in plan_merges(batches, options.plan):
+    for group in plan_merges(batches, options.plan, header=head.header, since=since):
         try:
             merges.append(compact_batches(shard, group, since=since, header=head.header, options=options))
         except UnknownOutcomeError as e:
@@ -166,34 +180,35 @@ def compact_batches(shard: Shard, inputs: Sequence[st.BatchMeta], *, since: int,
     """Merge ``inputs`` (adjacent live batches) into one batch and commit the replacement.
 
     ``since`` must not exceed the shard's since (the outputs' times are advanced to it).
-    The output is written in the shard's newest schema (read now), inputs of older schema
-    ids projected onto it (:mod:`shardsink.maintenance.projected`); ``schema``, if given,
-    must be that schema (kept for callers that pass it). ``header``: a header the caller read
-    the inputs from (its newest schema is the output's; None: read the head now).
+    The output is written in the schema :func:`~shardsink.maintenance.plan.merge_target` picks
+    from ``header`` (the newest, inputs of older schema ids projected onto it,
+    :mod:`shardsink.maintenance.projected`; or, for inputs holding a dropped column that reads
+    at times >= ``since`` still show, their own one schema id); InvalidUsageError, nothing
+    written, for inputs that would lose such a column. ``schema``, if given, must be that
+    target (kept for callers that pass it). ``header``: a header the caller read the inputs
+    from (None: read the head now). A failure of the merge deletes what it wrote and raises.
     """
     m = shard.admin()
     cid = f"{keys.COMPACTION_ID_PREFIX}{uuid.uuid4().hex}"
     inputs = tuple(inputs)
+    if not inputs:
+        raise InvalidUsageError("compact_batches needs at least one input batch")
     header = header if header is not None else m.head().header
-    target = sch.current(header)
+    target = merge_target(header, inputs, since)
     if schema is not None and not schema.equals(sch.entry_schema(target)):
-        raise InvalidUsageError(f"compaction schema {schema} is not the shard's current schema")
+        raise InvalidUsageError(f"compaction schema {schema} is not the schema the merge writes "
+                                f"({sch.entry_schema(target)}, schema id {target.id})")
     manifest = m.put_compaction_manifest(mf.compaction_manifest(cid, inputs, since))
     options.hooks.call("after_manifest", cid)
-    source, parts = projected_inputs(m, header, inputs, target)
     try:
+        source, parts = projected_inputs(m, header, inputs, target)
         stats: MergeStats = merge_parts(source, parts, sch.entry_schema(target), into=m.builder(cid), since=since,
                                         options=options.merge, on_batch=options.hooks.on_batch)
-    except CorruptionError:
-        # SUBTLE: a missing input part is corruption only if the inputs are still live; a
-        # rival compaction may have replaced them and GC collected their parts meanwhile.
-        gone = m.delete_staged(cid, inputs[0].lower, inputs=inputs) if _replaced(m, cid, inputs) else None
-        if gone is None:
+    except Exception as e:
+        refused = _failed_merge(shard, cid, inputs, header, e)
+        if refused is None:
             raise
-        log.info("compaction %s: its inputs were replaced while it read them; deleted %d output parts",
-                 cid, gone.parts)
-        n_in = sum(len(b.parts) for b in inputs)
-        return Merge(cid, tuple(b.desc_id for b in inputs), "refused", None, 0, 0, n_in, 0, gone.parts, False)
+        return refused
     options.hooks.call("after_outputs", cid)
     upper = inputs[-1].upper
     cmd = CompactCommand(cid, tuple(b.desc_id for b in inputs), inputs[0].lower, upper, since,
@@ -218,6 +233,45 @@ def compact_batches(shard: Shard, inputs: Sequence[st.BatchMeta], *, since: int,
     seqno = out.seqno if isinstance(out, st.Version | tr.AlreadyCommitted) else None
     return Merge(cid, cmd.inputs, status, seqno, stats.rows_in, stats.rows_out, len(parts), len(stats.parts),
                  deleted, stats.streamed)
+
+
+def _failed_merge(shard: Shard, cid: str, inputs: Sequence[st.BatchMeta], header: st.Header,
+                  error: Exception) -> Merge | None:
+    """After the merge of ``cid`` raised ``error``: a refusal (its leftovers deleted) if a rival
+    replaced its inputs meanwhile, else None (the error stands; its leftovers deleted, :func:`_abandon`).
+
+    SUBTLE: a missing input part is corruption only if the inputs are still live; a rival
+    compaction may have replaced them and GC collected their parts meanwhile."""
+    m = shard.admin()
+    if isinstance(error, CorruptionError) and _replaced(m, cid, inputs):
+        gone = m.delete_staged(cid, inputs[0].lower, inputs=inputs)
+        log.info("compaction %s: its inputs were replaced while it read them; deleted %d output parts",
+                 cid, gone.parts)
+        n_in = sum(len(b.parts) for b in inputs)
+        return Merge(cid, tuple(b.desc_id for b in inputs), "refused", None, 0, 0, n_in, 0, gone.parts, False)
+    _abandon(shard, cid, inputs, header)
+    return None
+
+
+def _abandon(shard: Shard, cid: str, inputs: Sequence[st.BatchMeta], header: st.Header) -> None:
+    """Delete what compaction ``cid`` staged (its manifest, its output parts so far) after its
+    merge failed, before any command naming it was built; best effort (a failure is logged,
+    the merge's error is what the caller sees).
+
+    SUBTLE: the fate rule calls a compaction whose inputs are all live StillPossible, and
+    rightly so for a stranger's. But ``cid`` was minted here and its command can only be
+    built here, from output parts this process holds in memory, and it never was: nothing
+    can ever commit it, so its fate is final CannotCommit, known without a state read. It is
+    handed to the one deleter (``delete_staged(decided=...)``, through the write handle: the
+    maintenance handle does not take a decided fate), which deletes only under ``cid``'s own
+    prefixes. A part whose put failed yet landed is listed, and so deleted, too."""
+    try:
+        gone = shard.writer().delete_staged(cid, inputs[0].lower, inputs=inputs,
+                                            decided=ft.CannotCommit(header.upper))
+        log.info("compaction %s failed before its commit; deleted its %d output parts and %d manifests",
+                 cid, gone.parts, gone.manifests)
+    except (ShardsinkError, OSError) as e:  # left to the sweep: it deletes them once an input is replaced
+        log.warning("compaction %s failed before its commit and its leftovers could not be deleted: %s", cid, e)
 
 
 def _replaced(admin: AdminHandle, cid: str, inputs: Sequence[st.BatchMeta]) -> bool:
