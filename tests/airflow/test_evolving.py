@@ -1,17 +1,20 @@
 """schema_mode end to end with real Airflow (`airflow dags test`) and real spark-submit: day 2's
-landing files gain a nullable column. One DAG file, one Airflow home, two runs of the same day:
-strict fails naming the file and the column with nothing committed; add_columns is green, the
+landing files gain a nullable column. One DAG file, one Airflow home, three runs of the same day:
+strict fails naming the file and the column with nothing committed; an add_columns dry run reports
+the column it would add and commits nothing; add_columns is green, the
 shard's schema history shows the add, and the snapshot reads nulls for day 1 and values for day 2."""
 
 from __future__ import annotations
 
+import json
+import subprocess
 import textwrap
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from af_helpers import DAY, START, Env, ok
+from af_helpers import DAY, START, VENV_BIN, Env, ok
 from support.fake_source import FakeSource
 
 from shardsink import Shard
@@ -20,6 +23,7 @@ from shardsink.errors import InvalidUsageError
 from shardsink.sinks.description import Description
 from shardsink.sources import LandingSource
 from shardsink.sources.landing import read_landing_file
+from shardsink.spark.request import IngestCorrectRequest
 from shardsink_dev.synthetic import SCHEMA, land_file, landing_table, publish_watermark
 
 DAG_FILE = textwrap.dedent("""
@@ -74,6 +78,13 @@ def test_day_2_gains_a_column_strict_refuses_add_columns_evolves(af: Env, tmp_pa
     info = shard.info()
     assert (info.seqno, info.upper, len(shard.schema_history())) == (1, START + DAY, 1)  # nothing committed
 
+    # A dry run under add_columns reports the column it would add and commits nothing (not the schema).
+    dry = ok(subprocess.run([str(VENV_BIN / "airflow"), "dags", "test", "evolving_ingest", "2024-01-03", "-c",
+                             json.dumps({"dry_run": True})], env={**af.env, "SHARDSINK_SCHEMA_MODE": "add_columns"},
+                            capture_output=True, text=True, timeout=400))
+    assert "DRY RUN (nothing written): " in dry and '"schema_changes": ["would add column country: string"]' in dry
+    assert (shard.info().seqno, len(shard.schema_history())) == (1, 1)
+
     out = ok(af.dags_test("2024-01-03", extra={"SHARDSINK_SCHEMA_MODE": "add_columns"}))
     assert "schema_mode add_columns: evolved" in out and "add country:string" in out
     info = shard.info()
@@ -107,10 +118,12 @@ def test_schema_mode_is_checked_at_parse_time_and_reaches_the_write_request(tmp_
     with pytest.raises(InvalidUsageError, match="source 'fake' cannot"):
         build("add_columns", FakeSource(0))
     d = Description(desc_id="d-1", lower=0, upper=10, attempt=1)
-    for mode, cls in (("strict", "IngestWriteOperator"), ("add_columns", "EvolvingWriteOperator")):
+    fix = Description(desc_id="d-2", lower=10, upper=20, attempt=1, corrects=(0, 10))
+    for mode in ("strict", "add_columns"):
         write = build(mode).get_task("attempt_1.write")  # type: ignore[attr-defined]
-        assert write.operator_class.__name__ == cls
+        assert write.operator_class.__name__ == "IngestWriteOperator"  # one write operator for every mode
         op = write.operator_class(task_id="w", shard_url="file:///s", source_spec=write.partial_kwargs["source_spec"],
-                                  slots=1, slot=0, desc=None, **{k: v for k, v in write.partial_kwargs.items()
-                                                                  if k == "schema_mode"})
+                                  slots=1, slot=0, desc=None, schema_mode=write.partial_kwargs["schema_mode"])
         assert op.job_request(d).schema_mode == mode, "the typed spark-submit request carries the mode"
+        corr = op.job_request(fix)
+        assert isinstance(corr, IngestCorrectRequest) and corr.schema_mode == mode, "so does a correction's"

@@ -111,3 +111,15 @@ def test_an_application_reports_a_bad_request_as_invalid_input_before_any_spark(
     assert outcome.error.error_class == "InvalidUsageError"
     assert "missing required field `shard_url`" in outcome.error.message
     assert "shardsink: error: InvalidUsageError" in capsys.readouterr().err
+
+
+def test_a_correction_request_carries_the_schema_mode_and_an_older_one_reads_strictly() -> None:
+    corr = Description(desc_id="d", lower=100, upper=200, attempt=1, corrects=(10, 50))
+    req = IngestCorrectRequest(shard_url="s3://b/shard", source=LANDING, desc=corr, schema_mode="add_columns")
+    doc = json.loads(encode_request(req))
+    assert doc["schema_mode"] == "add_columns"
+    assert decode_request(json.dumps(doc), IngestCorrectRequest).schema_mode == "add_columns"
+    del doc["schema_mode"]
+    assert decode_request(json.dumps(doc), IngestCorrectRequest).schema_mode == "strict"
+    with pytest.raises(InvalidUsageError, match=r"`\$\.schema_mode`"):
+        decode_request(json.dumps({**doc, "schema_mode": "merge"}), IngestCorrectRequest)

@@ -37,7 +37,7 @@ from airflow.sdk import DAG, Asset
 
 from shardsink.airflow.build import sink_dag, sink_settings, timetable, write_args
 from shardsink.airflow.deprecated import INGEST_ALIASES, with_flat_aliases
-from shardsink.airflow.evolving import EvolvingWriteOperator, evolving_mint_task
+from shardsink.airflow.evolving import evolving_mint_task
 from shardsink.airflow.options import AttemptOptions, SchemaMode, ShardOptions, SparkOptions, checked_schema_mode
 from shardsink.airflow.partitions import check_partition_schedule
 from shardsink.airflow.reprocess import IngestWriteOperator, run_params
@@ -100,7 +100,8 @@ def ingest_dag(
     widen (int8 -> ... -> int64, float -> double, decimal precision up, string -> large_string),
     older files read nulls for the columns they lack; anything else fails the run at once,
     naming the file and the column (:mod:`shardsink.sources.evolution`). Needs a file source
-    (``LandingSource``, ``FileArrivals``); re-processing corrections still read strictly.
+    (``LandingSource``, ``FileArrivals``). Re-processing runs evolve and read alike (the
+    correction job gets the mode); a dry run evolves nothing and reports the changes it would make.
 
     ``schedule``: a cron string or timedelta (a data-interval timetable), a partition
     timetable (:func:`shardsink.airflow.daily_partitions`; its keys must decode back to their
@@ -120,12 +121,11 @@ def ingest_dag(
     if mode != "strict" and not callable(getattr(source, "file_schemas", None)):
         raise InvalidUsageError(f"schema_mode {mode!r} needs a file source (landing, files) that can tell its files' "
                                 f"schemas; source {source.kind!r} cannot", value=mode)
-    op: Any = IngestWriteOperator if mode == "strict" else EvolvingWriteOperator
-    evolving = {} if mode == "strict" else {"schema_mode": mode}
 
     def make_write(descs: Any) -> Any:
-        return op.partial(task_id="write", slots=writers, source_spec=settings.source_spec, part_order=part_order,
-                          **evolving, **common).expand(desc=descs, slot=list(range(writers)))
+        return IngestWriteOperator.partial(task_id="write", slots=writers, source_spec=settings.source_spec,
+                                           part_order=part_order, schema_mode=mode,
+                                           **common).expand(desc=descs, slot=list(range(writers)))
 
     return sink_dag(
         settings, asset=shard_asset(url), attempts=attempts, make_write=make_write,

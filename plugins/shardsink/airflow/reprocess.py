@@ -15,12 +15,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 from airflow.sdk import Param
 from airflow.sdk.exceptions import AirflowSkipException
 
 from shardsink.airflow.write_operator import ShardWriteOperator
 from shardsink.sinks.description import Description
-from shardsink.spark.request import IngestCorrectRequest, JobRequest
+from shardsink.sources.evolution import SchemaMode, check_schema_mode
+from shardsink.spark.request import IngestCorrectRequest, IngestWriteRequest, JobRequest
 from shardsink.specs import spec_from_builtins
 
 
@@ -50,14 +52,25 @@ class IngestWriteOperator(ShardWriteOperator):
     the description of a re-processing run that carries the correction, slot 0 runs the
     correction job (:mod:`shardsink.spark.reprocess`), which stages ALL of that description
     (its ordinary source rows and the correction, as slot 0 of 1), and the other slots skip.
+
+    ``schema_mode`` (``ingest_dag``'s, :mod:`shardsink.sources.evolution`): both requests carry
+    it, so the write job and the correction job read each file onto the shard's schema alike
+    (under ``"add_columns"`` the mint evolved the shard first; columns a file lacks read null).
     """
 
     stages_corrections = True
 
+    def __init__(self, *, schema_mode: SchemaMode = "strict", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.schema_mode: SchemaMode = check_schema_mode(schema_mode)
+
     def job_request(self, d: Description) -> JobRequest:
         if d.corrects is None:
-            return super().job_request(d)
-        return IngestCorrectRequest(shard_url=self.shard_url, source=spec_from_builtins(self.source_spec), desc=d)
+            req = super().job_request(d)
+            return msgspec.structs.replace(req, schema_mode=self.schema_mode) \
+                if isinstance(req, IngestWriteRequest) else req
+        return IngestCorrectRequest(shard_url=self.shard_url, source=spec_from_builtins(self.source_spec), desc=d,
+                                    schema_mode=self.schema_mode)
 
     def execute(self, context: Any) -> None:
         if self.desc and Description.decode(self.desc).corrects is not None:

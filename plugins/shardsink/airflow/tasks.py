@@ -59,12 +59,14 @@ from shardsink.sinks.ingest import (
 )
 from shardsink.sinks.reprocess import check_range
 from shardsink.sources.base import source_from_spec
+from shardsink.sources.evolution import SchemaMode
 from shardsink.sources.publish import after_commit
 
 log = logging.getLogger("shardsink.airflow")
 
 
-def mint_task(settings: IngestSettings, attempt: int, context: dict[str, Any]) -> list[dict[str, Any]]:
+def mint_task(settings: IngestSettings, attempt: int, context: dict[str, Any], *,
+              schema_mode: SchemaMode = "strict") -> list[dict[str, Any]]:
     """Mint attempt ``attempt``'s descriptions (a chain up to the run's target), or skip the rest.
 
     The run's **target** is ``min(interval end, watermark)``: the run is green only once the
@@ -73,6 +75,8 @@ def mint_task(settings: IngestSettings, attempt: int, context: dict[str, Any]) -
     Re-processing (``reprocess_from``/``reprocess_to`` or ``reprocess``) puts the correction
     into the first description; ``dry_run`` computes and reports, then ends the run. Reads the
     shard's head once and the source's watermark once; the gates and the chain decide from them.
+    ``schema_mode``: how a dry run reads the files (``"add_columns"``: onto the schema the
+    evolution would make, reported, not committed; :func:`shardsink.spark.dryrun.dry_run_ingest`).
     """
     from shardsink.airflow.results import Plan
     from shardsink.sinks.ingest import mint_chain
@@ -118,7 +122,8 @@ def mint_task(settings: IngestSettings, attempt: int, context: dict[str, Any]) -
             raise AirflowFailException(f"cannot re-process [{corrects[0]}, {corrects[1]}): {out.reason}")
         nothing_to_do(context, out.reason, settings.writers)
     if opts.dry_run:
-        dry_run_report(context, settings, lambda spark: _dry_ingest(spark, source, shard, out, settings))
+        dry_run_report(context, settings, lambda spark: _dry_ingest(spark, source, shard, out, settings,
+                                                                    schema_mode=schema_mode))
     for d in out:
         log.info("minted description %s [%d, %d)%s for %d writer slots (attempt %d of %d)", d.desc_id, d.lower,
                  d.upper, f" correcting [{d.corrects[0]}, {d.corrects[1]})" if d.corrects else "", settings.writers,
@@ -127,10 +132,11 @@ def mint_task(settings: IngestSettings, attempt: int, context: dict[str, Any]) -
 
 
 def _dry_ingest(spark: Any, source: Any, shard: Shard, descs: list[Description],
-                settings: IngestSettings) -> list[dict[str, Any]]:
+                settings: IngestSettings, *, schema_mode: SchemaMode) -> list[dict[str, Any]]:
     from shardsink.spark.dryrun import dry_run_ingest
 
-    return dry_run_ingest(spark, source, shard, descs, slots=settings.writers, sample=settings.sample_rows)
+    return dry_run_ingest(spark, source, shard, descs, slots=settings.writers, sample=settings.sample_rows,
+                          schema_mode=schema_mode)
 
 
 def dry_run_report(context: dict[str, Any], settings: IngestSettings,

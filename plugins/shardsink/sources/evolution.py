@@ -53,6 +53,12 @@ def check_schema_mode(mode: object) -> SchemaMode:
     return mode  # type: ignore[return-value]
 
 
+def read_kwargs(mode: SchemaMode) -> dict[str, SchemaMode]:
+    """The ``schema_mode`` keyword of a source's ``read_slot`` for ``mode``: none for
+    ``"strict"`` (every source reads so; one without schema modes takes no such keyword)."""
+    return {} if check_schema_mode(mode) == "strict" else {"schema_mode": mode}
+
+
 def _reads_exactly(file_type: pa.DataType, shard_type: pa.DataType) -> bool:
     """Whether a file column of ``file_type`` reads into a shard column of ``shard_type`` by
     the write job's cast (same type, a widening, or the ingest read's int/float/string casts,

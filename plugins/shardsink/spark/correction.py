@@ -42,8 +42,9 @@ import pyarrow as pa
 from shardsink.core.shard import Shard
 from shardsink.core.updates import COUNT, DIFF, TIME
 from shardsink.errors import InvalidUsageError
+from shardsink.spark import diff_sums as sums
 from shardsink.spark import types as sty
-from shardsink.spark.read import raise_record
+from shardsink.spark.diff_sums import raise_record
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -89,10 +90,11 @@ def correction_frame(desired: DataFrame, persisted: DataFrame | None, *, schema:
     from pyspark.sql import functions as F
 
     cols = check_desired_schema(desired, schema, where=where)
-    mult = F.col(COUNT).cast("long") if COUNT in desired.columns else F.lit(1).cast("long")
+    counted = COUNT in desired.columns
+    mult = sums.col(COUNT).cast(sums.EXACT) if counted else F.lit(1).cast("long")
     negative: tuple[ErrorClass, str] = ("InvalidUsageError", f"invalid desired DataFrame for {where}: _count sums to ")
-    return _summed(desired.select(*cols, mult.alias(_D)), persisted, cols, upper=upper, where=where,
-                   negative_desired=negative)
+    return _summed(desired.select(*sums.cols(cols), mult.alias(_D)), persisted, cols, upper=upper, where=where,
+                   negative_desired=negative, exact_desired=counted)
 
 
 def linear_correction(positive: DataFrame, negative: DataFrame, persisted: DataFrame | None, *,
@@ -135,24 +137,34 @@ def _signed(positive: DataFrame, negative: DataFrame, cols: list[str]) -> DataFr
     """``positive`` with multiplicity ``_D`` = +1 and ``negative`` with -1, one frame."""
     from pyspark.sql import functions as F
 
-    return positive.select(*cols, F.lit(1).cast("long").alias(_D)).unionByName(
-        negative.select(*cols, F.lit(-1).cast("long").alias(_D)))
+    return positive.select(*sums.cols(cols), F.lit(1).cast("long").alias(_D)).unionByName(
+        negative.select(*sums.cols(cols), F.lit(-1).cast("long").alias(_D)))
 
 
 def _summed(desired: DataFrame, persisted: DataFrame | None, cols: list[str], *, upper: int, where: str,
-            negative_desired: tuple[ErrorClass, str] | None) -> DataFrame:
+            negative_desired: tuple[ErrorClass, str] | None, exact_desired: bool = False) -> DataFrame:
     """``desired`` (user columns + signed multiplicity ``_D``) minus ``persisted``: one groupBy.
 
     ``negative_desired``: the error record for a negative ``_D`` sum, or None if one is a
-    legitimate retraction (an incremental correction)."""
+    legitimate retraction (an incremental correction). Sums are exact
+    (:mod:`shardsink.spark.diff_sums`): the persisted diffs always, ``_D`` when
+    ``exact_desired`` (a ``_count`` column; else each ``_D`` is ±1 and a ``bigint`` sum of
+    fewer than 2**63 of them cannot overflow); a sum outside int64 fails the job (a
+    CorruptionError record for the persisted side, ``negative_desired``'s class for ``_D``)."""
     from pyspark.sql import functions as F
 
     zero = F.lit(0).cast("long")
-    both = desired.select(*cols, _D, zero.alias(_P))
+    qcols = sums.cols(cols)
+    both = desired.select(*qcols, _D, (F.lit(0).cast(sums.EXACT) if persisted is not None else zero).alias(_P))
     if persisted is not None:
-        both = both.unionByName(persisted.select(*cols, zero.alias(_D), F.col(DIFF).alias(_P)))
-    summed = both.groupBy(*cols).agg(F.sum(_D).alias(_D), F.sum(_P).alias(_P))
-    row = F.to_json(F.struct(*cols))
+        zero_d = F.lit(0).cast(sums.EXACT) if exact_desired else zero
+        both = both.unionByName(persisted.select(*qcols, zero_d.alias(_D), sums.col(DIFF).cast(sums.EXACT).alias(_P)))
+    summed = both.groupBy(*qcols).agg(F.sum(_D).alias(_D), F.sum(_P).alias(_P))
+    desired_class = negative_desired[0] if negative_desired is not None else "InvalidUsageError"
+    summed = summed.select(*qcols, sums.checked_sum(_D, cols, f"desired rows of {where}", label=COUNT,
+                                                    error_class=desired_class).alias(_D),
+                           sums.checked_sum(_P, cols, f"output shard {where}", label=DIFF).alias(_P))
+    row = F.to_json(F.struct(*qcols))
     d, p = F.col(_D), F.col(_P)
     checked = F.when(p < 0, raise_record("CorruptionError", F.concat(
         F.lit(f"output shard {where}: negative multiplicity "), p.cast("string"), F.lit(" for row "), row), row))
@@ -161,7 +173,7 @@ def _summed(desired: DataFrame, persisted: DataFrame | None, cols: list[str], *,
         checked = checked.when(d < 0, raise_record(error_class, F.concat(
             F.lit(message), d.cast("string"), F.lit(" for row "), row), row))
     diff = checked.otherwise(d - p)
-    out = summed.select(*cols, F.lit(upper - 1).cast("long").alias(TIME), diff.alias(DIFF))
+    out = summed.select(*qcols, F.lit(upper - 1).cast("long").alias(TIME), diff.alias(DIFF))
     return out.filter(F.col(DIFF) != 0)
 
 

@@ -10,6 +10,13 @@ the store is byte-identical afterwards. (Like every Spark read of a shard, a dry
 reads a shard holds a read lease under ``leases/`` while it reads; the lease object is
 deleted when the read ends.)
 
+Under ``schema_mode="add_columns"`` the real run's mint would evolve the shard first; a dry
+run commits no schema either: it computes the schema the evolution would make (the same
+:func:`shardsink.sources.evolution.target_schema` over the same files), reports its changes
+(a ``"schema"`` line, and ``schema_changes`` in the headline: ``"would add column country:
+string"``) and reads the files onto that uncommitted schema. A file that cannot be held
+fails the dry run with the error the real run would raise.
+
 Runs on a local Spark session inside the Airflow task (``local[2]``): a dry run is an
 inspection, not a production write, so it does not go through spark-submit.
 """
@@ -21,12 +28,17 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
+
+from shardsink.core.schema import SchemaChange
 from shardsink.core.shard import Shard
 from shardsink.core.state import PartMeta
 from shardsink.core.updates import DIFF
+from shardsink.errors import InvalidUsageError
 from shardsink.sinks.description import Description
 from shardsink.sinks.seals import seals
 from shardsink.sources.base import Source
+from shardsink.sources.evolution import SchemaMode, changes_to, check_schema_mode, read_kwargs, target_schema
 from shardsink.spark.sample import sample_rows
 from shardsink.spark.stage import stage_dataframe
 
@@ -68,31 +80,58 @@ def _signs(df: DataFrame) -> tuple[int, int]:
     return int(r["i"] or 0), int(r["r"] or 0)
 
 
+def would_evolve(shard: Shard, source: Source, schema: pa.Schema) -> tuple[pa.Schema, list[SchemaChange]]:
+    """The schema ``schema_mode="add_columns"``'s mint would evolve ``shard`` (whose schema is
+    ``schema``) to, and the changes it would commit; nothing is committed. SchemaMismatchError /
+    MalformedInputError naming the file and column as the real mint's
+    (:func:`shardsink.sinks.evolve.evolve_for_source`)."""
+    files = getattr(source, "file_schemas", None)
+    if files is None:
+        raise InvalidUsageError(f"source {getattr(source, 'kind', type(source).__name__)!r} cannot tell its files' "
+                                "schemas; schema_mode='add_columns' needs a file source (landing, files)")
+    target = target_schema(schema, files(schema))
+    return target, changes_to(schema, target, what=f"the files of {getattr(source, 'kind', 'the')} source")
+
+
+def _schema_line(d: Description, changes: Sequence[SchemaChange]) -> dict[str, Any]:
+    """The dry run's report of the schema changes the run would commit before writing ``d``."""
+    would = [f"would {c.kind} column {c.name}: {c.type}" for c in changes]
+    return {**summary(d, [], what="schema", sample=[]), "schema_changes": would}
+
+
 def dry_run_ingest(spark: SparkSession, source: Source, shard: Shard, descs: Sequence[Description], *,
-                   slots: int, sample: int = 5) -> list[dict[str, Any]]:
-    """What each description of an ingest (or re-processing) run would write; writes nothing."""
+                   slots: int, sample: int = 5, schema_mode: SchemaMode = "strict") -> list[dict[str, Any]]:
+    """What each description of an ingest (or re-processing) run would write; writes nothing.
+    ``schema_mode="add_columns"``: first the schema changes the run would commit (a ``"schema"``
+    line before the first description's, if any), then every read onto that uncommitted schema."""
     from shardsink.sinks.reprocess import correction_label
     from shardsink.spark.read import ShardReads
     from shardsink.spark.reprocess import ordinary_rows, range_correction
 
     out = []
-    sealed = seals(shard)
+    head = shard.reader().head()  # one read: the schema and the seals from the same version
+    schema, sealed, mode = head.header.schema, seals(shard, head=head), check_schema_mode(schema_mode)
+    if mode == "add_columns" and descs:
+        schema, changes = would_evolve(shard, source, schema)
+        if changes:
+            out.append(_schema_line(descs[0], changes))
     for d in descs:
         parts: list[PartMeta] = []
         rows: list[dict[str, Any]] = []
-        frames = [ordinary_rows(spark, source, shard, d)[0]] if d.corrects is not None else [
-            source.read_slot(spark, lower=d.lower, upper=d.upper, slot=slot, slots=slots, schema=shard.schema,
-                             seals=sealed)[0] for slot in range(slots)]
+        frames = [ordinary_rows(spark, source, shard, d, schema=schema, schema_mode=mode)[0]] \
+            if d.corrects is not None else [
+            source.read_slot(spark, lower=d.lower, upper=d.upper, slot=slot, slots=slots, schema=schema,
+                             seals=sealed, **read_kwargs(mode))[0] for slot in range(slots)]
         for df in frames:
-            parts += stage_dataframe(df, shard_url=shard.url, schema=shard.schema, lower=d.lower, upper=d.upper,
+            parts += stage_dataframe(df, shard_url=shard.url, schema=schema, lower=d.lower, upper=d.upper,
                                      desc_id=d.desc_id, dry_run=True)
             if len(rows) < sample:
                 rows += sample_rows(df, sample - len(rows))
         out.append(summary(d, parts, what="ingest", sample=rows))
         if d.corrects is not None:
             with ShardReads(spark, holder=f"dry-run:{d.desc_id}") as reads:
-                corr, _ = range_correction(reads, source, shard, d)
-                cparts = stage_dataframe(corr, shard_url=shard.url, schema=shard.schema, lower=d.lower,
+                corr, _ = range_correction(reads, source, shard, d, schema=schema, schema_mode=mode)
+                cparts = stage_dataframe(corr, shard_url=shard.url, schema=schema, lower=d.lower,
                                          upper=d.upper, desc_id=d.desc_id, encoding="compact",
                                          label=correction_label(*d.corrects), dry_run=True)
                 out.append(summary(d, cparts, what="correction", sample=sample_rows(corr, sample),
@@ -115,9 +154,12 @@ def dry_run_view(spark: SparkSession, v: View, *, output_url: str, desc: Descrip
 
 
 def totals(lines: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """The report's headline: updates and bytes over every line."""
-    return {"updates": sum(x["updates"] for x in lines), "bytes": sum(x["bytes"] for x in lines),
-            "descriptions": len({x["desc_id"] for x in lines}), "lines": list(lines)}
+    """The report's headline: updates and bytes over every line, and the schema changes the run
+    would commit (``schema_changes``, only when there are some)."""
+    out = {"updates": sum(x["updates"] for x in lines), "bytes": sum(x["bytes"] for x in lines),
+           "descriptions": len({x["desc_id"] for x in lines}), "lines": list(lines)}
+    changes = [c for x in lines for c in x.get("schema_changes", ())]
+    return {**out, "schema_changes": changes} if changes else out
 
 
 def log_line(report: dict[str, Any]) -> str:

@@ -99,4 +99,5 @@ def write_correction_request(req: IngestCorrectRequest) -> dict[str, object]:
     from shardsink.specs import spec_to_builtins
 
     return write_correction(CorrectionJob(shard_url=req.shard_url, source_spec=spec_to_builtins(req.source),
-                                          desc=req.desc, slot=req.slot, slots=req.slots))
+                                          desc=req.desc, slot=req.slot, slots=req.slots,
+                                          schema_mode=req.schema_mode))

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from shardsink.core.shard import Shard
 from shardsink.core.updates import COUNT, DIFF, TIME
 from shardsink.spark import types as sty
+from shardsink.spark.diff_sums import cols as col_refs
 from shardsink.spark.incremental import fingerprint
 
 if TYPE_CHECKING:
@@ -90,17 +91,17 @@ def signed_views(rw: RowWiseView, raw: DataFrame, *,
     ``|_diff|`` times; ``raw`` = the input's user columns + ``_diff`` (+ ``_time``, ignored)."""
     from pyspark.sql import functions as F
 
-    cols = [c for c in raw.columns if c not in (DIFF, TIME)]
+    quoted = col_refs([c for c in raw.columns if c not in (DIFF, TIME)])  # a dot in a name is not syntax
 
     def repeated(sign: int) -> DataFrame:
         # Plain comparisons of _diff, which Spark pushes into the Parquet scans: with _diff
         # statistics in the parts (shardsink.core.part_io) row groups without such diffs are
         # skipped unread (a shard of insertions has no negative diff to scan for).
         diff = F.col(DIFF)
-        once = raw.filter(diff == sign).select(*cols)
+        once = raw.filter(diff == sign).select(*quoted)
         many = raw.filter(diff > 1) if sign > 0 else raw.filter(diff < -1)
         ones = F.array_repeat(F.lit(True), (diff * sign).cast("int"))
-        return once.unionByName(many.withColumn("__n", F.explode(ones)).select(*cols))
+        return once.unionByName(many.withColumn("__n", F.explode(ones)).select(*quoted))
 
     return run({rw.name: repeated(1)}), run({rw.name: repeated(-1)})
 

@@ -24,7 +24,10 @@ nullable one goes through ``coalesce(c, raise_error(mark), 0)`` (non-nullable, s
 ``required`` as the Python path writes it), which stops the job at its first null; the
 exact null counts are then taken by a second pass over ``df`` (the error path only). Zero
 diffs are counted from the ``_diff`` column of the files whose statistics admit a zero (a
-frame without ``_diff`` writes 1: never read); the bounds from the ``_time`` statistics.
+frame without ``_diff`` writes 1: never read); the bounds from the ``_time`` statistics; equal
+rows whose ``_diff`` sums leave int64 are refused as the Python path refuses them
+(:func:`shardsink.spark.diff_sums.check_staged_sums`: free when the files' ``_diff`` statistics
+bound every sum inside int64, else one exact aggregation of ``df``).
 
 Same parts as the Python path: the user columns in shard order, then ``_time`` and
 ``_diff`` (int64, required), floats canonical (``-0.0`` as ``0.0``, every NaN the one quiet
@@ -67,6 +70,7 @@ from shardsink.core.part_io import PartEncoding
 from shardsink.core.state import PartMeta
 from shardsink.core.updates import DIFF, TIME
 from shardsink.errors import InvalidUsageError
+from shardsink.spark.diff_sums import check_staged_sums, col
 from shardsink.storage.url import parse_url
 
 if TYPE_CHECKING:
@@ -122,6 +126,22 @@ def native_plan(df: DataFrame, *, shard_url: str, schema: pa.Schema, desc_id: st
     if not isinstance(got[TIME], integral) or (DIFF in got and not isinstance(got[DIFF], integral)):
         return None
     return NativePlan(Path(u.path), keys.parts_prefix(desc_id, label=label))
+
+
+def stage_if_native(df: DataFrame, *, shard_url: str, schema: pa.Schema, desc_id: str, label: str | None,
+                    lower: int, upper: int | None, target_part_bytes: int, encoding: PartEncoding,
+                    required: bool) -> list[PartMeta] | None:
+    """:func:`stage_native` where :func:`native_plan` allows it, else None (the caller stages with
+    Python), or with ``required`` InvalidUsageError naming why Spark cannot write the parts."""
+    plan = native_plan(df, shard_url=shard_url, schema=schema, desc_id=desc_id, label=label)
+    if plan is not None:
+        return stage_native(df, plan, schema=schema, lower=lower, upper=upper, target_part_bytes=target_part_bytes,
+                            encoding=encoding)
+    if required:
+        raise InvalidUsageError(f"Spark cannot write the parts of {shard_url} itself (not a local folder, a "
+                                f"path Hadoop would not take literally, or columns {df.dtypes} that are not "
+                                f"exactly the shard's {schema}); use writer='auto'", value=shard_url)
+    return None
 
 
 def _canonical(c: Column, t: pa.DataType) -> Column:
@@ -184,11 +204,11 @@ def stage_native(df: DataFrame, plan: NativePlan, *, schema: pa.Schema, lower: i
     mark = f"{_NULL_MARK}{uuid.uuid4().hex}"
 
     def long_col(name: str) -> Column:
-        c = F.col(name) if isinstance(got[name].dataType, T.LongType) else F.col(name).cast("long")
+        c = col(name) if isinstance(got[name].dataType, T.LongType) else col(name).cast("long")
         return _required(c, got[name].nullable, mark).alias(name)
 
     diff = long_col(DIFF) if DIFF in got else F.lit(1).cast("long").alias(DIFF)
-    out = df.select(*[_canonical(F.col(f.name), f.type).alias(f.name) for f in schema], long_col(TIME), diff)
+    out = df.select(*[_canonical(col(f.name), f.type).alias(f.name) for f in schema], long_col(TIME), diff)
     folder = plan.root / plan.prefix / f"{_FOLDER}{uuid.uuid4().hex}"
     w = out.write.mode("errorifexists").option("maxRecordsPerFile", max(1, target_part_bytes // _row_bytes(schema)))
     if encoding == "compact":
@@ -207,6 +227,9 @@ def stage_native(df: DataFrame, plan: NativePlan, *, schema: pa.Schema, lower: i
             _raise_nulls(*_null_counts(df))
             raise  # SUBTLE: the null vanished between the passes (a nondeterministic frame): Spark's error
         files = _validated(folder, lower=lower, upper=upper)
+        ranges = [f.diffs for f in files]
+        max_abs = None if None in ranges else max((max(-r[0], r[1]) for r in ranges if r is not None), default=0)
+        check_staged_sums(df, schema.names, max_abs=max_abs, rows=sum(f.rows for f in files))
     except Exception:
         shutil.rmtree(folder, ignore_errors=True)
         raise
@@ -219,12 +242,14 @@ class _File:
     rows: int
     min_time: int
     max_time: int
+    diffs: tuple[int, int] | None  # min and max _diff from the statistics (None: unknown)
 
 
 def _validated(folder: Path, *, lower: int, upper: int | None) -> list[_File]:
     """The committed non-empty files in ``folder``, checked from their footers as :func:`validate_updates` does.
 
-    Nulls cannot be there (``_time``/``_diff`` are written required: :func:`_required`); zero
+    Nulls cannot be there (``_time``/``_diff`` are written required: :func:`_required`); equal
+    rows summing outside int64 are checked by the caller (:func:`check_staged_sums`); zero
     diffs are counted in the files whose ``_diff`` statistics admit a zero (or have none), then
     the bounds are checked against the ``_time`` statistics.
     """
@@ -241,7 +266,7 @@ def _validated(folder: Path, *, lower: int, upper: int | None) -> list[_File]:
             d = pq.read_table(path, columns=[DIFF])[DIFF]
             zeros += meta.num_rows - pc.count(pc.filter(d, pc.not_equal(d, 0))).as_py()
         trange = _stats_range(meta, TIME) or _read_range(path)
-        files.append(_File(path, meta.num_rows, *trange))
+        files.append(_File(path, meta.num_rows, *trange, diffs=dmin_dmax))
     if zeros:
         raise InvalidUsageError(f"column {DIFF!r} has {zeros} zero values; diffs must be non-zero")
     if files:

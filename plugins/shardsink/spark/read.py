@@ -25,6 +25,11 @@ Contracts:
   ``_count``). A negative sum fails the job; leaving the block turns that failure
   (and a missing/unreadable part) into CorruptionError.
 * ``changes`` equals :meth:`Shard.changes`: consolidated per ``(row, _time)``.
+* Every ``_diff`` sum is exact (:mod:`shardsink.spark.diff_sums`): an overflow on the way that
+  ends inside int64 reads exactly, a sum outside int64 is CorruptionError naming the row (as
+  the pyarrow reads); the plain ``bigint`` sum only where the parts' ``_diff`` statistics
+  prove no sum can leave int64 (a local folder read natively). Column names are quoted
+  (a dot or space in a name is not syntax).
 
 **Native reads.** Where Spark can read the shard's store itself (a local folder; ``s3a``
 when the cluster has hadoop-aws: ``native="auto"``) and every column has a type Spark's
@@ -64,9 +69,11 @@ from shardsink.core.shard import Shard, default_writer
 from shardsink.core.state import PartMeta, SchemaEntry, Version
 from shardsink.core.updates import COUNT, DIFF
 from shardsink.errors import CorruptionError, InvalidUsageError, ReadFrontierError, ShardsinkError
-from shardsink.outcome import MARK, ErrorClass, error_from_record, record_of
+from shardsink.outcome import error_from_record, record_of
 from shardsink.spark import datasource as ds
+from shardsink.spark import diff_sums as sums
 from shardsink.spark import native_read as nr
+from shardsink.spark.diff_sums import raise_record
 from shardsink.spark.native_read import NativeMode, natively_readable
 
 __all__ = ["NativeMode", "ShardReads", "natively_readable", "raise_record", "read_changes", "read_snapshot"]
@@ -74,6 +81,8 @@ __all__ = ["NativeMode", "ShardReads", "natively_readable", "raise_record", "rea
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, DataFrameReader, SparkSession
 
+#: The most repetitions of one row ``snapshot(repeat=True)`` emits (Java's array limit).
+_MAX_REPEAT = 2**31 - 16
 #: Spark's error conditions (``PySparkException.getCondition``) for a file that vanished
 #: (at planning or in a task) or cannot be decoded; their ``path`` parameter names the file.
 _FILE_FAILURES = frozenset({"PATH_NOT_FOUND", "FAILED_READ_FILE.FILE_NOT_EXIST", "FAILED_READ_FILE.NO_HINT",
@@ -139,7 +148,9 @@ class ShardReads:
         return self._updates(url, as_of, at=at, schema=schema)[0]
 
     def _updates(self, url: str, as_of: int | None, *, at: Version | None = None,
-                 schema: SchemaChoice = "current") -> tuple[DataFrame, int]:
+                 schema: SchemaChoice = "current") -> tuple[DataFrame, int, bool]:
+        """The raw updates, the resolved ``as_of``, and whether their sums need the exact
+        (decimal) aggregate (:func:`shardsink.spark.diff_sums.parts_may_overflow`)."""
         shard = self._shard(url)
         v = at if at is not None else shard.reader().head()
         h = v.header
@@ -153,9 +164,10 @@ class ShardReads:
         native = self._native(shard, pinned, target, ds.MIN_TIME, as_of + 1)
         if native is not None:
             layout, parts, root = native
-            return nr.scan(self.spark, layout, root, parts, pinned.seqno, ds.MIN_TIME, as_of + 1, time=False), as_of
+            scan = nr.scan(self.spark, layout, root, parts, pinned.seqno, ds.MIN_TIME, as_of + 1, time=False)
+            return scan, as_of, sums.parts_may_overflow(root, parts)
         reader = self._reader().option("as_of", str(as_of)).option("schema", str(target.id))
-        return reader.load(shard.url), as_of
+        return reader.load(shard.url), as_of, True
 
     def _native(self, shard: Shard, v: Version, target: SchemaEntry, lower: int,
                 upper: int) -> tuple[ds.Layout, list[PartMeta], str] | None:
@@ -180,15 +192,15 @@ class ShardReads:
         ``at``, ``schema``: as for :meth:`updates`."""
         from pyspark.sql import functions as F
 
-        raw, resolved = self._updates(url, as_of, at=at, schema=schema)
+        raw, resolved, exact = self._updates(url, as_of, at=at, schema=schema)
         cols = [c for c in raw.columns if c != DIFF]
         where = f"shard {url} as of {resolved}"
-        summed = raw.groupBy(*cols).agg(F.sum(DIFF).alias(COUNT))
-        out = summed.select(*cols, _checked_count(cols, where).alias(COUNT)).filter(F.col(COUNT) > 0)
+        summed = sums.summed(raw, cols, COUNT, exact=exact)
+        count = sums.checked_sum(COUNT, cols, where, negative=True)
+        out = summed.select(*sums.cols(cols), count.alias(COUNT)).filter(sums.col(COUNT) > 0)
         if not repeat:
             return out
-        ones = F.array_repeat(F.lit(True), F.col(COUNT).cast("int"))
-        return out.withColumn("__one", F.explode(ones)).select(*cols)
+        return out.withColumn("__one", F.explode(_repeats(cols, where))).select(*sums.cols(cols))
 
     def changes(self, url: str, lower: int, upper: int, *, consolidate: bool = True,
                 at: Version | None = None, schema: SchemaChoice = "current") -> DataFrame:
@@ -199,6 +211,7 @@ class ShardReads:
         v = at if at is not None else shard.reader().head()
         h = v.header
         ds.check_changes(shard.url, h, lower, upper)
+        where = f"shard {shard.url} changes [{lower}, {upper})"
         target = ReadHandle.reader_schema(h, schema, max(lower, upper - 1))
         pinned = self.keeper.acquire_pinned(shard, lower, holder=self.holder, head=v)[1]
         native = self._native(shard, pinned, target, ds.MIN_TIME if lower <= h.since else lower, upper)
@@ -214,23 +227,35 @@ class ShardReads:
             alone, shared = nr.consolidation_split(layout, parts, lower, upper)
             out = nr.scan(self.spark, layout, root, alone, pinned.seqno, lower, upper, time=True)
             if shared:
-                out = out.unionByName(_consolidated(nr.scan(self.spark, layout, root, shared, pinned.seqno, lower,
-                                                            upper, time=True)))
+                scan = nr.scan(self.spark, layout, root, shared, pinned.seqno, lower, upper, time=True)
+                out = out.unionByName(_consolidated(scan, where, exact=sums.parts_may_overflow(root, shared)))
             return out
         reader = self._reader().option("mode", "changes").option("from", str(lower)).option("to", str(upper))
         raw = reader.option("schema", str(target.id)).load(shard.url)
         if not consolidate:
             return raw
-        return _consolidated(raw)
+        return _consolidated(raw, where, exact=True)
 
 
-def _consolidated(raw: DataFrame) -> DataFrame:
-    """Updates summed per ``(row, _time)``, zero sums dropped (columns kept in order)."""
+def _consolidated(raw: DataFrame, where: str, *, exact: bool) -> DataFrame:
+    """Updates summed per ``(row, _time)`` (exactly: :mod:`shardsink.spark.diff_sums`), zero sums
+    dropped (columns kept in order); a sum outside int64 fails the job (CorruptionError record)."""
+    keys = [c for c in raw.columns if c != DIFF]
+    summed = sums.summed(raw, keys, DIFF, exact=exact)
+    out = summed.select(*sums.cols(keys), sums.checked_sum(DIFF, keys, where).alias(DIFF))
+    return out.filter(sums.col(DIFF) != 0)
+
+
+def _repeats(cols: list[str], where: str) -> Column:
+    """``_count`` ``True`` values (a row's repetitions); a job failure (InvalidUsageError record)
+    naming the row if ``_count`` exceeds what one Spark array holds."""
     from pyspark.sql import functions as F
 
-    keys = [c for c in raw.columns if c != DIFF]
-    summed = raw.groupBy(*keys).agg(F.sum(DIFF).alias(DIFF))
-    return summed.filter(F.col(DIFF) != 0).select(*keys, DIFF)
+    c, row = sums.col(COUNT), F.to_json(F.struct(*sums.cols(cols)))
+    too_many = raise_record("InvalidUsageError", F.concat(
+        F.lit(f"{where}: cannot repeat a row "), c.cast("string"), F.lit(" times (repeat=True) for row "), row), row)
+    n = F.when(c > F.lit(_MAX_REPEAT), too_many).otherwise(c).cast("int")
+    return F.array_repeat(F.lit(True), n)
 
 
 def _first_line(e: BaseException) -> str:
@@ -289,29 +314,6 @@ def _is_spark_throwable(j: Any) -> bool:
 
     gateway = SparkContext._gateway
     return gateway is not None and bool(is_instance_of(gateway, j, "org.apache.spark.SparkThrowable"))
-
-
-def _checked_count(cols: list[str], where: str) -> Column:
-    """``_count``, or a job failure (a CorruptionError record) naming the row if it is negative."""
-    from pyspark.sql import functions as F
-
-    c = F.col(COUNT)
-    row = F.to_json(F.struct(*cols))
-    msg = F.concat(F.lit(f"{where}: negative multiplicity "), c.cast("string"), F.lit(" for row "), row)
-    return F.when(c < 0, raise_record("CorruptionError", msg, row)).otherwise(c)
-
-
-def raise_record(error_class: ErrorClass, message: Column, value: Column) -> Column:
-    """A SQL ``raise_error`` whose text is a typed error record (:mod:`shardsink.outcome`).
-
-    The record is built by ``to_json`` (proper escaping of any row value), so the driver
-    decodes it exactly instead of matching the message.
-    """
-    from pyspark.sql import functions as F
-
-    record = F.to_json(F.struct(F.lit(error_class).alias("error_class"), F.lit(error_class).alias("raised"),
-                                message.alias("message"), value.alias("value")))
-    return F.raise_error(F.concat(F.lit(MARK), record))
 
 
 @contextmanager

@@ -30,7 +30,7 @@ from shardsink.core import schema as sch
 from shardsink.core.schema import current as current_schema
 from shardsink.core.shard import Shard
 from shardsink.core.state import PartMeta
-from shardsink.core.updates import DIFF, TIME
+from shardsink.core.updates import DIFF, TIME, user_schema
 from shardsink.errors import CorruptionError
 from shardsink.sinks.description import Description
 from shardsink.sinks.ingest import committed
@@ -38,6 +38,8 @@ from shardsink.sinks.reprocess import check_range, correction_label, prior_corre
 from shardsink.sinks.seals import seals
 from shardsink.sinks.staging import write_manifest
 from shardsink.sources.base import Seal, Source, source_from_spec
+from shardsink.sources.evolution import SchemaMode, read_kwargs
+from shardsink.spark import diff_sums as sums
 from shardsink.spark import types as sty
 from shardsink.spark.correction import correction_frame
 from shardsink.spark.read import ShardReads
@@ -50,23 +52,42 @@ if TYPE_CHECKING:
 
 
 def range_correction(reads: ShardReads, source: Source, shard: Shard, desc: Description, *,
-                     schema: pa.Schema | None = None) -> tuple[DataFrame, list[Any]]:
+                     schema: pa.Schema | None = None, schema_mode: SchemaMode = "strict"
+                     ) -> tuple[DataFrame, list[Any]]:
     """The correction ``desc`` carries (lazy; stage it inside ``reads``' block) and the inputs read.
-    ``schema``: the shard's schema as the caller read it (None: read the head)."""
+    ``schema``: the shard's schema as the caller read it (None: read the head), or a dry run's
+    evolved but uncommitted one (the persisted rows then read nulls for its new columns).
+    ``schema_mode``: how the source's files are read onto it (:mod:`shardsink.sources.evolution`)."""
     assert desc.corrects is not None
     a, b = desc.corrects
     check_range(shard, a, b)
     schema = shard.schema if schema is None else schema
     spark = reads.spark
-    src, inputs = source.read_slot(spark, lower=a, upper=b, slot=0, slots=1, schema=schema, seals=())
+    src, inputs = source.read_slot(spark, lower=a, upper=b, slot=0, slots=1, schema=schema, seals=(),
+                                   **read_kwargs(schema_mode))
     desired = src.drop(TIME)
     persisted = reads.changes(shard.url, a, b, consolidate=False).drop(TIME)
     prior = prior_corrections(shard, a, b)
     if prior:  # earlier corrections of this range: small, read on the driver
         t = _read_prior(shard, prior, schema).drop_columns([TIME])
-        frame = spark.createDataFrame(t.to_pandas(), sty.spark_schema(schema, time=False, diff=DIFF))
+        frame = spark.createDataFrame(t.to_pandas(), sty.spark_schema(user_schema(t.schema), time=False, diff=DIFF))
         persisted = persisted.unionByName(frame)
+    persisted = _onto(persisted, schema)
     return correction_frame(desired, persisted, schema=schema, upper=desc.upper, where=shard.url), inputs
+
+
+def _onto(persisted: DataFrame, schema: pa.Schema) -> DataFrame:
+    """``persisted`` (user columns + ``_diff``) with ``schema``'s columns and types: itself when it
+    has them (``schema`` is the head's); for a dry run's uncommitted evolved schema, its new
+    columns as nulls and its widened types cast (what the shard reads once it is evolved)."""
+    from pyspark.sql import functions as F
+
+    want = sty.spark_schema(schema, time=False, diff=None).fields
+    have = {f.name: f.dataType for f in persisted.schema.fields}
+    if all(have.get(f.name) == f.dataType for f in want):
+        return persisted
+    return persisted.select(*[(sums.col(f.name) if f.name in have else F.lit(None)).cast(f.dataType).alias(f.name)
+                              for f in want], sums.col(DIFF))
 
 
 def _read_prior(shard: Shard, prior: list[PartMeta], schema: pa.Schema) -> pa.Table:
@@ -88,29 +109,33 @@ def _read_prior(shard: Shard, prior: list[PartMeta], schema: pa.Schema) -> pa.Ta
 
 
 def ordinary_rows(spark: SparkSession, source: Source, shard: Shard, desc: Description, *,
-                  schema: pa.Schema | None = None) -> tuple[DataFrame, list[Any]]:
+                  schema: pa.Schema | None = None, schema_mode: SchemaMode = "strict") -> tuple[DataFrame, list[Any]]:
     """The source's ordinary rows of a correcting description (all slots), late-data checked
-    with ``desc.corrects`` counted as re-sealed now. ``schema``: as the caller read it (None: read)."""
+    with ``desc.corrects`` counted as re-sealed now. ``schema``: as the caller read it (None: read);
+    ``schema_mode``: as for :func:`range_correction`."""
     assert desc.corrects is not None
     sealed = [*seals(shard), Seal(desc.corrects[0], desc.corrects[1], -1, time.time())]
     return source.read_slot(spark, lower=desc.lower, upper=desc.upper, slot=0, slots=1,
-                            schema=shard.schema if schema is None else schema, seals=sealed)
+                            schema=shard.schema if schema is None else schema, seals=sealed,
+                            **read_kwargs(schema_mode))
 
 
 def stage_correction(spark: SparkSession, source: Source, shard: Shard, desc: Description, *,
-                     dry_run: bool = False, sample: int = 0,
-                     schema: pa.Schema | None = None) -> tuple[list[Any], list[Any], list[dict[str, Any]]]:
+                     dry_run: bool = False, sample: int = 0, schema: pa.Schema | None = None,
+                     schema_mode: SchemaMode = "strict") -> tuple[list[Any], list[Any], list[dict[str, Any]]]:
     """Stage (or, ``dry_run``, only encode) a correcting description: its ordinary rows and its
     correction. Returns (parts, inputs, ``sample`` rows of the correction). ``schema``: the
     shard's schema as the caller read it (None: read the head once here); every part is
-    written with it, so one schema id labels them all."""
+    written with it, so one schema id labels them all. ``schema_mode``: how the files are read
+    onto it; under ``"add_columns"`` the mint evolved the shard first, so a re-landed file's
+    new column is in ``schema``, and one that landed after the mint is refused, not dropped."""
     assert desc.corrects is not None
     schema = shard.schema if schema is None else schema
-    rows, listing = ordinary_rows(spark, source, shard, desc, schema=schema)
+    rows, listing = ordinary_rows(spark, source, shard, desc, schema=schema, schema_mode=schema_mode)
     parts = stage_dataframe(rows, shard_url=shard.url, schema=schema, lower=desc.lower, upper=desc.upper,
                             desc_id=desc.desc_id, dry_run=dry_run)
     with ShardReads(spark, holder=f"reprocess:{desc.desc_id}") as reads:
-        corr, inputs = range_correction(reads, source, shard, desc, schema=schema)
+        corr, inputs = range_correction(reads, source, shard, desc, schema=schema, schema_mode=schema_mode)
         parts += stage_dataframe(corr, shard_url=shard.url, schema=schema, lower=desc.lower, upper=desc.upper,
                                  desc_id=desc.desc_id, encoding="compact", label=correction_label(*desc.corrects),
                                  dry_run=dry_run)
@@ -121,13 +146,14 @@ def stage_correction(spark: SparkSession, source: Source, shard: Shard, desc: De
 @dataclass(frozen=True, kw_only=True)
 class CorrectionJob:
     """What one correction spark-submit stages: description ``desc`` (which carries
-    ``corrects``), whole, as slot ``slot`` of ``slots``."""
+    ``corrects``), whole, as slot ``slot`` of ``slots``, reading files as ``schema_mode`` says."""
 
     shard_url: str
     source_spec: dict[str, Any]
     desc: Description
     slot: int = 0
     slots: int = 1
+    schema_mode: SchemaMode = "strict"
 
 
 def write_correction(job: CorrectionJob) -> dict[str, object]:
@@ -146,7 +172,7 @@ def write_correction(job: CorrectionJob) -> dict[str, object]:
     header = shard.reader().head().header  # schema and its id from ONE version (the manifest records the id)
     try:
         parts, inputs, _ = stage_correction(spark, source_from_spec(job.source_spec), shard, desc,
-                                            schema=header.schema)
+                                            schema=header.schema, schema_mode=job.schema_mode)
     finally:
         spark.stop()
     doc = write_manifest(shard, desc, slot=job.slot, slots=job.slots, parts=parts, inputs=inputs,

@@ -72,6 +72,9 @@ class IngestCorrectRequest(RequestBase, frozen=True, kw_only=True, tag="ingest_c
     source: SourceSpec
     slot: int = 0
     slots: int = 1
+    #: As :attr:`IngestWriteRequest.schema_mode`: the ordinary rows and the re-read range are read
+    #: onto the shard's schema so (a request without it, from an older operator, reads strictly).
+    schema_mode: SchemaMode = "strict"
 
 
 class ViewWriteRequest(RequestBase, frozen=True, kw_only=True, tag="view_write"):

@@ -30,13 +30,16 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from shardsink.core.builder import BatchBuilder, PartOptions
+from shardsink.core.diff_sums import check_input_sums
 from shardsink.core.part_io import TARGET_PART_BYTES, PartEncoding
 from shardsink.core.state import PART_ORDERS, PartMeta, PartOrder
-from shardsink.core.updates import TIME, validate_updates
+from shardsink.core.updates import DIFF, TIME, validate_updates
 from shardsink.errors import InvalidUsageError
 from shardsink.outcome import carry_errors
+from shardsink.spark.diff_sums import check_staged_sums, col
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -56,6 +59,9 @@ _META = pa.schema([
     ("min_time", pa.int64()),
     ("max_time", pa.int64()),
     ("order", pa.string()),
+    ("dmin", pa.int64()),  # the partition's smallest and largest input _diff
+    ("dmax", pa.int64()),
+    ("inputs", pa.int64()),  # the partition's input rows, on its first part's row (else 0)
 ])
 
 
@@ -96,23 +102,25 @@ def stage_dataframe(
     unordered parts are written by Spark itself (:mod:`shardsink.spark.native_stage`; its
     validation errors are raised as InvalidUsageError on the driver, where the Python path's
     reach the driver inside a Spark job failure carrying the same record).
+
+    Equal rows (user columns and ``_time``) whose ``_diff`` sums leave int64 are refused
+    (InvalidUsageError, as by :meth:`Shard.stage`): in a Spark task before it writes, and across
+    tasks on the driver (:func:`_check_sums`, which deletes the parts first).
     """
     if order not in PART_ORDERS:
         raise InvalidUsageError(f"order must be 'sorted' or 'unordered', got {order!r}", value=str(order))
     if writer not in ("auto", "spark", "python"):
         raise InvalidUsageError(f"writer must be 'auto', 'spark' or 'python', got {writer!r}", value=str(writer))
     if order == "unordered" and writer != "python" and not dry_run:
-        from shardsink.spark.native_stage import native_plan, stage_native
+        from shardsink.spark.native_stage import stage_if_native
 
-        plan = native_plan(df, shard_url=shard_url, schema=schema, desc_id=desc_id, label=label)
-        if plan is not None:
-            return stage_native(df, plan, schema=schema, lower=lower, upper=upper,
-                                target_part_bytes=target_part_bytes, encoding=encoding)
-        if writer == "spark":
-            raise InvalidUsageError(f"Spark cannot write the parts of {shard_url} itself (not a local folder, a "
-                                    f"path Hadoop would not take literally, or columns {df.dtypes} that are not "
-                                    f"exactly the shard's {schema}); use writer='auto'", value=shard_url)
+        native = stage_if_native(df, shard_url=shard_url, schema=schema, desc_id=desc_id, label=label, lower=lower,
+                                 upper=upper, target_part_bytes=target_part_bytes, encoding=encoding,
+                                 required=writer == "spark")
+        if native is not None:
+            return native
     schema_bytes = schema.serialize().to_pybytes()
+    names, src = _plain_names(df)
     options = PartOptions(target_bytes=target_part_bytes, encoding=encoding, threads=1, order=order)
 
     @carry_errors  # runs on executors: shardsink errors reach the driver as typed records
@@ -123,21 +131,56 @@ def stage_dataframe(
         got = list(batches)
         if not got or not any(b.num_rows for b in got):
             return
-        table = pa.Table.from_batches(got)
+        table = pa.Table.from_batches(got).rename_columns(names)
         updates = validate_updates(table, user, lower=lower, upper=upper)
+        check_input_sums(updates, [*user.names, TIME], what="the appended DataFrame (one Spark partition)")
+        mm = pc.min_max(updates[DIFF])
         blob: Any = _Discard() if dry_run else open_blob(shard_url)  # part uploads retried (fresh keys)
         builder = BatchBuilder(blob, desc_id, label=label, options=options)
         written = builder.stage(updates, [*user.names, TIME])
         rows = [{"key": p.key, "rows": p.rows, "bytes": p.bytes, "min_time": p.min_time, "max_time": p.max_time,
-                 "order": p.order} for p in written]
+                 "order": p.order, "dmin": mm["min"].as_py(), "dmax": mm["max"].as_py(),
+                 "inputs": updates.num_rows if i == 0 else 0} for i, p in enumerate(written)]
         if rows:
             yield pa.RecordBatch.from_pylist(rows, schema=_META)
 
     from pyspark.sql.pandas.types import from_arrow_schema
 
     with _arrow_batch_rows(df.sparkSession, ARROW_BATCH_ROWS):
-        out = df.mapInArrow(stage, from_arrow_schema(_META)).collect()
-    return [PartMeta(r["key"], r["rows"], r["bytes"], r["min_time"], r["max_time"], r["order"]) for r in out]
+        out = src.mapInArrow(stage, from_arrow_schema(_META)).collect()
+    parts = [PartMeta(r["key"], r["rows"], r["bytes"], r["min_time"], r["max_time"], r["order"]) for r in out]
+    _check_sums(df, out, parts, schema=schema, shard_url=None if dry_run else shard_url)
+    return parts
+
+
+def _check_sums(df: DataFrame, out: list[Any], parts: list[PartMeta], *, schema: pa.Schema,
+                shard_url: str | None) -> None:
+    """:func:`check_staged_sums` across the partitions, bounded by their ``_diff`` ranges and row
+    counts (the collected rows ``out``): free unless ``max |diff| x rows`` can leave int64, then
+    one exact aggregation of ``df``. A task refuses its own rows before writing
+    (:func:`shardsink.core.diff_sums.check_input_sums`); this catches equal rows spread over
+    tasks, after their parts were uploaded, so a refusal first deletes ``parts`` from
+    ``shard_url`` (None: a dry run, nothing was uploaded). Cheapest correct place: a check
+    before staging would evaluate ``df`` once more on every append."""
+    try:
+        check_staged_sums(df, schema.names, max_abs=max((max(-r["dmin"], r["dmax"]) for r in out), default=0),
+                          rows=sum(r["inputs"] for r in out))
+    except BaseException:
+        if shard_url is not None and parts:
+            from shardsink.storage.url import open_blob
+
+            open_blob(shard_url).delete_many([p.key for p in parts])
+        raise
+
+
+def _plain_names(df: DataFrame) -> tuple[list[str], DataFrame]:
+    """``df``'s column names, and ``df`` itself or (a name with a dot or backtick, which
+    ``mapInArrow`` would resolve as a struct field) ``df`` with its columns renamed
+    positionally; the executors rename the Arrow columns back to ``names``."""
+    names = list(df.columns)
+    if not any("." in n or "`" in n for n in names):
+        return names, df
+    return names, df.select(*[col(n).alias(f"__shardsink_c{i}") for i, n in enumerate(names)])
 
 
 @contextmanager
