@@ -1,24 +1,33 @@
-"""Cost of reading an evolved shard in Spark (issue 19): native projection per schema id versus
-the same rows written under one schema, and versus the Python data source.
+"""Cost of reading an evolved shard in Spark (issue 19): an evolved shard's reads versus the
+same rows in a shard that never evolved, natively planned and through the Python data source.
 
 Two shards in a local folder hold the same N rows in B batches (one sorted part each):
 
-* ``evolved`` - written under four schema ids, B/4 batches each: ``id int32, user, country,
-  amount double``; then ``+ note string``; then ``country -> region``; then ``id -> int64``;
+* ``evolved`` - written under ten schema ids, B/10 batches each, the nine changes mixing
+  every kind (:data:`CHANGES`): add ``note``, rename ``country -> region``, widen ``id``
+  int32 -> int64, drop ``tag``, widen ``amount`` float32 -> float64, rename ``user ->
+  user_name``, add ``score``, widen ``qty`` int16 -> int32, rename ``note -> comment``;
 * ``flat``    - the same rows projected onto the final schema, all written under it.
 
+The drop makes the parts written before it *lossy* under the current schema (they hold a
+column the reader does not see): the native change feed must consolidate them (two rows
+that differed only in ``tag`` become one), a hash aggregation a feed of ``flat`` never
+needs, until compaction rewrites them. So the feed is measured three ways: ``changes``
+(the drop 4th: the first 40% of rows lossy), ``changes_early_drop`` (the same ten schema
+ids, the drop first: 10% lossy) and ``changes_unconsolidated`` (``consolidate=False``:
+the scan and projection alone).
+
 In one SparkSession (local[2]) each reader writes its DataFrame to the ``noop`` sink; every
-reader runs once to warm up, then R rounds in rotating order; medians reported (the machine
-is shared: ratios are taken within one run), with CPU seconds of the process tree:
+reader runs once to warm up, then R rounds in rotating order; medians reported with CPU
+seconds of the process tree (the machine is shared: ratios are taken within one run):
 
-* ``changes_flat`` / ``snapshot_flat`` - native reads of ``flat``: the baseline;
-* ``changes`` / ``snapshot``           - native reads of ``evolved`` (one scan per schema id,
-  projected, ``unionByName``; projected parts always go through the change feed's
-  consolidation);
-* ``changes_ds`` / ``snapshot_ds``     - the Python data source over ``evolved`` (the fallback).
+* ``*_flat``   - reads of ``flat``: the baselines (native; ``*_ds_flat``: the data source);
+* ``changes*`` / ``snapshot`` - native reads of the evolved shards (parts of schema ids whose
+  physical columns agree share one scan: here all ten, ``native_read.scan_groups``);
+* ``*_ds``     - the data source over the evolved shard, against ``*_ds_flat``.
 
-    python bench/spark_evolved_read.py            # 2M rows, 8 batches, median of 3
-    python bench/spark_evolved_read.py --quick    # 400k rows, median of 2
+    python bench/spark_evolved_read.py            # 2M rows, 10 batches, median of 3
+    python bench/spark_evolved_read.py --quick    # 400k rows, median of 3
 """
 
 from __future__ import annotations
@@ -41,48 +50,111 @@ import pyarrow as pa
 from proc_cpu import rounds  # bench/ is on sys.path when run as a script
 
 from shardsink import Shard
+from shardsink.core.read import ReadHandle
 from shardsink.core.schema import SchemaChange
+from shardsink.spark import datasource as ds
+from shardsink.spark import native_read as nr
 from shardsink.spark.read import ShardReads
 from shardsink_dev.testing import local_spark
 
 RESULTS = Path(__file__).resolve().parent / "results"
-START = pa.schema([("id", pa.int32()), ("user", pa.string()), ("country", pa.string()), ("amount", pa.float64())])
-FINAL = pa.schema([("id", pa.int64()), ("user", pa.string()), ("region", pa.string()), ("amount", pa.float64()),
-                   ("note", pa.string())])
+START = pa.schema([("id", pa.int32()), ("user", pa.string()), ("country", pa.string()), ("amount", pa.float32()),
+                   ("qty", pa.int16()), ("tag", pa.string())])
 CHANGES = [SchemaChange(kind="add", name="note", type="string"),
            SchemaChange(kind="rename", name="country", new_name="region"),
-           SchemaChange(kind="widen", name="id", type="int64")]
+           SchemaChange(kind="widen", name="id", type="int64"),
+           SchemaChange(kind="drop", name="tag"),
+           SchemaChange(kind="widen", name="amount", type="float64"),
+           SchemaChange(kind="rename", name="user", new_name="user_name"),
+           SchemaChange(kind="add", name="score", type="int32"),
+           SchemaChange(kind="widen", name="qty", type="int32"),
+           SchemaChange(kind="rename", name="note", new_name="comment")]
+#: The same ten schema ids with the drop first: only the first schema id's parts are lossy.
+EARLY_DROP = [CHANGES[3], *CHANGES[:3], *CHANGES[4:]]
+FINAL = pa.schema([("id", pa.int64()), ("user_name", pa.string()), ("region", pa.string()), ("amount", pa.float64()),
+                   ("qty", pa.int32()), ("comment", pa.string()), ("score", pa.int32())])
+VERSIONS = len(CHANGES) + 1
 
 
 def _batch(b: int, per: int, rng: np.random.Generator) -> dict[str, Any]:
-    ids = np.arange(b * per, (b + 1) * per, dtype=np.int32)
+    """Batch ``b``'s values by the columns' first names (``_time``: one time per batch)."""
+    ids = np.arange(b * per, (b + 1) * per, dtype=np.int64)
     countries = np.array(["de", "fr", "us", "jp", "br", "in", "ng", "au"])
     return {"id": ids, "user": pa.array([f"user-{i % 100_000:06d}" for i in ids]),
-            "country": pa.array(countries[rng.integers(0, len(countries), per)]), "amount": rng.random(per) * 100,
-            "note": pa.array([f"n{i % 7}" for i in ids]), "_time": np.full(per, b * 1000 + 1, dtype=np.int64),
+            "country": pa.array(countries[rng.integers(0, len(countries), per)]),
+            "amount": (rng.random(per) * 100).astype(np.float32), "qty": (ids % 1000).astype(np.int16),
+            "tag": pa.array([f"t{i % 3}" for i in ids]), "note": pa.array([f"n{i % 7}" for i in ids]),
+            "score": (ids % 100).astype(np.int32), "_time": np.full(per, b * 1000 + 1, dtype=np.int64),
             "_diff": np.ones(per, dtype=np.int64)}
 
 
-def build(root: Path, rows: int, batches: int) -> tuple[Shard, Shard]:
-    """The evolved shard and its flat twin (module docstring)."""
-    evolved = Shard.create(f"file://{root}/evolved", START)
-    flat = Shard.create(f"file://{root}/flat", FINAL)
+def _first_names(changes: list[SchemaChange], applied: int) -> dict[str, str]:
+    """Current column name -> its first name, after the first ``applied`` changes."""
+    first = {n: n for n in START.names}
+    for c in changes[:applied]:
+        if c.kind == "add":
+            first[c.name] = c.name
+        elif c.kind == "drop":
+            first.pop(c.name)
+        elif c.kind == "rename" and c.new_name is not None:
+            first[c.new_name] = first.pop(c.name)
+    return first
+
+
+def build(root: Path, rows: int, batches: int) -> dict[str, Shard]:
+    """The evolved shards and their flat twin (module docstring)."""
+    shards = {"evolved": Shard.create(f"file://{root}/evolved", START),
+              "early_drop": Shard.create(f"file://{root}/early_drop", START),
+              "flat": Shard.create(f"file://{root}/flat", FINAL)}
+    changes = {"evolved": CHANGES, "early_drop": EARLY_DROP}
+    final_first = _first_names(CHANGES, len(CHANGES))
     rng = np.random.default_rng(7)
-    per, step = rows // batches, max(1, batches // 4)
+    per, step = rows // batches, max(1, batches // VERSIONS)
     for b in range(batches):
-        if b and b % step == 0 and b // step <= len(CHANGES):
-            evolved.evolve(CHANGES[b // step - 1])
+        applied = min(b // step, len(CHANGES))
         cols = _batch(b, per, rng)
-        have = evolved.schema
-        names = {"region": "country"}
-        t = pa.table({f.name: pa.array(cols[names.get(f.name, f.name)]).cast(f.type) for f in have}
-                     | {"_time": cols["_time"], "_diff": cols["_diff"]})
-        evolved.append(t, lower=b * 1000, upper=(b + 1) * 1000, desc_id=f"b{b}")
-        f_cols = {f.name: (pa.nulls(per, f.type) if f.name == "note" and "note" not in have.names
-                           else pa.array(cols[names.get(f.name, f.name)]).cast(f.type)) for f in FINAL}
-        flat.append(pa.table(f_cols | {"_time": cols["_time"], "_diff": cols["_diff"]}),
-                    lower=b * 1000, upper=(b + 1) * 1000, desc_id=f"b{b}")
-    return evolved, flat
+        bounds = {"lower": b * 1000, "upper": (b + 1) * 1000, "desc_id": f"b{b}"}
+        for name, s in shards.items():
+            if name == "flat":
+                have = _first_names(CHANGES, applied).values()
+                t = {f.name: pa.array(cols[final_first[f.name]]).cast(f.type) if final_first[f.name] in have
+                     else pa.nulls(per, f.type) for f in FINAL}
+            else:
+                first = _first_names(changes[name], applied)
+                t = {f.name: pa.array(cols[first[f.name]]).cast(f.type) for f in s.schema}
+            s.append(pa.table(t | {"_time": cols["_time"], "_diff": cols["_diff"]}), **bounds)  # type: ignore[arg-type]
+        if b + 1 < batches and (b + 1) % step == 0 and (b + 1) // step <= len(CHANGES):
+            for name in changes:
+                shards[name].evolve(changes[name][(b + 1) // step - 1])
+    return shards
+
+
+def readers(spark: Any, shards: dict[str, Shard], upper: int) -> tuple[dict[str, Any], Any]:
+    """The DataFrames each reader writes (module docstring), in rotation order; and the reads to close."""
+    fast = ShardReads(spark, holder="bench", native="always").__enter__()
+    slow = ShardReads(spark, holder="bench-ds", native="never").__enter__()
+    ev, early, flat = shards["evolved"].url, shards["early_drop"].url, shards["flat"].url
+    frames = {"changes_flat": fast.changes(flat, 0, upper), "changes": fast.changes(ev, 0, upper),
+              "changes_early_drop": fast.changes(early, 0, upper),
+              "changes_unconsolidated": fast.changes(ev, 0, upper, consolidate=False),
+              "snapshot_flat": fast.snapshot(flat), "snapshot": fast.snapshot(ev),
+              "changes_ds_flat": slow.changes(flat, 0, upper), "changes_ds": slow.changes(ev, 0, upper),
+              "snapshot_ds_flat": slow.snapshot(flat), "snapshot_ds": slow.snapshot(ev)}
+    return frames, (fast, slow)
+
+
+def scans(s: Shard) -> list[list[int]]:
+    """The schema ids each native scan of a current-schema read of ``s`` covers."""
+    h = s.reader().head().header
+    batches = s.batches()
+    layout = ds.Layout.of(s.url, h, batches, ReadHandle.reader_schema(h, "current", 0))
+    return [g.ids for g in nr.scan_groups(layout, [p for b in batches for p in b.parts])]
+
+
+def baseline(name: str) -> str:
+    """The flat reader ``name`` is compared with."""
+    kind = name.split("_")[0]
+    return f"{kind}_ds_flat" if "_ds" in name else f"{kind}_flat"
 
 
 def main() -> None:
@@ -90,39 +162,42 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--rows", type=int, help="rows in each shard (default 2,000,000)")
     ap.add_argument("--runs", type=int, help="timed rounds (default 3)")
+    ap.add_argument("--batches", type=int, default=VERSIONS, help=f"batches, a multiple of {VERSIONS}")
     args = ap.parse_args()
-    rows, runs = (400_000, 2) if args.quick else (2_000_000, 3)
-    rows, runs, batches = args.rows or rows, args.runs or runs, 8
+    if args.batches < VERSIONS or args.batches % VERSIONS:
+        ap.error(f"--batches {args.batches} is not a positive multiple of {VERSIONS}")
+    rows, runs = (400_000, 3) if args.quick else (2_000_000, 3)
+    rows, runs, batches = args.rows or rows, args.runs or runs, args.batches
+    if rows < batches or runs < 1:
+        ap.error(f"--rows {rows} must be at least --batches {batches}, --runs {runs} at least 1")
     load_start = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="spark-evolved-") as tmp, local_spark("bench-evolved") as spark:
         t0 = time.perf_counter()
-        evolved, flat = build(Path(tmp), rows, batches)
-        ids = sorted({b.schema_id for b in evolved.batches()})
-        print(f"built 2 x {rows:,} rows in {batches} batches (evolved: schema ids {ids}) in "
-              f"{time.perf_counter() - t0:.1f}s", flush=True)
-        upper = batches * 1000
+        shards = build(Path(tmp), rows, batches)
+        ids = sorted({b.schema_id for b in shards["evolved"].batches()})
+        print(f"built 3 x {rows:,} rows in {batches} batches (evolved: schema ids {ids}, native scans "
+              f"{scans(shards['evolved'])}) in {time.perf_counter() - t0:.1f}s", flush=True)
 
         def noop(df: Any) -> None:
             df.write.format("noop").mode("overwrite").save()
 
-        with ShardReads(spark, holder="bench") as reads, ShardReads(spark, holder="bench-ds", native="never") as slow:
-            assert reads.snapshot(evolved.url).count() == reads.snapshot(flat.url).count() == rows
-            frames = {"changes_flat": reads.changes(flat.url, 0, upper),
-                      "changes": reads.changes(evolved.url, 0, upper),
-                      "changes_ds": slow.changes(evolved.url, 0, upper),
-                      "snapshot_flat": reads.snapshot(flat.url), "snapshot": reads.snapshot(evolved.url),
-                      "snapshot_ds": slow.snapshot(evolved.url)}
+        frames, reads = readers(spark, shards, batches * 1000)
+        try:
+            assert all(frames[k].count() == rows for k in frames if k.startswith("snapshot"))
             times, cpu_runs = rounds({k: functools.partial(noop, df) for k, df in frames.items()}, runs)
+        finally:
+            for r in reads:
+                r.__exit__(None, None, None)
+    load_end = os.getloadavg()
     secs = {k: statistics.median(v) for k, v in times.items()}
     cpu = {k: statistics.median(v) for k, v in cpu_runs.items()}
+    ratios = {f"{k}_over_{baseline(k)}": {"wall": secs[k] / secs[baseline(k)], "cpu": cpu[k] / cpu[baseline(k)]}
+              for k in frames if k != baseline(k)}
     for k in frames:
-        base = k.split("_")[0] + "_flat"
-        print(f"{k:14s} {secs[k]:6.2f}s  cpu {cpu[k]:6.1f}s  {secs[k] / secs[base]:5.2f}x wall, "
-              f"{cpu[k] / cpu[base]:5.2f}x cpu vs {base}   runs {[round(x, 2) for x in times[k]]}")
-    load_end = os.getloadavg()
+        b = baseline(k)
+        print(f"{k:22s} {secs[k]:6.2f}s  cpu {cpu[k]:6.1f}s  {secs[k] / secs[b]:5.2f}x wall, "
+              f"{cpu[k] / cpu[b]:5.2f}x cpu vs {b:16s} runs {[round(x, 2) for x in times[k]]}")
     print(f"machine load average (1 min) at start/end: {load_start[0]:.1f}/{load_end[0]:.1f} on {os.cpu_count()} CPUs")
-    ratios = {f"{k}_over_{k.split('_')[0]}_flat": {"wall": secs[k] / secs[k.split("_")[0] + "_flat"],
-                                                     "cpu": cpu[k] / cpu[k.split("_")[0] + "_flat"]} for k in frames}
     RESULTS.mkdir(exist_ok=True)
     out = {"name": "spark_evolved_read", "rows": rows, "batches": batches, "schema_ids": ids, "runs": runs,
            "statistic": "median", "seconds": secs, "cpu_s": cpu, "runs_s": times, "ratios": ratios,

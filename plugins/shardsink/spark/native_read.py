@@ -3,21 +3,31 @@
 Used by :class:`shardsink.spark.read.ShardReads` where Spark reads the shard's store itself
 (:func:`native_root`); otherwise the reads go through the Python data source.
 
-**Schema evolution.** Parts are grouped by the schema id their batch was written with
-(:class:`shardsink.spark.datasource.Layout`); each group is one ``spark.read.parquet`` with
-*that* schema (the part files' own names and types, so Spark never guesses a widening or
-a missing column), then projected onto the reader's schema by field id
+**Schema evolution.** Each part is projected onto the reader's schema by field id
 (:func:`shardsink.core.schema.projection_for`, the one mapping every reader uses): a renamed
-column read by its old name and aliased, an added one as a typed ``NULL``, a widened one
-cast (every allowed widening casts exactly in Spark too), a dropped one not selected. The
-groups are joined with ``unionByName``: one more scan per schema id, no shuffle.
+column read by its old name, an added one as a typed ``NULL``, a widened one cast (every
+allowed widening casts exactly in Spark too), a dropped one not read. Parts are not read one
+scan per schema id: :func:`scan_groups` puts the schema ids whose *physical* columns agree
+(a name held means one field id everywhere in the group, compared case-insensitively as
+Spark resolves Parquet names, and its types are ones Spark's reader promotes exactly:
+``_PROMOTIONS``) into one ``spark.read.parquet`` whose read schema is the union by physical
+name at the widest type. A file lacking a name reads it as ``NULL``, so a reader's column is
+``coalesce`` of the names its field id has in the group (a part holds at most one of them).
+A shard evolved by adds, drops, renames and integer/float widenings is one scan, like one
+that never evolved; a case-only rename, a name re-used for a new field id, or a decimal
+widening starts another group, joined with ``unionByName`` (no shuffle).
+
+SUBTLE: the time filter is applied right after the scan, and a cast to a type *narrower*
+than what is stored (an ``as_of`` reader's older type, reading a part compacted from newer
+data) is guarded by the read's time itself, as a caller's predicate may be pushed below
+that filter; a value inside the read's time that does not fit fails the job with a
+CorruptionError naming the column (as the pyarrow reads do), never Spark's CAST_OVERFLOW.
 
 SUBTLE: a projection that leaves out a column the part holds (dropped since, or added
 after the reader's schema) need not keep the part's consolidation: rows that differed only
 there become equal. The change feed never skips consolidating such a part
 (:func:`consolidation_split`). Adding, renaming and widening map distinct rows to distinct
-rows, so those parts keep the skip: reading a shard that only grew costs one more scan per
-schema id (``bench/spark_evolved_read.py``).
+rows, so those parts keep the skip (``bench/spark_evolved_read.py``).
 """
 
 from __future__ import annotations
@@ -25,21 +35,24 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 import pyarrow as pa
 
 from shardsink.core import schema as sch
-from shardsink.core.state import PartMeta, SchemaEntry
+from shardsink.core.state import PartMeta
 from shardsink.core.updates import DIFF, TIME
 from shardsink.errors import CorruptionError, InvalidUsageError
 from shardsink.spark import datasource as ds
 from shardsink.spark import types as sty
+from shardsink.spark.diff_sums import raise_record
 from shardsink.storage.url import parse_url
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql.types import DataType
 
 #: How reads are planned: natively where possible, always natively (InvalidUsageError
 #: where impossible), or always through the data source.
@@ -74,9 +87,13 @@ def native_root(spark: SparkSession, url: str, schemas: Iterable[pa.Schema], nat
     elif _UNSAFE_PATH.search(u.path):
         why = f"the path {u.path!r} has characters Spark would read as a pattern"
     else:
+        schemas = list(schemas)
         bad = next((s for s in schemas if not all(natively_readable(f) for f in s)), None)
+        twins = next((s for s in schemas if len({n.lower() for n in s.names}) < len(s.names)), None)
         if bad is not None:
             why = f"some column types are not read exactly by Spark's Parquet reader ({bad})"
+        elif twins is not None:
+            why = f"column names differ only in case, which Spark's Parquet reader does not tell apart ({twins.names})"
     if why is not None:
         if native == "always":
             raise InvalidUsageError(f"cannot read {url} natively: {why}")
@@ -94,32 +111,112 @@ def consolidation_split(layout: ds.Layout, parts: Sequence[PartMeta], lower: int
     return [by_key[p.key] for p in alone], [by_key[p.key] for p in shared]
 
 
+#: Spark types a Parquet column of the first type may be read as (Spark 4's Parquet readers,
+#: vectorized and row-based, promote these exactly; tests/spark/test_native_evolved.py checks).
+_PROMOTIONS = frozenset({("tinyint", "smallint"), ("tinyint", "int"), ("tinyint", "bigint"), ("smallint", "int"),
+                         ("smallint", "bigint"), ("int", "bigint"), ("float", "double")})
+
+
+@dataclass
+class ScanGroup:
+    """Parts read by one ``spark.read.parquet``: ``columns`` (physical name → the field id
+    and the Spark type it is read as: the widest any of the group's parts holds) and, for
+    conflict checks, every physical name any part holds (lower-cased → name, field id)."""
+
+    ids: list[int] = field(default_factory=list)
+    parts: list[PartMeta] = field(default_factory=list)
+    columns: dict[str, tuple[int, DataType]] = field(default_factory=dict)
+    held: dict[str, tuple[str, int]] = field(default_factory=dict)
+
+    def takes(self, physical: dict[str, tuple[int, DataType]]) -> bool:
+        """Whether a schema id holding ``physical`` can share this group's scan: no name it
+        holds means another column here (another field id or case; Spark resolves Parquet
+        names case-insensitively), and every shared column reads as one Spark type."""
+        for name, (fid, t) in physical.items():
+            seen = self.held.get(name.lower())
+            if seen is None:
+                continue
+            if seen != (name, fid):
+                return False
+            have = self.columns[name][1] if name in self.columns else None
+            if have is not None and not _promotable(have, t):
+                return False
+        return True
+
+    def add(self, sid: int, physical: dict[str, tuple[int, DataType]]) -> None:
+        self.ids.append(sid)
+        for name, (fid, t) in physical.items():
+            self.held[name.lower()] = (name, fid)
+            have = self.columns.get(name)
+            self.columns[name] = (fid, t if have is None or _wider(t, have[1]) else have[1])
+
+
+def _promotable(a: DataType, b: DataType) -> bool:
+    return a == b or (a.simpleString(), b.simpleString()) in _PROMOTIONS or \
+        (b.simpleString(), a.simpleString()) in _PROMOTIONS
+
+
+def _wider(a: DataType, b: DataType) -> bool:
+    """Whether every value of ``b`` is exactly an ``a`` (an allowed widening, decimals included)."""
+    from pyspark.sql.types import DecimalType
+
+    if isinstance(a, DecimalType) and isinstance(b, DecimalType):
+        return a.scale == b.scale and a.precision > b.precision
+    return (b.simpleString(), a.simpleString()) in _PROMOTIONS
+
+
+def scan_groups(layout: ds.Layout, parts: Sequence[PartMeta]) -> list[ScanGroup]:
+    """``parts`` grouped for as few scans as exactness allows: the parts of schema ids whose
+    physical columns agree (same name → same field id, types Spark promotes exactly) share one
+    ``spark.read.parquet`` whose read schema is the union by physical name; a column of the
+    reader's schema is then the one physical name its part holds for its field id (module
+    docstring). Columns the reader's schema leaves out are never read."""
+    wanted = {f.id for f in layout.target.fields}
+    by_id: dict[int, list[PartMeta]] = {}
+    for p in parts:
+        by_id.setdefault(layout.ids[p.key], []).append(p)
+    groups: list[ScanGroup] = []
+    for sid in sorted(by_id):
+        entry = layout.entries[sid]
+        held = {f.name: (spec.id, sty.spark_type(f)) for spec, f in zip(entry.fields, sch.entry_schema(entry),
+                                                                       strict=True)}
+        g = next((g for g in groups if g.takes(held)), None)
+        if g is None:
+            g = ScanGroup()
+            groups.append(g)
+        g.add(sid, held)
+        g.parts.extend(by_id[sid])
+    for g in groups:  # read only what the reader's schema shows
+        g.columns = {n: c for n, c in g.columns.items() if c[0] in wanted}
+    return groups
+
+
 def scan(spark: SparkSession, layout: ds.Layout, root: str, parts: Sequence[PartMeta], seqno: int, lower: int,
          upper: int, *, time: bool) -> DataFrame:
     """``spark.read.parquet`` of exactly ``parts``: the reader's user columns (+ ``_time``) +
-    ``_diff`` for the updates with ``lower <= _time < upper``, each schema id's parts read with
-    their own schema and projected (module docstring)."""
-    groups: dict[int, list[PartMeta]] = {}
-    for p in parts:
-        groups.setdefault(layout.ids[p.key], []).append(p)
-    if not groups:
+    ``_diff`` for the updates with ``lower <= _time < upper``, one scan per :func:`scan_groups`
+    group, projected onto the reader's schema by field id (module docstring)."""
+    if not parts:
         full = sty.spark_schema(layout.schema, time=True, diff=DIFF)
-        return _project(spark.createDataFrame([], full), layout.target, layout.target, time=time)
-    frames = [_project(_read(spark, layout, root, layout.entries[i], g, seqno, lower, upper), layout.entries[i],
-                       layout.target, time=time) for i, g in groups.items()]
+        return _project(spark.createDataFrame([], full), layout, ScanGroup(), lower, upper, time=time)
+    frames = [_project(_read(spark, layout, root, g, seqno, lower, upper), layout, g, lower, upper, time=time)
+              for g in scan_groups(layout, parts)]
     return functools.reduce(lambda a, b: a.unionByName(b), frames)
 
 
-def _read(spark: SparkSession, layout: ds.Layout, root: str, source: SchemaEntry, parts: Sequence[PartMeta],
-          seqno: int, lower: int, upper: int) -> DataFrame:
-    """The updates of ``parts`` (all written under ``source``) with ``lower <= _time < upper``,
-    by the parts' own column names and types."""
+def _read(spark: SparkSession, layout: ds.Layout, root: str, group: ScanGroup, seqno: int, lower: int,
+          upper: int) -> DataFrame:
+    """The updates of ``group``'s parts with ``lower <= _time < upper``, by physical names."""
     from pyspark.errors import AnalysisException
     from pyspark.sql import functions as F
+    from pyspark.sql.types import LongType, StructField, StructType
 
+    parts = group.parts
     paths = {f"{root}/{p.key}": p for p in parts}
+    read = StructType([*(StructField(n, t, True) for n, (_, t) in group.columns.items()),
+                       StructField(TIME, LongType(), False), StructField(DIFF, LongType(), False)])
     try:
-        df = spark.read.schema(sty.spark_schema(sch.entry_schema(source), time=True, diff=DIFF)).parquet(*paths)
+        df = spark.read.schema(read).parquet(*paths)
     except AnalysisException as e:
         missing = bare((e.getMessageParameters() or {}).get("path", "")) \
             if e.getCondition() == "PATH_NOT_FOUND" else None
@@ -127,30 +224,71 @@ def _read(spark: SparkSession, layout: ds.Layout, root: str, source: SchemaEntry
         if gone is not None:
             raise CorruptionError(f"part {layout.url}/{gone.key} is missing (referenced by state {seqno})") from e
         raise
-    t = F.col(TIME)
+    cond = _inside(F.col(TIME), parts, lower, upper)
+    return df if cond is None else df.filter(cond)
+
+
+def _inside(t: Column, parts: Sequence[PartMeta], lower: int, upper: int) -> Column | None:
+    """``lower <= t < upper`` where some part holds times outside it (None: none does)."""
     below, above = any(p.min_time < lower for p in parts), any(p.max_time >= upper for p in parts)
     if below and above:
-        return df.filter((t >= lower) & (t < upper))
+        return (t >= lower) & (t < upper)
     if below:
-        return df.filter(t >= lower)
-    return df.filter(t < upper) if above else df
+        return t >= lower
+    return t < upper if above else None
 
 
-def _project(df: DataFrame, source: SchemaEntry, target: SchemaEntry, *, time: bool) -> DataFrame:
-    """``df`` (a part's columns by ``source``'s names) as ``target``'s user columns (+ ``_time``) + ``_diff``."""
+def _project(df: DataFrame, layout: ds.Layout, group: ScanGroup, lower: int, upper: int, *,
+             time: bool) -> DataFrame:
+    """``df`` (``group``'s physical columns) as the reader's user columns (+ ``_time``) + ``_diff``."""
     from pyspark.sql import functions as F
 
     tail = [col(n) for n in [*([TIME] if time else []), DIFF]]
-    if source.id == target.id:
-        return df.select(*(col(n) for n in sch.entry_schema(target).names), *tail)
+    names: dict[int, list[str]] = {}
+    for n, (fid, _) in group.columns.items():
+        names.setdefault(fid, []).append(n)
     user: list[Column] = []
-    for c, f in zip(sch.projection_for(source, target), sch.entry_schema(target), strict=True):
-        want = sty.spark_type(f)
-        if c.source is None:
-            user.append(F.lit(None).cast(want).alias(c.name))
-        else:
-            user.append(col(c.source).cast(want).alias(c.name))
+    for spec, f in zip(layout.target.fields, layout.schema, strict=True):
+        want, have = sty.spark_type(f), names.get(spec.id, [])
+        if not have:
+            user.append(F.lit(None).cast(want).alias(f.name))
+            continue
+        c = col(have[0]) if len(have) == 1 else F.coalesce(*(col(n) for n in have))
+        read = group.columns[have[0]][1]
+        if read != want:
+            c = c.cast(want) if _wider(want, read) else _narrowed(c, want, layout, spec.id, f, have, group,
+                                                                  lower, upper)
+        user.append(c.alias(f.name))
     return df.select(*user, *tail)
+
+
+def _narrowed(c: Column, want: DataType, layout: ds.Layout, fid: int, f: pa.Field, stored: list[str],
+              group: ScanGroup, lower: int, upper: int) -> Column:
+    """``c`` cast to a type it may not fit (an ``as_of`` reader's older, narrower type).
+
+    SUBTLE: a part compacted from newer data may hold values the older type cannot, at times
+    outside the read's; the cast is guarded by the read's time itself, not only by the filter
+    below it (Spark may evaluate a predicate a caller pushes down on this column before that
+    filter). A row inside the read's time whose value does not fit is corruption: the job
+    fails with a CorruptionError record naming the column, as :func:`shardsink.core.schema.project`.
+    """
+    from pyspark.sql import functions as F
+
+    tried = c.try_cast(want)
+    inside = _inside(F.col(TIME), group.parts, lower, upper)
+    ok = c.isNull() | tried.isNotNull()
+    if inside is not None:
+        ok = ok | ~inside
+    where = " or ".join(repr(n) for n in stored)  # a part holds one of them (renamed between the group's ids)
+    msg = F.concat(F.lit(f"shard {layout.url}: column {f.name!r} (field id {fid}, stored as {where}) holds a "
+                         f"value that is not a {f.type} under the schema at the read's time: "),
+                   c.cast("string"))
+    return F.when(ok, tried).otherwise(_corruption(msg, c.cast("string")).cast(want))
+
+
+def _corruption(message: Column, value: Column) -> Column:
+    """A SQL ``raise_error`` carrying a CorruptionError record (:mod:`shardsink.outcome`)."""
+    return raise_record("CorruptionError", message, value)
 
 
 def col(name: str) -> Column:

@@ -46,7 +46,8 @@ which is every sorted part of a shard written one task per batch.
 "current"``, default, or ``"as_of"``: as :meth:`Shard.snapshot` / :meth:`Shard.changes`),
 each part projected by field id from the schema id it was written with, on both paths:
 the data source per part (:mod:`shardsink.spark.datasource`), a native read per group of
-parts sharing a schema id, then ``unionByName`` (:mod:`shardsink.spark.native_read`).
+parts whose physical columns one Parquet scan can read exactly (usually one scan for every
+schema id), then ``unionByName`` (:mod:`shardsink.spark.native_read`).
 Views, corrections and re-processing read through these helpers, so they project too.
 
 HAZARD: Spark's grouping normalises NaN and -0.0 in float columns; rows differing
