@@ -223,17 +223,18 @@ def raw_id_counts(shard_url: str) -> Counter[int]:
     """Multiplicity of every id in a local shard, from its state versions (plain JSON) and the
     parts they reference (pyarrow), replayed without the library's codec."""
     root = Path(shard_url.removeprefix("file://"))
-    live: dict[str, list[str]] = {}
+    live: dict[str, list[tuple[str, str]]] = {}
     for v in sorted((root / "state" / "v").glob("*.json")):
         doc = json.loads(v.read_bytes())
         for gone in doc["removed"]:
             live.pop(gone, None)
         for b in doc["added"]:
-            live[b["desc_id"]] = [p["key"] for p in b["parts"]]
+            live[b["desc_id"]] = [(p["key"], p.get("diffs", "column")) for p in b["parts"]]
     out: Counter[int] = Counter()
-    for key in sorted(k for keys in live.values() for k in keys):
+    for key, diffs in sorted(k for keys in live.values() for k in keys):
         t = pq.read_table(root / key)
-        for i, d in zip(t["id"].to_pylist(), t["_diff"].to_pylist(), strict=True):
+        ds = [1] * t.num_rows if diffs == "ones" else t["_diff"].to_pylist()  # "ones": no _diff stored
+        for i, d in zip(t["id"].to_pylist(), ds, strict=True):
             out[i] += d
     return Counter({i: c for i, c in out.items() if c})
 

@@ -182,13 +182,19 @@ def audit(blob: Blob, committed: Mapping[str, Iterable[Row]], *, url: str | None
     # The data, read straight from the referenced parts. A part recorded without an order (or
     # "sorted") must be consolidated and sorted; an "unordered" one may hold rows in any order.
     orders = {p["key"]: p.get("order", "sorted") for b in live.values() for p in b["parts"]}
+    # A part recorded with diffs "ones" stores no _diff column: every row's diff is 1.
+    ones = {p["key"] for b in live.values() for p in b["parts"] if p.get("diffs", "column") == "ones"}
     stored: Counter[tuple[str, int, int]] = Counter()
     for key in sorted(referenced):
         got = blob.get(key)
         assert got is not None, f"part {key} vanished"
         assert orders[key] in ("sorted", "unordered"), f"part {key} records an unknown order {orders[key]!r}"
         seen: list[tuple[tuple[bool, Any], ...]] = []  # (is null, value) per key: nulls sort last
-        for r in pq.read_table(pa.BufferReader(got.data)).to_pylist():
+        assert orders[key] == "unordered" or key not in ones, f"part {key} is sorted with implicit diffs"
+        table = pq.read_table(pa.BufferReader(got.data))
+        assert ("_diff" in table.column_names) != (key in ones), f"part {key} contradicts its recorded diffs"
+        for r in table.to_pylist():
+            r.setdefault("_diff", 1)
             assert r["_diff"] != 0, f"part {key} holds a zero diff"
             stored[(r["k"], r["n"], max(r["_time"], since))] += r["_diff"]
             seen.append(tuple((v is None, 0 if v is None else v) for v in (r["k"], r["n"], r["_time"])))

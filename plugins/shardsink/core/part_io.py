@@ -6,7 +6,9 @@ then time, under a fresh unique key (``prefix/<uuid>.parquet``). :func:`stage_pa
 consolidates and writes validated updates. An *unordered* part
 (:data:`shardsink.core.state.PartOrder`) holds validated updates as they came: no sort, no
 consolidation, no second pass (:func:`stage_unordered`); validation already refused zero
-diffs, so it has none. :func:`open_part` and :func:`read_parts` raise CorruptionError naming
+diffs, so it has none. A part may store no ``_diff`` column when every diff is 1
+(:data:`shardsink.core.state.PartDiffs`); :func:`open_part` opens it as a file that supplies
+the ones (:mod:`shardsink.core.part_file`). :func:`open_part` and :func:`read_parts` raise CorruptionError naming
 a missing, unreadable or mismatched part, and reads canonicalise floats
 (:mod:`shardsink.core.floats`).
 """
@@ -26,7 +28,8 @@ import pyarrow.parquet as pq
 from shardsink.core import floats as fl
 from shardsink.core import keys
 from shardsink.core.consolidate import consolidate, consolidate_fast, one_array
-from shardsink.core.state import PartMeta, PartOrder
+from shardsink.core.part_file import OnesDiffFile
+from shardsink.core.state import PART_DIFFS, PartMeta, PartOrder
 from shardsink.core.updates import DIFF, TIME
 from shardsink.errors import CorruptionError
 from shardsink.storage.base import Blob
@@ -232,12 +235,19 @@ def open_part(blob: Blob, p: PartMeta, *, referenced_by: str = "the shard state"
     got = blob.get(p.key)
     if got is None:
         raise CorruptionError(f"part {blob.url}/{p.key} is missing (referenced by {referenced_by})")
+    if p.diffs not in PART_DIFFS:
+        raise CorruptionError(f"part {blob.url}/{p.key} records diffs {p.diffs!r}, which this shardsink does not "
+                              f"know (it reads {list(PART_DIFFS)}); a newer shardsink wrote it")
     try:
-        f = pq.ParquetFile(pa.BufferReader(got.data))
+        f = (OnesDiffFile if p.implicit_diffs else pq.ParquetFile)(pa.BufferReader(got.data))
+        stored = f.metadata.schema.names  # the physical columns (OnesDiffFile adds _diff on reads only)
     except Exception as e:
         raise CorruptionError(f"part {blob.url}/{p.key} is unreadable: {type(e).__name__}: {e}") from e
     if f.metadata.num_rows != p.rows:
         raise CorruptionError(f"part {blob.url}/{p.key} has {f.metadata.num_rows} rows; the state says {p.rows}")
+    if p.implicit_diffs and DIFF in stored:
+        raise CorruptionError(f"part {blob.url}/{p.key} stores a {DIFF} column, but the state says its diffs are "
+                              "implicit ones")
     return f
 
 

@@ -32,6 +32,13 @@ CommitKind = Literal["create", "append", "close", "compact", "since", "retention
 #: validates them away). Readers consolidate either; compaction sorts unordered parts.
 PartOrder = Literal["sorted", "unordered"]
 PART_ORDERS: tuple[PartOrder, ...] = ("sorted", "unordered")
+#: Where a part's multiplicities are. ``"column"``: its ``_diff`` column (every part written
+#: before this field existed). ``"ones"``: the file has no ``_diff`` column and every row's diff
+#: is 1 (Spark's fast ingest path writes exactly the user's rows: a constant column cost its
+#: writer ~15% CPU, bench/spark_staging_floor.py). Readers open parts through
+#: :func:`shardsink.core.part_io.open_part`, which supplies the ones, or plan from this field.
+PartDiffs = Literal["column", "ones"]
+PART_DIFFS: tuple[PartDiffs, ...] = ("column", "ones")
 
 
 class PartMeta(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -42,6 +49,13 @@ class PartMeta(msgspec.Struct, frozen=True, omit_defaults=True):
     same bytes as before. Typed ``str`` like :attr:`CommitInfo.kind` so that a reader
     tolerates an order a newer writer adds: anything but ``"sorted"`` is read as unordered
     (:attr:`is_sorted`), which is always safe (reads consolidate, compaction sorts it).
+
+    ``diffs`` (a :data:`PartDiffs`): stored field, left out of the JSON when ``"column"``, so
+    older parts read as they were written. SUBTLE: unlike ``order`` there is no safe guess
+    for a value a newer writer adds, so :func:`shardsink.core.part_io.open_part` refuses one
+    it does not know (CorruptionError) rather than reading diffs that may not be there; a
+    shardsink older than this field reading a ``"ones"`` part fails on the missing ``_diff``
+    column (CorruptionError), never reads wrong multiplicities.
     """
 
     key: str
@@ -50,6 +64,12 @@ class PartMeta(msgspec.Struct, frozen=True, omit_defaults=True):
     min_time: int
     max_time: int
     order: str = "sorted"
+    diffs: str = "column"
+
+    @property
+    def implicit_diffs(self) -> bool:
+        """Whether every row of the part has diff 1 and the file holds no ``_diff`` column."""
+        return self.diffs == "ones"
 
     @property
     def is_sorted(self) -> bool:

@@ -73,11 +73,13 @@ def _scan_group(con: duckdb.DuckDBPyConnection, plan: ReadPlan, r: PartRead, par
                 duck: dict[str, str]) -> duckdb.DuckDBPyRelation:
     where = store.locate(plan.url, parts)
     source = r.source if r.source is not None else plan.schema
+    ones = r.part.implicit_diffs  # the group's files store no _diff: every diff is 1
     if not where.s3 and not where.globby:
         rel = con.read_parquet(list(where.paths), hive_partitioning=False, union_by_name=False)
     else:
         fs = store.arrow_filesystem(store.s3_config()) if where.s3 else None
-        full = pa.schema([*source, pa.field(TIME, pa.int64(), False), pa.field(DIFF, pa.int64(), False)])
+        full = pa.schema([*source, pa.field(TIME, pa.int64(), False),
+                          *([] if ones else [pa.field(DIFF, pa.int64(), False)])])
         dataset = pads.dataset(list(where.paths), schema=full, format="parquet", filesystem=fs)
         rel = con.from_arrow(dataset)
     cols = []
@@ -88,7 +90,8 @@ def _scan_group(con: duckdb.DuckDBPyConnection, plan: ReadPlan, r: PartRead, par
             cols.append(quote(c.name))
         else:
             cols.append(f"CAST({quote(c.source)} AS {duck[c.name]}) AS {quote(c.name)}")
-    return rel.project(", ".join([*cols, quote(TIME), quote(DIFF)]))
+    diff = f"CAST(1 AS BIGINT) AS {quote(DIFF)}" if ones else quote(DIFF)
+    return rel.project(", ".join([*cols, quote(TIME), diff]))
 
 
 def relation(con: duckdb.DuckDBPyConnection, plan: ReadPlan) -> duckdb.DuckDBPyRelation:

@@ -112,11 +112,14 @@ class ReadPlan:
         return tuple(self.schema.names)
 
     def groups(self) -> list[tuple[PartRead, tuple[PartMeta, ...]]]:
-        """The parts grouped by the schema id they were written with (one scan each), in
-        first-seen order: a representative :class:`PartRead` and the group's parts."""
-        out: dict[int, list[PartRead]] = {}
+        """The parts grouped by the schema id they were written with and whether they store
+        ``_diff`` (one scan each: a group's files share their columns), in first-seen order: a
+        representative :class:`PartRead` and the group's parts. SUBTLE: a group whose parts'
+        diffs are implicit (:attr:`PartMeta.implicit_diffs`) has no ``_diff`` column to scan;
+        the engine supplies the constant 1."""
+        out: dict[tuple[int, bool], list[PartRead]] = {}
         for r in self.parts:
-            out.setdefault(r.schema_id, []).append(r)
+            out.setdefault((r.schema_id, r.part.implicit_diffs), []).append(r)
         return [(rs[0], tuple(r.part for r in rs)) for rs in out.values()]
 
     @property

@@ -51,7 +51,8 @@ def scan(plan: ReadPlan) -> pl.LazyFrame:
         lf = pl.scan_parquet(list(where.uris()), glob=False, hive_partitioning=False, **(options if where.s3 else {}))
         cols = [pl.lit(None).cast(dtypes[c.name]).alias(c.name) if c.source is None
                 else pl.col(c.source).cast(dtypes[c.name]).alias(c.name) for c in r.projection]
-        frames.append(lf.select([*cols, pl.col(TIME), pl.col(DIFF)]))
+        diff = pl.lit(1, dtype=pl.Int64).alias(DIFF) if r.part.implicit_diffs else pl.col(DIFF)  # no _diff stored
+        frames.append(lf.select([*cols, pl.col(TIME), diff]))
     return frames[0] if len(frames) == 1 else pl.concat(frames, how="vertical")
 
 

@@ -60,14 +60,17 @@ def parts_may_overflow(root: str, parts: Sequence[PartMeta]) -> bool:
     """:func:`may_overflow` over ``parts`` read natively under ``root``: True unless ``root`` is a
     local folder whose part footers all carry ``_diff`` statistics (reading a local footer is
     cheap; an ``s3a`` root would cost a request per part, so its sums are always exact). A
-    footer that cannot be read also answers True: the scan itself then reports the part."""
+    footer that cannot be read also answers True: the scan itself then reports the part. A
+    part with implicit diffs (:attr:`PartMeta.implicit_diffs`) bounds its diffs at 1 unread."""
     rows = sum(p.rows for p in parts)
     if rows < 2:
         return False
     if not root.startswith("file://"):
         return True
-    top = 0
+    top = 1 if any(p.implicit_diffs for p in parts) else 0
     for p in parts:
+        if p.implicit_diffs:  # every diff is 1 (no _diff stored): no footer to read
+            continue
         try:
             got = diff_range(pq.read_metadata(Path(root[len("file://"):]) / p.key))
         except (OSError, pa.ArrowException):

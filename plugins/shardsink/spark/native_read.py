@@ -224,6 +224,8 @@ def _read(spark: SparkSession, layout: ds.Layout, root: str, group: ScanGroup, s
         if gone is not None:
             raise CorruptionError(f"part {layout.url}/{gone.key} is missing (referenced by state {seqno})") from e
         raise
+    if any(p.implicit_diffs for p in parts):  # their files store no _diff (read as null): every diff is 1
+        df = df.withColumn(DIFF, F.coalesce(F.col(DIFF), F.lit(1).cast("long")))
     cond = _inside(F.col(TIME), parts, lower, upper)
     return df if cond is None else df.filter(cond)
 

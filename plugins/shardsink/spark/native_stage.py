@@ -24,14 +24,18 @@ nullable one goes through ``coalesce(c, raise_error(mark), 0)`` (non-nullable, s
 ``required`` as the Python path writes it), which stops the job at its first null; the
 exact null counts are then taken by a second pass over ``df`` (the error path only). Zero
 diffs are counted from the ``_diff`` column of the files whose statistics admit a zero (a
-frame without ``_diff`` writes 1: never read); the bounds from the ``_time`` statistics; equal
+frame without ``_diff`` has none); the bounds from the ``_time`` statistics; equal
 rows whose ``_diff`` sums leave int64 are refused as the Python path refuses them
 (:func:`shardsink.spark.diff_sums.check_staged_sums`: free when the files' ``_diff`` statistics
-bound every sum inside int64, else one exact aggregation of ``df``).
+bound every sum inside int64, else one exact aggregation of ``df``; a frame without ``_diff``
+cannot overflow).
 
 Same parts as the Python path: the user columns in shard order, then ``_time`` and
 ``_diff`` (int64, required), floats canonical (``-0.0`` as ``0.0``, every NaN the one quiet
-NaN: :mod:`shardsink.core.floats`), a missing ``_diff`` written as 1; encoding ``"default"``
+NaN: :mod:`shardsink.core.floats`); but a frame without ``_diff`` (ingest: every diff is 1)
+writes no ``_diff`` column and records its parts as ``diffs="ones"``
+(:data:`shardsink.core.state.PartDiffs`; writing the constant cost Spark's writer ~15% CPU at
+20M rows, ``bench/spark_staging_floor.py``); encoding ``"default"``
 is snappy with dictionaries for every column but ``_time`` and statistics for ``_time`` and
 ``_diff`` only; ``"compact"`` is zstd. Parts are cut by ``maxRecordsPerFile`` from an
 estimate of a row's in-memory size (``target_part_bytes`` is approximate here).
@@ -67,7 +71,7 @@ import pyarrow.parquet as pq
 
 from shardsink.core import keys
 from shardsink.core.part_io import PartEncoding
-from shardsink.core.state import PartMeta
+from shardsink.core.state import PartDiffs, PartMeta
 from shardsink.core.updates import DIFF, TIME
 from shardsink.errors import InvalidUsageError
 from shardsink.spark.diff_sums import check_staged_sums, col
@@ -197,7 +201,6 @@ def stage_native(df: DataFrame, plan: NativePlan, *, schema: pa.Schema, lower: i
     ``plan`` from :func:`native_plan`. Raises InvalidUsageError (nothing listed, the folder
     removed) if a row fails validation. See the module docstring for what is listed.
     """
-    from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
     got = {f.name: f for f in df.schema.fields}
@@ -207,8 +210,9 @@ def stage_native(df: DataFrame, plan: NativePlan, *, schema: pa.Schema, lower: i
         c = col(name) if isinstance(got[name].dataType, T.LongType) else col(name).cast("long")
         return _required(c, got[name].nullable, mark).alias(name)
 
-    diff = long_col(DIFF) if DIFF in got else F.lit(1).cast("long").alias(DIFF)
-    out = df.select(*[_canonical(col(f.name), f.type).alias(f.name) for f in schema], long_col(TIME), diff)
+    ones = DIFF not in got  # every diff is 1: not written (PartMeta.diffs "ones")
+    out = df.select(*[_canonical(col(f.name), f.type).alias(f.name) for f in schema], long_col(TIME),
+                    *([] if ones else [long_col(DIFF)]))
     folder = plan.root / plan.prefix / f"{_FOLDER}{uuid.uuid4().hex}"
     w = out.write.mode("errorifexists").option("maxRecordsPerFile", max(1, target_part_bytes // _row_bytes(schema)))
     if encoding == "compact":
@@ -216,8 +220,9 @@ def stage_native(df: DataFrame, plan: NativePlan, *, schema: pa.Schema, lower: i
     else:
         w = (w.option("compression", "snappy").option(f"parquet.enable.dictionary#{TIME}", "false")
              .option("parquet.column.statistics.enabled", "false")
-             .option(f"parquet.column.statistics.enabled#{TIME}", "true")
-             .option(f"parquet.column.statistics.enabled#{DIFF}", "true"))
+             .option(f"parquet.column.statistics.enabled#{TIME}", "true"))
+        if not ones:
+            w = w.option(f"parquet.column.statistics.enabled#{DIFF}", "true")
     try:
         try:
             w.parquet(f"file://{folder}")  # SUBTLE: unencoded: Hadoop takes %2B literally (as_uri encodes "+")
@@ -226,14 +231,14 @@ def stage_native(df: DataFrame, plan: NativePlan, *, schema: pa.Schema, lower: i
                 raise
             _raise_nulls(*_null_counts(df))
             raise  # SUBTLE: the null vanished between the passes (a nondeterministic frame): Spark's error
-        files = _validated(folder, lower=lower, upper=upper)
+        files = _validated(folder, lower=lower, upper=upper, diffs=not ones)
         ranges = [f.diffs for f in files]
         max_abs = None if None in ranges else max((max(-r[0], r[1]) for r in ranges if r is not None), default=0)
         check_staged_sums(df, schema.names, max_abs=max_abs, rows=sum(f.rows for f in files))
     except Exception:
         shutil.rmtree(folder, ignore_errors=True)
         raise
-    return _publish(plan, folder, files)
+    return _publish(plan, folder, files, diffs="ones" if ones else "column")
 
 
 @dataclass(frozen=True)
@@ -245,13 +250,14 @@ class _File:
     diffs: tuple[int, int] | None  # min and max _diff from the statistics (None: unknown)
 
 
-def _validated(folder: Path, *, lower: int, upper: int | None) -> list[_File]:
+def _validated(folder: Path, *, lower: int, upper: int | None, diffs: bool) -> list[_File]:
     """The committed non-empty files in ``folder``, checked from their footers as :func:`validate_updates` does.
 
     Nulls cannot be there (``_time``/``_diff`` are written required: :func:`_required`); equal
     rows summing outside int64 are checked by the caller (:func:`check_staged_sums`); zero
-    diffs are counted in the files whose ``_diff`` statistics admit a zero (or have none), then
-    the bounds are checked against the ``_time`` statistics.
+    diffs are counted in the files whose ``_diff`` statistics admit a zero (or have none;
+    ``diffs`` False: the files store no ``_diff``, every diff is 1), then the bounds are
+    checked against the ``_time`` statistics.
     """
     files, zeros = [], 0
     for name in sorted(os.listdir(folder)):
@@ -261,7 +267,7 @@ def _validated(folder: Path, *, lower: int, upper: int | None) -> list[_File]:
         meta = pq.read_metadata(path)
         if meta.num_rows == 0:
             continue
-        dmin_dmax = _stats_range(meta, DIFF)
+        dmin_dmax = _stats_range(meta, DIFF) if diffs else (1, 1)
         if dmin_dmax is None or dmin_dmax[0] <= 0 <= dmin_dmax[1]:
             d = pq.read_table(path, columns=[DIFF])[DIFF]
             zeros += meta.num_rows - pc.count(pc.filter(d, pc.not_equal(d, 0))).as_py()
@@ -279,7 +285,7 @@ def _validated(folder: Path, *, lower: int, upper: int | None) -> list[_File]:
     return files
 
 
-def _publish(plan: NativePlan, folder: Path, files: list[_File]) -> list[PartMeta]:
+def _publish(plan: NativePlan, folder: Path, files: list[_File], *, diffs: PartDiffs) -> list[PartMeta]:
     """PartMeta of each validated file, renamed to a fresh part key; the folder (0-row files, _SUCCESS) removed."""
     parts = []
     for f in files:
@@ -291,7 +297,7 @@ def _publish(plan: NativePlan, folder: Path, files: list[_File]) -> list[PartMet
             os.fsync(fd)  # Hadoop's local writer does not sync; the manifest will name this file
         finally:
             os.close(fd)
-        parts.append(PartMeta(key, f.rows, target.stat().st_size, f.min_time, f.max_time, "unordered"))
+        parts.append(PartMeta(key, f.rows, target.stat().st_size, f.min_time, f.max_time, "unordered", diffs))
     shutil.rmtree(folder, ignore_errors=True)
     fd = os.open(plan.root / plan.prefix, os.O_RDONLY)
     try:
