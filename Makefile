@@ -84,11 +84,12 @@ ui: venv
 # --durations, fresh clone, 2026-11-24 22:07: the rest 20:07, group 1 17:29, group 2 20:53,
 # 22:47 in all with the venv). Group 1 is the production-topology tests (tests/topology:
 # PostgreSQL, Redis, Celery workers, Spark standalone, moto; they replace the SQLite
-# real-scheduler backfill test) with the AWS-connection, reclock DAG and ingest race tests.
+# real-scheduler backfill test) with the AWS-connection, reclock DAG, ingest race and
+# schema_mode (test_evolving) tests.
 # Their logs follow the first process's. First, the class-data archives of Spark's classes
 # that every test JVM maps (shardsink_dev/jvm.py).
 AIRFLOW_GROUP := tests/topology tests/airflow/test_aws_connection.py tests/airflow/test_reclock_dag.py \
-  tests/airflow/test_ingest_races.py
+  tests/airflow/test_ingest_races.py tests/airflow/test_evolving.py
 test: venv java chromium services
 	@$(PY) -m shardsink_dev.jvm
 	@rm -f .test-*.log .test-*.rc; \
