@@ -13,7 +13,8 @@ and CPU of the Spark process tree (JVM + Python workers):
 - ``stage_dataframe(order="unordered")``: Spark's own writer with the checks observed in the
   same pass (:mod:`shardsink.spark.native_stage`), and ``observe + df.write.parquet``, its
   JVM-side work alone (the checks and the required ``_time``/``_diff`` projection), without
-  the driver's footer reads and renames;
+  the driver's footer reads and renames; ``+ a _diff = 1 column``: what storing the constant
+  diffs costs Spark's writer (parts whose diffs are all 1 no longer store them);
 - ``stage_dataframe(order="unordered", writer="python")``: the executors' pyarrow path.
 
 Prints each case as a ratio to the baseline. Usage:
@@ -98,8 +99,14 @@ def main() -> int:
         df.select(*[c for c in df.columns if c != "_time"], F.coalesce(t, F.lit(0)).alias("_time"),
                   F.lit(1).alias("_diff")).write.mode("overwrite").parquet(str(work / "projected"))
 
+    def with_diff(i: int) -> None:
+        from pyspark.sql import functions as F
+
+        df.withColumn("_diff", F.lit(1).cast("long")).write.mode("overwrite").parquet(str(work / "with-diff"))
+
     cases: dict[str, Callable[[int], None]] = {
         "df.write.parquet": lambda i: df.write.mode("overwrite").parquet(str(work / "plain")),
+        "df.write.parquet + a _diff = 1 column": with_diff,
         "hand-off to Python (no work)": handoff,
         "sortWithinPartitions + df.write.parquet": lambda i: df.sortWithinPartitions(*df.columns)
         .write.mode("overwrite").parquet(str(work / "sorted")),
