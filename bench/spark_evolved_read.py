@@ -24,7 +24,9 @@ seconds of the process tree (the machine is shared: ratios are taken within one 
 * ``*_flat``   - reads of ``flat``: the baselines (native; ``*_ds_flat``: the data source);
 * ``changes*`` / ``snapshot`` - native reads of the evolved shards (parts of schema ids whose
   physical columns agree share one scan: here all ten, ``native_read.scan_groups``);
-* ``*_ds``     - the data source over the evolved shard, against ``*_ds_flat``.
+* ``*_ds``     - the data source over the evolved shard, against ``*_ds_flat``;
+* ``pyarrow_snapshot`` - ``Shard.snapshot()`` of the evolved shard (every part projected by
+  field id in Arrow), against ``pyarrow_flat``, the same of ``flat``.
 
     python bench/spark_evolved_read.py            # 2M rows, 10 batches, median of 3
     python bench/spark_evolved_read.py --quick    # 400k rows, median of 3
@@ -41,6 +43,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -184,7 +187,9 @@ def main() -> None:
         frames, reads = readers(spark, shards, batches * 1000)
         try:
             assert all(frames[k].count() == rows for k in frames if k.startswith("snapshot"))
-            times, cpu_runs = rounds({k: functools.partial(noop, df) for k, df in frames.items()}, runs)
+            calls: dict[str, Callable[[], Any]] = {k: functools.partial(noop, df) for k, df in frames.items()}
+            calls |= {"pyarrow_flat": shards["flat"].snapshot, "pyarrow_snapshot": shards["evolved"].snapshot}
+            times, cpu_runs = rounds(calls, runs)
         finally:
             for r in reads:
                 r.__exit__(None, None, None)
@@ -192,8 +197,8 @@ def main() -> None:
     secs = {k: statistics.median(v) for k, v in times.items()}
     cpu = {k: statistics.median(v) for k, v in cpu_runs.items()}
     ratios = {f"{k}_over_{baseline(k)}": {"wall": secs[k] / secs[baseline(k)], "cpu": cpu[k] / cpu[baseline(k)]}
-              for k in frames if k != baseline(k)}
-    for k in frames:
+              for k in calls if k != baseline(k)}
+    for k in calls:
         b = baseline(k)
         print(f"{k:22s} {secs[k]:6.2f}s  cpu {cpu[k]:6.1f}s  {secs[k] / secs[b]:5.2f}x wall, "
               f"{cpu[k] / cpu[b]:5.2f}x cpu vs {b:16s} runs {[round(x, 2) for x in times[k]]}")
