@@ -78,21 +78,18 @@ ui: venv
 	  AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS=True PYTHONWARNINGS=ignore \
 	  $(VENV)/bin/airflow api-server --port $${PORT:-8080} --workers 1
 
-# Four pytest processes side by side on two cores: the real-Airflow tests (tests/airflow)
+# Three pytest processes side by side on two cores: the real-Airflow tests (tests/airflow)
 # mostly wait (Airflow parses and schedules, spark-submit starts JVMs) while the rest mostly
-# computes, single-threaded, so the rest runs as two processes too (with three, the machine
-# averaged 1.46 busy cores: 25:13 wall for 36:50 CPU, 2026-11-25 00:41, the rest alone for the
-# last minutes). The Airflow tests run as two groups balanced on measured durations (pytest
-# --durations, fresh clone, 2026-11-25 00:41: the rest 23:21, group 1 19:24, group 2 22:33).
-# Group 1 is the production-topology tests (tests/topology: PostgreSQL, Redis, Celery workers,
-# Spark standalone, moto; they replace the SQLite real-scheduler backfill test) with the
-# AWS-connection, reclock DAG, ingest race and schema_mode (test_evolving) tests. The rest's
-# second process (REST_GROUP) is the pure-Python core, maintenance, storage and CLI tests.
-# The other processes' logs follow the first one's. First, the class-data archives of
-# Spark's classes that every test JVM maps (shardsink_dev/jvm.py).
+# computes. The Airflow tests run as two groups balanced on measured durations (pytest
+# --durations, fresh clone, 2026-11-24 22:07: the rest 20:07, group 1 17:29, group 2 20:53,
+# 22:47 in all with the venv). Group 1 is the production-topology tests (tests/topology:
+# PostgreSQL, Redis, Celery workers, Spark standalone, moto; they replace the SQLite
+# real-scheduler backfill test) with the AWS-connection, reclock DAG, ingest race and
+# schema_mode (test_evolving) tests.
+# Their logs follow the first process's. First, the class-data archives of Spark's classes
+# that every test JVM maps (shardsink_dev/jvm.py).
 AIRFLOW_GROUP := tests/topology tests/airflow/test_aws_connection.py tests/airflow/test_reclock_dag.py \
   tests/airflow/test_ingest_races.py tests/airflow/test_evolving.py
-REST_GROUP := tests/core tests/maintenance tests/storage tests/cli
 test: venv java chromium services
 	@$(PY) -m shardsink_dev.jvm
 	@rm -f .test-*.log .test-*.rc; \
@@ -100,14 +97,11 @@ test: venv java chromium services
 	  echo $$? >.test-airflow-1.rc ) & \
 	( $(PY) -m pytest -q -p no:cacheprovider tests/airflow $(addprefix --ignore=,$(AIRFLOW_GROUP)) \
 	  >.test-airflow-2.log 2>&1; echo $$? >.test-airflow-2.rc ) & \
-	( $(PY) -m pytest -q -p no:cacheprovider $(REST_GROUP) >.test-rest-2.log 2>&1; echo $$? >.test-rest-2.rc ) & \
-	$(PY) -m pytest -q -p no:cacheprovider tests --ignore=tests/airflow --ignore=tests/topology \
-	  $(addprefix --ignore=,$(REST_GROUP)); rc=$$?; wait; \
-	echo "== the rest, group 2 (ran alongside the above)"; cat .test-rest-2.log; \
+	$(PY) -m pytest -q -p no:cacheprovider tests --ignore=tests/airflow --ignore=tests/topology; rc=$$?; wait; \
 	for g in 1 2; do echo "== tests/airflow, group $$g (ran alongside the above)"; cat .test-airflow-$$g.log; done; \
-	r2=$$(cat .test-rest-2.rc); a1=$$(cat .test-airflow-1.rc); a2=$$(cat .test-airflow-2.rc); \
-	echo "== make test: exit codes: the rest $$rc and $$r2, tests/airflow group 1 $$a1, group 2 $$a2"; \
-	[ "$$rc" -eq 0 ] && [ "$$r2" -eq 0 ] && [ "$$a1" -eq 0 ] && [ "$$a2" -eq 0 ]
+	a1=$$(cat .test-airflow-1.rc); a2=$$(cat .test-airflow-2.rc); \
+	echo "== make test: exit codes: the rest $$rc, tests/airflow group 1 $$a1, group 2 $$a2"; \
+	[ "$$rc" -eq 0 ] && [ "$$a1" -eq 0 ] && [ "$$a2" -eq 0 ]
 
 lint: venv
 	@$(VENV)/bin/ruff check plugins tests bench dags spark_jobs shardsink_dev
