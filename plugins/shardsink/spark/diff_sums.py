@@ -72,7 +72,7 @@ def parts_may_overflow(root: str, parts: Sequence[PartMeta]) -> bool:
         if p.implicit_diffs:  # every diff is 1 (no _diff stored): no footer to read
             continue
         try:
-            got = diff_range(pq.read_metadata(Path(root[len("file://"):]) / p.key))
+            got = stats_range(pq.read_metadata(Path(root[len("file://"):]) / p.key), DIFF)
         except (OSError, pa.ArrowException):
             return True
         if got is None:
@@ -83,11 +83,12 @@ def parts_may_overflow(root: str, parts: Sequence[PartMeta]) -> bool:
     return False
 
 
-def diff_range(meta: pq.FileMetaData) -> tuple[int, int] | None:
-    """Min and max ``_diff`` of a Parquet file from its row groups' statistics (None if any lacks them)."""
-    if DIFF not in meta.schema.names:
+def stats_range(meta: pq.FileMetaData, name: str) -> tuple[int, int] | None:
+    """Min and max of the integer column ``name`` of a Parquet file from its row groups'
+    statistics (None if the file lacks the column or any row group lacks them)."""
+    if name not in meta.schema.names:
         return None
-    index = meta.schema.names.index(DIFF)
+    index = meta.schema.names.index(name)
     lo: int | None = None
     hi: int | None = None
     for g in range(meta.num_row_groups):

@@ -74,7 +74,7 @@ from shardsink.core.part_io import PartEncoding
 from shardsink.core.state import PartDiffs, PartMeta
 from shardsink.core.updates import DIFF, TIME
 from shardsink.errors import InvalidUsageError
-from shardsink.spark.diff_sums import check_staged_sums, col
+from shardsink.spark.diff_sums import check_staged_sums, col, stats_range
 from shardsink.storage.url import parse_url
 
 if TYPE_CHECKING:
@@ -267,11 +267,11 @@ def _validated(folder: Path, *, lower: int, upper: int | None, diffs: bool) -> l
         meta = pq.read_metadata(path)
         if meta.num_rows == 0:
             continue
-        dmin_dmax = _stats_range(meta, DIFF) if diffs else (1, 1)
+        dmin_dmax = stats_range(meta, DIFF) if diffs else (1, 1)
         if dmin_dmax is None or dmin_dmax[0] <= 0 <= dmin_dmax[1]:
             d = pq.read_table(path, columns=[DIFF])[DIFF]
             zeros += meta.num_rows - pc.count(pc.filter(d, pc.not_equal(d, 0))).as_py()
-        trange = _stats_range(meta, TIME) or _read_range(path)
+        trange = stats_range(meta, TIME) or _read_range(path)
         files.append(_File(path, meta.num_rows, *trange, diffs=dmin_dmax))
     if zeros:
         raise InvalidUsageError(f"column {DIFF!r} has {zeros} zero values; diffs must be non-zero")
@@ -305,20 +305,6 @@ def _publish(plan: NativePlan, folder: Path, files: list[_File], *, diffs: PartD
     finally:
         os.close(fd)
     return parts
-
-
-def _stats_range(meta: pq.FileMetaData, name: str) -> tuple[int, int] | None:
-    """Min and max of an int64 column over a file's row groups, from the statistics (None if any lacks them)."""
-    col = meta.schema.names.index(name)
-    lo: int | None = None
-    hi: int | None = None
-    for g in range(meta.num_row_groups):
-        st = meta.row_group(g).column(col).statistics
-        if st is None or not st.has_min_max:
-            return None
-        lo = st.min if lo is None else min(lo, st.min)
-        hi = st.max if hi is None else max(hi, st.max)
-    return None if lo is None or hi is None else (int(lo), int(hi))
 
 
 def _read_range(path: Path) -> tuple[int, int]:
