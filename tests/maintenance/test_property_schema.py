@@ -16,122 +16,54 @@ import shutil
 import tempfile
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
-import pyarrow as pa
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from support.schema_model import CREATE_SCHEMA, KINDS, Field, SchemaModel
 
-from shardsink.core.schema import SchemaChange
 from shardsink.core.shard import Shard
 from shardsink.maintenance import CompactOptions, MergeOptions, PlanOptions, advance_since, compact
-
-TYPES = {"int32": pa.int32(), "int64": pa.int64(), "string": pa.string(), "large_string": pa.large_string()}
-Field = tuple[int, str, str]  # (field id, name, type alias)
-Update = tuple[dict[int, Any], int, int]  # (values by field id, time, diff)
 
 
 class EvolvingShard(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.tmp = Path(tempfile.mkdtemp(prefix="shardsink-schema-prop-"))
-        self.shard = Shard.create((self.tmp / "s").as_uri(), pa.schema([("a", pa.int32()), ("b", pa.string())]))
-        self.history: list[tuple[int, list[Field]]] = [(-1, [(1, "a", "int32"), (2, "b", "string")])]
-        self.next_id, self.names = 3, 0
-        self.updates: list[Update] = []
-        self.upper = self.since = 0
+        self.shard = Shard.create((self.tmp / "s").as_uri(), CREATE_SCHEMA)
+        self.model = SchemaModel()  # the independent model: updates by field id, schema history
 
     @initialize()
     def start(self) -> None:
         pass
 
-    # --- the model ------------------------------------------------------------------
-
     @property
     def fields(self) -> list[Field]:
-        return self.history[-1][1]
+        return self.model.fields
 
-    def _schema_at(self, t: int) -> list[Field]:
-        out = self.history[0][1]
-        for upper, fields in self.history[1:]:
-            if upper > t:
-                break
-            out = fields
-        return out
+    @property
+    def upper(self) -> int:
+        return self.model.upper
 
-    @staticmethod
-    def _key(values: dict[int, Any], fields: list[Field]) -> tuple[Any, ...]:
-        return tuple(values.get(fid) for fid, _, _ in fields)
-
-    def _snapshot(self, t: int, fields: list[Field]) -> Counter[tuple[Any, ...]]:
-        c: Counter[tuple[Any, ...]] = Counter()
-        for values, ut, d in self.updates:
-            if ut <= t:
-                c[self._key(values, fields)] += d
-        return Counter({k: v for k, v in c.items() if v})
-
-    def _changes(self, lo: int, hi: int, fields: list[Field]) -> Counter[tuple[Any, ...]]:
-        c: Counter[tuple[Any, ...]] = Counter()
-        for values, ut, d in self.updates:
-            t = max(ut, self.since)
-            if lo <= t < hi:
-                c[(*self._key(values, fields), t)] += d
-        return Counter({k: v for k, v in c.items() if v})
+    @property
+    def since(self) -> int:
+        return self.model.since
 
     # --- rules ----------------------------------------------------------------------
 
-    def _value(self, data: st.DataObject, type_: str) -> Any:
-        if type_.endswith("string"):
-            return data.draw(st.sampled_from(["x", "y", None]))
-        return data.draw(st.integers(0, 2))
-
     @rule(data=st.data(), span=st.integers(1, 3))
     def append(self, data: st.DataObject, span: int) -> None:
-        rows: list[Update] = []
-        alive = [k for k, n in self._snapshot(self.upper, self.fields).items() if n > 0]
-        for _ in range(data.draw(st.integers(0, 3))):
-            t = data.draw(st.integers(self.upper, self.upper + span - 1))
-            if alive and data.draw(st.booleans()):
-                key = alive.pop(data.draw(st.integers(0, len(alive) - 1)))
-                rows.append(({fid: v for (fid, _, _), v in zip(self.fields, key, strict=True)}, t, -1))
-            else:
-                rows.append(({fid: self._value(data, ty) for fid, _, ty in self.fields}, t, 1))
-        cols = {name: pa.array([r[0][fid] for r in rows], TYPES[ty]) for fid, name, ty in self.fields}
-        table = pa.table({**cols, "_time": pa.array([r[1] for r in rows], pa.int64()),
-                          "_diff": pa.array([r[2] for r in rows], pa.int64())})
-        self.shard.append(table, lower=self.upper, upper=self.upper + span)
-        self.updates.extend(rows)
-        self.upper += span
+        rows = self.model.draw_append(data, span)
+        self.shard.append(self.model.table(rows), lower=self.upper, upper=self.upper + span)
+        self.model.appended(rows, span)
 
-    @rule(data=st.data(), kind=st.sampled_from(["add", "drop", "rename", "widen"]))
+    @rule(data=st.data(), kind=st.sampled_from(KINDS))
     def evolve(self, data: st.DataObject, kind: str) -> None:
-        fields = list(self.fields)
-        i = data.draw(st.integers(0, len(fields) - 1))
-        fid, name, ty = fields[i]
-        if kind == "add":
-            ty = data.draw(st.sampled_from(["int64", "string"]))
-            self.names += 1
-            change = SchemaChange(kind="add", name=f"c{self.names}", type=ty)
-            fields.append((self.next_id, f"c{self.names}", ty))
-            self.next_id += 1
-        elif kind == "drop":
-            if len(fields) == 1:
-                return
-            change = SchemaChange(kind="drop", name=name)
-            del fields[i]
-        elif kind == "rename":
-            self.names += 1
-            change = SchemaChange(kind="rename", name=name, new_name=f"r{self.names}")
-            fields[i] = (fid, f"r{self.names}", ty)
-        else:
-            wider = {"int32": "int64", "string": "large_string"}.get(ty)
-            if wider is None:
-                return
-            change = SchemaChange(kind="widen", name=name, type=wider)
-            fields[i] = (fid, name, wider)
-        self.shard.evolve(change)
-        self.history.append((self.upper, fields))
+        drawn = self.model.draw_change(data, kind)
+        if drawn is None:
+            return
+        self.shard.evolve(drawn[0])
+        self.model.evolved(*drawn)
 
     @rule(fan_in=st.integers(2, 3), streamed=st.booleans())
     def compact(self, fan_in: int, streamed: bool) -> None:
@@ -156,7 +88,7 @@ class EvolvingShard(RuleBasedStateMachine):
     @rule(data=st.data())
     def advance(self, data: st.DataObject) -> None:
         target = data.draw(st.integers(self.since, self.upper - 1))
-        self.since = max(self.since, advance_since(self.shard, target=target).after)
+        self.model.advanced(advance_since(self.shard, target=target).after)
 
     # --- checks ---------------------------------------------------------------------
 
@@ -166,15 +98,15 @@ class EvolvingShard(RuleBasedStateMachine):
             return
         names = [n for _, n, _ in self.fields]
         for t in range(self.since, self.upper):
-            for choice, fields in (("current", self.fields), ("as_of", self._schema_at(t))):
+            for choice, fields in (("current", self.fields), ("as_of", self.model.schema_at(t))):
                 snap = self.shard.snapshot(t, schema=choice)  # type: ignore[arg-type]
                 assert snap.schema.names == [*(n for _, n, _ in fields), "_count"]
                 got = Counter({tuple(r[n] for _, n, _ in fields): r["_count"] for r in snap.to_pylist()})
-                assert got == self._snapshot(t, fields), (t, choice)
+                assert got == self.model.snapshot(t, fields), (t, choice)
         for lo in range(self.since, self.upper + 1, 2):
             feed = self.shard.changes(lo, self.upper)
             got = Counter({(*(r[n] for n in names), r["_time"]): r["_diff"] for r in feed.to_pylist()})
-            assert got == self._changes(lo, self.upper, self.fields), lo
+            assert got == self.model.changes(lo, self.upper, self.fields), lo
 
     def teardown(self) -> None:
         shutil.rmtree(self.tmp, ignore_errors=True)
