@@ -312,6 +312,9 @@ def _airflow_env(root: Path, pg: str, redis_port: int, master: str, api_port: in
         # Quick to notice new DAG files and to schedule; one parsing process (2 cores).
         "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "2",
         "AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES": "1",
+        # A DAG file is parsed when it appears (the refresh above); the tests never edit one, so
+        # no periodic re-parse (default 30 s: the shardsink DAG files' imports, every 30 s, idle).
+        "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "3600",
         "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "True",
         "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
         "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
