@@ -19,8 +19,11 @@ $(STAMP):
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@echo "installing pinned requirements into $(VENV) (first time: about two minutes)"
 	@$(PY) -m pip install -q --upgrade pip
-	@$(PY) -m pip install -q -r requirements.txt
-	@$(PY) -m pip install -q --no-deps -e .
+	@# pip compiles every installed module one at a time (77 s in all here); compileall on both
+	@# cores after --no-compile installs makes the same .pyc files (58 s).
+	@$(PY) -m pip install -q --no-compile -r requirements.txt
+	@$(PY) -m pip install -q --no-compile --no-deps -e .
+	@$(PY) -m compileall -q -j 0 $(VENV)/lib >/dev/null || true
 	@# The editable install leaves plugins/shardsink.egg-info on sys.path: a second copy of the
 	@# entry points, and Airflow would load the shardsink plugin twice. The venv's dist-info is enough.
 	@rm -rf plugins/*.egg-info

@@ -77,22 +77,3 @@ def test_watermark_that_does_not_move_skips_without_a_jvm(af: Env, tmp_path: Pat
     ok(af.dags_test("2024-01-02"))
     assert Shard.open(af.shard_url).info().upper == START + DAY // 2
     assert_exactly_once(af.shard_url, af.landing, START, START + DAY // 2)
-
-
-def test_s3_landing_and_shard_over_moto(af: Env, moto: object) -> None:
-    """One writer slot: this proves the S3 paths (landing reads, staging, commit); several slots
-    per description are the exactly-once test's, and each slot is a spark-submit."""
-    from shardsink_dev.testing import MotoServer
-
-    assert isinstance(moto, MotoServer)
-    bucket = "e2e-airflow"
-    moto.make_bucket(bucket)
-    af.env.update(moto.env())
-    af.env["SHARDSINK_LANDING"] = f"s3://{bucket}/landing"
-    af.env["SHARDSINK_SHARD"] = f"s3://{bucket}/shards/events"
-    af.env["SHARDSINK_WRITERS"] = "1"
-    generate(af.landing, start=START, days=1, files_per_day=3, rows_per_file=100)
-    ok(af.dags_test("2024-01-02"))
-    assert Shard.open(af.shard_url).info().upper == START + DAY
-    assert_exactly_once(af.shard_url, af.landing, START, START + DAY)
-    assert_no_leaks(af.shard_url)

@@ -1,26 +1,37 @@
 """The production topology for the tests under tests/topology (see topo_stack.py).
 
-``topology`` is package-scoped: one PostgreSQL, Redis, Spark standalone cluster and
-CeleryExecutor Airflow serve every test here; tests keep apart by their own DAG ids
-(module-level constants) and shard URLs (fresh prefixes in the moto bucket). It stops when
-the last test here ends, not with the pytest session: ``make test`` runs these tests first in
-their group, and the idle stack (scheduler loop, DAG parsing, Celery, Spark heartbeats) burned
-CPU for the rest of the group (the whole stack: 604 s of CPU in a 22-minute group).
+``topology`` is one stack for every test here: one PostgreSQL, Redis, Spark standalone cluster
+and CeleryExecutor Airflow; tests keep apart by their own DAG ids (module-level constants) and
+shard URLs (fresh prefixes in the moto bucket). It stops as soon as the last test here ends, not
+with the pytest session: ``make test`` runs these tests first in their group, and the idle stack
+(scheduler loop, Celery, Spark heartbeats) burned CPU for the rest of the group. (A package-scoped
+fixture would not do: this folder is no package, and pytest then tears it down at session end.)
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
 
 import pytest
 from topo_stack import Topology, topology_stack
 
 from shardsink_dev.testing import MotoServer
 
+HERE = Path(__file__).resolve().parent
+_stack = ExitStack()
 
-@pytest.fixture(scope="package")
+
+@pytest.fixture(scope="session")
 def topology(moto: MotoServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Topology]:
     """A running production topology (PostgreSQL, Redis, CeleryExecutor Airflow with two workers,
     Spark master + two workers, moto S3). Interface: :class:`topo_stack.Topology`."""
-    with topology_stack(tmp_path_factory.mktemp("topology")) as topo:
-        yield topo
+    with _stack:
+        yield _stack.enter_context(topology_stack(tmp_path_factory.mktemp("topology")))
+
+
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """After the last test here (the next one is elsewhere, or none): stop the stack."""
+    if nextitem is None or Path(nextitem.path).resolve().parent != HERE:
+        _stack.close()
