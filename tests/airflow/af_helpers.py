@@ -27,6 +27,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import warm_dags_test
 
 from shardsink import Shard
 from shardsink.core.updates import DIFF, TIME
@@ -87,8 +88,8 @@ class Env:
         env = {**self.env, **(extra or {})}
         if home is not None:
             env.update({"AIRFLOW_HOME": str(home), "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db"})
-        return subprocess.run([str(VENV_BIN / "airflow"), "dags", "test", env.get("SHARDSINK_DAG_ID", "example_ingest"),
-                               logical_date], env=env, capture_output=True, text=True, timeout=timeout)
+        return warm_dags_test.dags_test(env, env.get("SHARDSINK_DAG_ID", "example_ingest"), logical_date,
+                                        timeout=timeout)
 
     def popen_dags_test(self, logical_date: str, *, log: Path, extra: dict[str, str] | None = None,
                         home: Path | None = None) -> subprocess.Popen[str]:

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import warm_dags_test
 from af_helpers import VENV_BIN, Env, base_env, make_env
 
 
@@ -30,3 +31,10 @@ def af(tmp_path: Path, airflow_template: Path) -> Iterator[Env]:
     yield make_env(tmp_path, airflow_template)
 
 
+
+
+@pytest.fixture(autouse=True)
+def _stop_warm_dags_test_runners() -> Iterator[None]:
+    """Every test's warm ``dags test`` processes stop with it (they hold its Airflow home)."""
+    yield
+    warm_dags_test.close_all()

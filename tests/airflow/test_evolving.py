@@ -6,16 +6,15 @@ shard's schema history shows the add, and the snapshot reads nulls for day 1 and
 
 from __future__ import annotations
 
-import json
-import subprocess
 import textwrap
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from af_helpers import DAY, START, VENV_BIN, Env, ok
+from af_helpers import DAY, START, Env, ok
 from support.fake_source import FakeSource
+from warm_dags_test import dags_test
 
 from shardsink import Shard
 from shardsink.airflow import ingest_dag
@@ -79,9 +78,8 @@ def test_day_2_gains_a_column_strict_refuses_add_columns_evolves(af: Env, tmp_pa
     assert (info.seqno, info.upper, len(shard.schema_history())) == (1, START + DAY, 1)  # nothing committed
 
     # A dry run under add_columns reports the column it would add and commits nothing (not the schema).
-    dry = ok(subprocess.run([str(VENV_BIN / "airflow"), "dags", "test", "evolving_ingest", "2024-01-03", "-c",
-                             json.dumps({"dry_run": True})], env={**af.env, "SHARDSINK_SCHEMA_MODE": "add_columns"},
-                            capture_output=True, text=True, timeout=400))
+    dry = ok(dags_test({**af.env, "SHARDSINK_SCHEMA_MODE": "add_columns"}, "evolving_ingest", "2024-01-03",
+                       conf={"dry_run": True}))
     assert "DRY RUN (nothing written): " in dry and '"schema_changes": ["would add column country: string"]' in dry
     assert (shard.info().seqno, len(shard.schema_history())) == (1, 1)
 

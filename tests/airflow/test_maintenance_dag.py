@@ -4,12 +4,12 @@ OpenLineage file transport and StatsD on a real UDP listener (one run checks all
 
 from __future__ import annotations
 
-import subprocess
 import uuid
 from collections import Counter
 
 import pyarrow as pa
-from af_helpers import VENV_BIN, Env, UdpListener, lineage_env, lineage_events, ok, read_lineage
+from af_helpers import Env, UdpListener, lineage_env, lineage_events, ok, read_lineage
+from warm_dags_test import dags_test
 
 from shardsink import Shard
 from shardsink.maintenance.verify import verify
@@ -41,8 +41,7 @@ def test_maintenance_dag_cleans_two_shards_and_reports_their_lineage_and_metrics
     statsd = UdpListener()
     af.env.update(statsd.env())
     try:
-        r = subprocess.run([str(VENV_BIN / "airflow"), "dags", "test", "example_maintenance", "2024-01-02"],
-                           env=af.env, capture_output=True, text=True, timeout=400)
+        r = dags_test(af.env, "example_maintenance", "2024-01-02")
     finally:
         statsd.close()
     out = ok(r)

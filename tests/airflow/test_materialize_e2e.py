@@ -24,6 +24,7 @@ from af_helpers import (
     read_lineage,
     source_updates,
 )
+from warm_dags_test import dags_test
 
 from shardsink import Shard
 from shardsink.errors import ShardNotFoundError
@@ -44,8 +45,7 @@ def _with_view(af: Env) -> Env:
 
 
 def _dags_test(af: Env, dag_id: str, logical_date: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(VENV_BIN / "airflow"), "dags", "test", dag_id, logical_date], env=af.env,
-                          capture_output=True, text=True, timeout=400)
+    return dags_test(af.env, dag_id, logical_date)
 
 
 def _day(t: int) -> date:

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from af_helpers import DAY, START, VENV_BIN, Env, assert_no_leaks, ok
+from warm_dags_test import dags_test as warm_dags_test
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "reclock"))
 from rc_helpers import assert_exactly_once, create_topic, land, produce, tansu_broker, times_of
@@ -19,8 +20,7 @@ def dags_test(af: Env, day: str, *, home: Path | None = None, dag: str = "exampl
     env = dict(af.env)
     if home is not None:
         env.update({"AIRFLOW_HOME": str(home), "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db"})
-    return ok(subprocess.run([str(VENV_BIN / "airflow"), "dags", "test", dag, day], env=env,
-                             capture_output=True, text=True, timeout=1200))
+    return ok(warm_dags_test(env, dag, day, timeout=1200))
 
 
 def test_arrivals_dag_ingests_each_file_once_and_a_fresh_metadata_db_loses_nothing(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -12,7 +11,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from af_helpers import DAY, START, VENV_BIN, Env, assert_no_leaks, ok
+from af_helpers import DAY, START, Env, assert_no_leaks, ok
+from warm_dags_test import dags_test
 
 from shardsink import Shard
 from shardsink.core.updates import COUNT, DIFF, TIME
@@ -25,10 +25,7 @@ LEAN = {"SHARDSINK_WRITERS": "1", "SHARDSINK_CATCH_UP_AFTER_S": "0"}
 
 
 def _run(af: Env, dag_id: str, logical_date: str, conf: dict[str, Any] | None = None) -> str:
-    args = [str(VENV_BIN / "airflow"), "dags", "test", dag_id, logical_date]
-    if conf is not None:
-        args += ["-c", json.dumps(conf)]
-    return ok(subprocess.run(args, env={**af.env, **LEAN}, capture_output=True, text=True, timeout=600))
+    return ok(dags_test({**af.env, **LEAN}, dag_id, logical_date, conf=conf, timeout=600))
 
 
 def _rows(t: pa.Table, count: str | None = None) -> Counter[tuple[Any, ...]]:

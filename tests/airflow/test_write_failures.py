@@ -10,13 +10,13 @@ real spark-submit, the job's outcome record read back by the write operator.
 
 from __future__ import annotations
 
-import subprocess
 import time
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from af_helpers import DAY, START, VENV_BIN, Env, assert_exactly_once, assert_no_leaks, ok
+from af_helpers import DAY, START, Env, assert_exactly_once, assert_no_leaks, ok
 from support.faultproxy import fault_proxy
+from warm_dags_test import dags_test
 
 from shardsink import Shard
 from shardsink.errors import ShardNotFoundError
@@ -91,8 +91,7 @@ def test_missing_input_part_fails_the_view_write_at_once_as_corruption(af: Env) 
     lost = src.batches()[0].parts[0].key
     src.blob.delete(lost)
 
-    r = subprocess.run([str(VENV_BIN / "airflow"), "dags", "test", "example_view", "2024-02-01"], env=af.env,
-                       capture_output=True, text=True, timeout=400)
+    r = dags_test(af.env, "example_view", "2024-02-01")
     out = _failed(r)
     assert out.count(SUBMIT) == 1, "the corrupt read was retried"
     assert "CORRUPTION, not retried (stop and page a human): CorruptionError:" in out
