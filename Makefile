@@ -95,8 +95,7 @@ ui: venv
 # group 2 23:52, 25:15 in all; the topology's stack now stops after its last test.
 # Their logs follow the first process's. First, the class-data archives of Spark's classes
 # that every test JVM maps (shardsink_dev/jvm.py).
-AIRFLOW_GROUP := tests/topology tests/airflow/test_aws_connection.py tests/airflow/test_reclock_dag.py \
-  tests/airflow/test_ingest_races.py tests/airflow/test_evolving.py tests/reclock
+AIRFLOW_GROUP := tests/topology tests/airflow/test_aws_connection.py tests/airflow/test_reclock_dag.py tests/reclock
 test: venv java chromium services
 	@( $(PY) -m compileall -q -j 0 $(VENV)/lib >/dev/null 2>&1 || true ) & \
 	$(PY) -m shardsink_dev.jvm; rc=$$?; wait; exit $$rc

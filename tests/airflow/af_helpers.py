@@ -27,12 +27,11 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import warm_dags_test
 
 from shardsink import Shard
 from shardsink.core.updates import DIFF, TIME
 from shardsink.sources.landing import LandingSource, read_landing_file
-from shardsink_dev import jvm
+from shardsink_dev import dagrunner, jvm
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
@@ -88,7 +87,7 @@ class Env:
         env = {**self.env, **(extra or {})}
         if home is not None:
             env.update({"AIRFLOW_HOME": str(home), "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db"})
-        return warm_dags_test.dags_test(env, env.get("SHARDSINK_DAG_ID", "example_ingest"), logical_date,
+        return dagrunner.dags_test(env, env.get("SHARDSINK_DAG_ID", "example_ingest"), logical_date,
                                         timeout=timeout)
 
     def popen_dags_test(self, logical_date: str, *, log: Path, extra: dict[str, str] | None = None,

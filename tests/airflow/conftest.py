@@ -12,8 +12,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import warm_dags_test
 from af_helpers import VENV_BIN, Env, base_env, make_env
+
+from shardsink_dev import dagrunner
 
 
 @pytest.fixture(scope="session")
@@ -37,4 +38,4 @@ def af(tmp_path: Path, airflow_template: Path) -> Iterator[Env]:
 def _stop_warm_dags_test_runners() -> Iterator[None]:
     """Every test's warm ``dags test`` processes stop with it (they hold its Airflow home)."""
     yield
-    warm_dags_test.close_all()
+    dagrunner.close_all()

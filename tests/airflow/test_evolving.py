@@ -14,7 +14,6 @@ import pyarrow as pa
 import pytest
 from af_helpers import DAY, START, Env, ok
 from support.fake_source import FakeSource
-from warm_dags_test import dags_test
 
 from shardsink import Shard
 from shardsink.airflow import ingest_dag
@@ -23,6 +22,7 @@ from shardsink.sinks.description import Description
 from shardsink.sources import LandingSource
 from shardsink.sources.landing import read_landing_file
 from shardsink.spark.request import IngestCorrectRequest
+from shardsink_dev.dagrunner import dags_test
 from shardsink_dev.synthetic import SCHEMA, land_file, landing_table, publish_watermark
 
 DAG_FILE = textwrap.dedent("""

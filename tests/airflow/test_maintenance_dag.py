@@ -9,11 +9,11 @@ from collections import Counter
 
 import pyarrow as pa
 from af_helpers import Env, UdpListener, lineage_env, lineage_events, ok, read_lineage
-from warm_dags_test import dags_test
 
 from shardsink import Shard
 from shardsink.maintenance.verify import verify
 from shardsink.provider.lineage import shard_dataset
+from shardsink_dev.dagrunner import dags_test
 from shardsink_dev.testing import MotoServer
 
 SCHEMA = pa.schema([("k", pa.string())])

@@ -24,12 +24,12 @@ from af_helpers import (
     read_lineage,
     source_updates,
 )
-from warm_dags_test import dags_test
 
 from shardsink import Shard
 from shardsink.errors import ShardNotFoundError
 from shardsink.provider.lineage import shard_dataset
 from shardsink.sources.landing import LandingSource, read_landing_file
+from shardsink_dev.dagrunner import dags_test
 from shardsink_dev.synthetic import generate
 
 VIEW_DAG = "example_view"

@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 from af_helpers import DAY, START, VENV_BIN, Env, assert_no_leaks, ok
-from warm_dags_test import dags_test as warm_dags_test
+
+from shardsink_dev.dagrunner import dags_test as warm_dags_test
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "reclock"))
 from rc_helpers import assert_exactly_once, create_topic, land, produce, tansu_broker, times_of

@@ -12,13 +12,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 from af_helpers import DAY, START, Env, assert_no_leaks, ok
-from warm_dags_test import dags_test
 
 from shardsink import Shard
 from shardsink.core.updates import COUNT, DIFF, TIME
 from shardsink.errors import ShardNotFoundError
 from shardsink.sinks.reprocess import corrected_range
 from shardsink.sources.landing import LandingSource, read_landing_file
+from shardsink_dev.dagrunner import dags_test
 from shardsink_dev.synthetic import encode, generate
 
 LEAN = {"SHARDSINK_WRITERS": "1", "SHARDSINK_CATCH_UP_AFTER_S": "0"}

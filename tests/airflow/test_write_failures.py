@@ -16,11 +16,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from af_helpers import DAY, START, Env, assert_exactly_once, assert_no_leaks, ok
 from support.faultproxy import fault_proxy
-from warm_dags_test import dags_test
 
 from shardsink import Shard
 from shardsink.errors import ShardNotFoundError
 from shardsink.storage.retry import STORAGE
+from shardsink_dev.dagrunner import dags_test
 from shardsink_dev.synthetic import SCHEMA, generate, land_file, landing_table, publish_watermark
 from shardsink_dev.testing import MotoServer
 
