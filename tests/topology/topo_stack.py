@@ -121,7 +121,8 @@ class Topology:
       the standalone cluster, and ``spark_local``: ``local[1]``, the whole job in one JVM on the Celery worker);
     * ``dags``: the DAG folder (empty at start): :meth:`add_dag_file` then :meth:`wait_for_dags`;
     * :meth:`airflow` runs an Airflow CLI command; :meth:`api` calls the REST API as an admin;
-    * :meth:`unpause`, :meth:`trigger`, :meth:`runs`, :meth:`wait_for_runs`, :meth:`task_instances`;
+    * :meth:`unpause`, :meth:`trigger`, :meth:`runs`, :meth:`wait_for_runs`, :meth:`task_instances`,
+      :meth:`task_log`;
     * ``workers``: the Celery workers' hostnames; :meth:`spark_workers`, :meth:`spark_apps`
       read Spark's own records (the master's and workers' JSON, the event logs).
     """
@@ -216,6 +217,12 @@ class Topology:
             out.extend(page["task_instances"])
             if len(out) >= page["total_entries"] or not page["task_instances"]:
                 return out
+
+    def task_log(self, dag_id: str, run_id: str, task_id: str) -> str:
+        """The text of a task's logs in a run: every try's and its triggers' (written by the Celery
+        workers and the triggerer under the shared AIRFLOW_HOME/logs)."""
+        folder = Path(self.env["AIRFLOW_HOME"]) / "logs" / f"dag_id={dag_id}" / f"run_id={run_id}"
+        return "".join(f.read_text(errors="replace") for f in sorted((folder / f"task_id={task_id}").glob("*.log")))
 
     # --- Spark's own records ------------------------------------------------------------------
 
