@@ -83,16 +83,13 @@ ui: venv
 
 # Three pytest processes side by side on two cores: the real-Airflow tests (tests/airflow)
 # mostly wait (Airflow parses and schedules, spark-submit starts JVMs) while the rest mostly
-# computes. The Airflow tests run as two groups balanced on measured durations (pytest
-# --durations, fresh clone, 2026-11-24 22:07: the rest 20:07, group 1 17:29, group 2 20:53,
-# 22:47 in all with the venv). Group 1 is the production-topology tests (tests/topology:
-# PostgreSQL, Redis, Celery workers, Spark standalone, moto; they replace the SQLite
-# real-scheduler backfill test) with the AWS-connection, reclock DAG, ingest race and
-# schema_mode (test_evolving) tests, and tests/reclock (Kafka broker, crash replays): group 1
-# had four minutes of slack while the rest ran alone (2026-11-25 00:41: the rest 23:21, group
-# 1 19:24, group 2 22:33, 25:13 in all; running the rest as two processes instead made the
-# Airflow groups slower: 24:25 and 26+ min). 2026-11-25 04:14: the rest 23:42, group 1 22:26,
-# group 2 23:52, 25:15 in all; the topology's stack now stops after its last test.
+# computes. The Airflow tests run as two groups balanced on measured durations. Group 1 is the
+# production-topology tests (tests/topology: PostgreSQL, Redis, Celery workers, Spark
+# standalone, moto, a 10-day backfill; they replace the SQLite real-scheduler backfill test)
+# with the AWS-connection and reclock DAG tests and tests/reclock (Kafka broker, crash
+# replays); group 2 is the other DAG tests, whose `airflow dags test` runs go to a warm
+# process per test (shardsink_dev/dagrunner.py). Fresh clone, 2026-11-25 06:57: the rest
+# 18:47, group 1 21:12, group 2 20:46, 22:27 in all with the venv.
 # Their logs follow the first process's. First, the class-data archives of Spark's classes
 # that every test JVM maps (shardsink_dev/jvm.py).
 AIRFLOW_GROUP := tests/topology tests/airflow/test_aws_connection.py tests/airflow/test_reclock_dag.py tests/reclock
