@@ -90,7 +90,7 @@ ui: venv
 # replays); group 2 is the other DAG tests, whose `airflow dags test` runs go to a warm
 # process per test (shardsink_dev/dagrunner.py). Fresh clone, 2026-11-25 06:57: the rest
 # 18:47, group 1 21:12, group 2 20:46, 22:27 in all with the venv; 07:20, same code: 19:37,
-# 22:20, 21:42, 23:46.
+# 22:20, 21:42, 23:46; 07:45: 20:32, 23:32, 22:40, 24:53.
 # Their logs follow the first process's. First, the class-data archives of Spark's classes
 # that every test JVM maps (shardsink_dev/jvm.py).
 AIRFLOW_GROUP := tests/topology tests/airflow/test_aws_connection.py tests/airflow/test_reclock_dag.py tests/reclock
