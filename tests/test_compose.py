@@ -194,6 +194,8 @@ def test_every_airflow_component_uses_celery_on_redis_with_the_db_as_result_back
         # Celery's result backend is the metadata DB (same host, user and database, SQLAlchemy's db+ form).
         assert env["AIRFLOW__CELERY__RESULT_BACKEND"] == "db+" + db.replace("postgresql+psycopg2", "postgresql"), name
         assert env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] == db, name
+        # Workers preload shardsink before forking (tests/airflow/test_celery_config.py).
+        assert env["AIRFLOW__CELERY__CELERY_CONFIG_OPTIONS"] == "shardsink.airflow.celery_config.CELERY_CONFIG", name
     # The broker's password reaches redis-server through a config file, never its command line.
     redis = s["redis"]
     assert "requirepass" in " ".join(redis["command"]) and "$REDIS_PASSWORD" in " ".join(redis["command"])

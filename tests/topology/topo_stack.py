@@ -303,6 +303,7 @@ def _airflow_env(root: Path, pg: str, redis_port: int, master: str, api_port: in
         "AIRFLOW__CELERY__BROKER_URL": f"redis://127.0.0.1:{redis_port}/0",
         "AIRFLOW__CELERY__RESULT_BACKEND": f"db+postgresql://{pg}",
         "AIRFLOW__CELERY__WORKER_CONCURRENCY": "2",
+        "AIRFLOW__CELERY__CELERY_CONFIG_OPTIONS": "shardsink.airflow.celery_config.CELERY_CONFIG",  # the preload
         "AIRFLOW__CORE__DAGS_FOLDER": str(home / "dags"),
         "AIRFLOW__CORE__HOSTNAME_CALLABLE": "topology_host.hostname",
         "PYTHONPATH": os.pathsep.join(p for p in (str(root / "pythonpath"), os.environ.get("PYTHONPATH")) if p),
