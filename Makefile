@@ -86,14 +86,16 @@ ui: venv
 # computes. The Airflow tests run as two groups balanced on measured durations. Group 1 is the
 # production-topology tests (tests/topology: PostgreSQL, Redis, Celery workers, Spark
 # standalone, moto, a 10-day backfill; they replace the SQLite real-scheduler backfill test)
-# with the AWS-connection and reclock DAG tests (tests/reclock, Kafka broker and crash replays,
-# moved to the rest on 11-25: the rest ended 2-3 min before group 1); group 2 is the other DAG tests, whose `airflow dags test` runs go to a warm
+# with the AWS-connection, reclock DAG and schema-evolution DAG tests (tests/reclock, Kafka broker
+# and crash replays, moved to the rest on 11-25: the rest ended 2-3 min before group 1); group 2
+# is the other DAG tests, whose `airflow dags test` runs go to a warm
 # process per test (shardsink_dev/dagrunner.py). Fresh clone, 2026-11-25 06:57: the rest
 # 18:47, group 1 21:12, group 2 20:46, 22:27 in all with the venv; 07:20, same code: 19:37,
 # 22:20, 21:42, 23:46; 07:45: 20:32, 23:32, 22:40, 24:53.
 # Their logs follow the first process's. First, the class-data archives of Spark's classes
 # that every test JVM maps (shardsink_dev/jvm.py).
-AIRFLOW_GROUP := tests/topology tests/airflow/test_aws_connection.py tests/airflow/test_reclock_dag.py
+AIRFLOW_GROUP := tests/topology tests/airflow/test_aws_connection.py tests/airflow/test_reclock_dag.py \
+	tests/airflow/test_evolving.py
 test: venv java chromium services
 	@( $(PY) -m compileall -q -j 0 $(VENV)/lib >/dev/null 2>&1 || true ) & \
 	$(PY) -m shardsink_dev.jvm; rc=$$?; wait; exit $$rc
