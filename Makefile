@@ -89,9 +89,9 @@ ui: venv
 # with the AWS-connection, reclock DAG and schema-evolution DAG tests (tests/reclock, Kafka broker
 # and crash replays, moved to the rest on 11-25: the rest ended 2-3 min before group 1); group 2
 # is the other DAG tests, whose `airflow dags test` runs go to a warm
-# process per test (shardsink_dev/dagrunner.py). Fresh clone, 2026-11-25 06:57: the rest
-# 18:47, group 1 21:12, group 2 20:46, 22:27 in all with the venv; 07:20, same code: 19:37,
-# 22:20, 21:42, 23:46; 07:45: 20:32, 23:32, 22:40, 24:53.
+# process per test (shardsink_dev/dagrunner.py). Fresh clone, 2026-11-25 09:55: the rest
+# 20:37, group 1 19:51, group 2 20:22, 21:56 in all with the venv (before the Celery preload
+# and the production shape's late view: 22:27, 23:46 and 24:53 on one code, 06:57-07:45).
 # Their logs follow the first process's. First, the class-data archives of Spark's classes
 # that every test JVM maps (shardsink_dev/jvm.py).
 AIRFLOW_GROUP := tests/topology tests/airflow/test_aws_connection.py tests/airflow/test_reclock_dag.py \
