@@ -90,7 +90,8 @@ ui: venv
 # and crash replays, moved to the rest on 11-25: the rest ended 2-3 min before group 1); group 2
 # is the other DAG tests, whose `airflow dags test` runs go to a warm
 # process per test (shardsink_dev/dagrunner.py). Fresh clone, 2026-11-25 09:55: the rest
-# 20:37, group 1 19:51, group 2 20:22, 21:56 in all with the venv (before the Celery preload
+# 20:37, group 1 19:51, group 2 20:22, 21:56 in all with the venv; 10:19: 21:44, 21:04, 21:25,
+# 23:02 (before the Celery preload
 # and the production shape's late view: 22:27, 23:46 and 24:53 on one code, 06:57-07:45).
 # Their logs follow the first process's. First, the class-data archives of Spark's classes
 # that every test JVM maps (shardsink_dev/jvm.py).
