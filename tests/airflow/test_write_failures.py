@@ -18,7 +18,9 @@ from af_helpers import DAY, START, Env, assert_exactly_once, assert_no_leaks, ok
 from support.faultproxy import fault_proxy
 
 from shardsink import Shard
+from shardsink.core.schema import SchemaChange
 from shardsink.errors import ShardNotFoundError
+from shardsink.maintenance import set_retention
 from shardsink.storage.retry import STORAGE
 from shardsink_dev.dagrunner import dags_test
 from shardsink_dev.synthetic import SCHEMA, generate, land_file, landing_table, publish_watermark
@@ -34,28 +36,45 @@ def _failed(r: object) -> str:
 
 
 def test_late_file_fails_the_write_at_once_naming_the_file_and_value(af: Env) -> None:
-    """Day 1 is sealed by a plain append (lateness is judged from the commit log's seals, whoever
-    committed them; a first ``dags test`` would only add an Airflow process and a JVM). One
-    writer slot: the failure is the job's, not a slot's."""
+    """Day 1 is sealed by two plain appends (lateness is judged from the commit log's seals, whoever
+    committed them; a first ``dags test`` would only add an Airflow process and a JVM). The late
+    file lands, then maintenance commits on top of the seals: a retention change, the example
+    maintenance DAG's pass (since advance, compaction of the two appends), and two schema changes
+    (add then drop a column). None of them seals times, so the file stays late: refused whole,
+    naming it, nothing of it committed (never its day-2 rows without its day-1 rows). One writer
+    slot: the failure is the job's, not a slot's."""
     af.env["SHARDSINK_WRITERS"] = "1"
     generate(af.landing, start=START, days=1, files_per_day=1, rows_per_file=50, watermark=START + DAY)
-    empty = pa.table({**{f.name: pa.array([], f.type) for f in SCHEMA}, "_time": pa.array([], pa.int64()),
-                      "_diff": pa.array([], pa.int64())})
-    Shard.create(af.shard_url, SCHEMA, upper=START).append(empty, lower=START, upper=START + DAY)  # seals day 1
+    shard = Shard.create(af.shard_url, SCHEMA, upper=START)
+    def one(t: int) -> pa.Table:
+        return pa.table({"user": ["u"], "action": ["a"], "amount": pa.array([1], pa.int64()), "_time": [t]})
+
+    shard.append(one(START), lower=START, upper=START + DAY // 2)  # seals day 1, in two batches
+    shard.append(one(START + DAY // 2), lower=START + DAY // 2, upper=START + DAY)
     time.sleep(0.01)  # the late file lands strictly after the seal (millisecond commit times)
-    late = landing_table(START, START + DAY, 5, seed=99)  # lands after its times were sealed
+    late = landing_table(START, START + 2 * DAY, 10, seed=99)  # lands after day 1 was sealed
     tmin = pc.min(late["event_time"]).as_py()
+    assert tmin < START + DAY and pc.max(late["event_time"]).as_py() >= START + DAY
     land_file(af.landing, "day=000/late-0.csv", late)
     land_file(af.landing, "day=001/events-0.csv", landing_table(START + DAY, START + 2 * DAY, 20, seed=5))
     publish_watermark(af.landing, START + 2 * DAY)
+    set_retention(shard, "1h")
+    ok(dags_test({**af.env, "SHARDSINK_MAINTENANCE_SHARDS": af.shard_url, "SHARDSINK_GC_GRACE_S": "0"},
+                 "example_maintenance", "2024-01-02"))
+    shard.evolve(SchemaChange(kind="add", name="extra", type="int64"))
+    shard.evolve(SchemaChange(kind="drop", name="extra"))
+    kinds = [c.kind for _, c in reversed(shard.log(limit=20))]
+    assert kinds == ["create", "append", "append", "retention", "since", "compact", "schema", "schema"], kinds
+    before = shard.info()
 
     out = _failed(af.dags_test("2024-01-03"))  # task_retries is 2: an invalid input must not use them
     assert out.count(SUBMIT) == 1, "the write was retried (or never ran)"
     assert out.count("write job failed: InvalidUsageError (LateDataError)") == 1
     assert "invalid input, not retried: InvalidUsageError: LateDataError: late file" in out
     assert f"{af.landing}/day=000/late-0.csv" in out and f"[value: {tmin}]" in out
+    assert "commit seqno 1 " in out  # the append that sealed its earliest time, not maintenance
     info = Shard.open(af.shard_url).info()
-    assert (info.seqno, info.upper) == (1, START + DAY)
+    assert (info.seqno, info.upper, info.stats) == (before.seqno, START + DAY, before.stats)
 
 
 def test_storage_error_in_the_write_job_is_retried_and_commits_once(af: Env, moto: MotoServer) -> None:

@@ -105,10 +105,14 @@ class ReadHandle:
         GC deletes versions oldest first, so the history ends at the first missing one.
         ``head``: from a version the caller already read (:meth:`head`), else a fresh head read.
         """
+        return [(v.seqno, v.commit) for v in self.history(limit=limit, head=head)]
+
+    def history(self, *, limit: int = 20, head: st.Version | None = None) -> list[st.Version]:
+        """The versions behind :meth:`log` (commit info and diff), newest first."""
         ck.check_count(limit, what="log limit", lo=1)
         head = head if head is not None else self.head()
         seqnos = range(head.seqno, max(-1, head.seqno - limit), -1)
-        return [(v.seqno, v.commit) for v in self._machine.fetch_upto_gap(seqnos)]
+        return self._machine.fetch_upto_gap(seqnos)
 
     # --- parts --------------------------------------------------------------------
 

@@ -1,10 +1,17 @@
 """When the shard sealed which times: the evidence the late-data checks of the sources compare with.
 
 Contract: :func:`seals` lists, oldest first, one :class:`~shardsink.sources.base.Seal` per
-recent commit that moved the upper (``[lower, upper)`` sealed at the commit's time; a
-``create`` seals everything below its upper), plus one per committed re-processing
-correction of ``[A, B)``, which *re-seals* ``[A, B)`` at its commit time. It reads the
-last ``limit`` commits (:data:`SEAL_HISTORY` by default) and the live batch list.
+recent commit whose *kind* seals times (:meth:`shardsink.core.state.CommitInfo.sealed`:
+create, append, close), stamped with the commit's time, plus one per committed
+re-processing correction of ``[A, B)``, which *re-seals* ``[A, B)`` at its commit time. A
+compaction, since advance, retention or schema commit seals nothing, whatever bounds its
+record carries: it must never make a late file look on time (a late file whose earliest
+time is "re-sealed" by maintenance would be half ingested, its rows below the description's
+lower dropped). It reads the last ``limit`` commits (:data:`SEAL_HISTORY` by default),
+corrections from the parts each commit added (not from the live batch list, which a
+compaction rewrites). When the window does not reach the create (a long or collected
+history), a *horizon* seal stands for the commits before it: every time below the oldest
+retained version's upper was sealed no later than that version's commit.
 """
 
 from __future__ import annotations
@@ -12,7 +19,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from shardsink.core.shard import Shard
-from shardsink.core.state import Version
+from shardsink.core.state import END_OF_TIME, MIN_TIME, Version
 from shardsink.sinks.reprocess import corrected_range
 from shardsink.sources.base import Seal
 
@@ -21,7 +28,7 @@ SEAL_HISTORY = 200
 
 
 def seals(shard: Shard, *, limit: int = SEAL_HISTORY, head: Version | None = None) -> list[Seal]:
-    """When the recent commits sealed which times (for late-data checks), oldest first.
+    """When the recent commits sealed which times (for late-data checks), ordered by seqno.
 
     A committed re-processing correction of ``[A, B)`` re-reads the source there, so it
     *re-seals* ``[A, B)`` at its commit time (files re-landed before it are not late).
@@ -29,15 +36,19 @@ def seals(shard: Shard, *, limit: int = SEAL_HISTORY, head: Version | None = Non
     """
     out = []
     reader = shard.reader()
-    head = head if head is not None else reader.head()
-    log = list(reversed(reader.log(limit=limit, head=head)))
-    at_of = {seqno: datetime.fromisoformat(c.at).timestamp() for seqno, c in log}
-    for seqno, c in log:
-        if c.upper is None:
+    window = list(reversed(reader.history(limit=limit, head=head if head is not None else reader.head())))
+    if window and window[0].seqno > 0:
+        # A truncated history: every time below the oldest retained version's upper was sealed
+        # at or before that version's commit, so a file newer than it holding such times is late.
+        first = window[0]
+        upper = first.header.upper if first.header.upper is not None else END_OF_TIME
+        out.append(Seal(MIN_TIME, upper, first.seqno, datetime.fromisoformat(first.commit.at).timestamp()))
+    for v in window:
+        sealed = v.commit.sealed()
+        if sealed is None:
             continue
-        lower = -(2**63) if c.kind == "create" or c.lower is None else c.lower
-        out.append(Seal(lower, c.upper, seqno, at_of[seqno]))
-    resealed = {(r, b.seqno) for b in reader.batches(head) if b.seqno in at_of
-                for p in b.parts if (r := corrected_range(p.key)) is not None}
-    out += [Seal(r[0], r[1], seqno, at_of[seqno]) for r, seqno in sorted(resealed, key=lambda x: x[1])]
-    return sorted(out, key=lambda s: s.seqno)
+        at = datetime.fromisoformat(v.commit.at).timestamp()
+        out.append(Seal(sealed[0], sealed[1], v.seqno, at))
+        corrected = {r for b in v.added for p in b.parts if (r := corrected_range(p.key)) is not None}
+        out += [Seal(r[0], r[1], v.seqno, at) for r in sorted(corrected)]
+    return out

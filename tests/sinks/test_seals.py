@@ -1,0 +1,87 @@
+"""Late-data evidence: only commits whose kind seals times are seals (sinks/seals.py).
+
+A compaction, since advance, retention change or schema change carries other numbers in its
+commit record (a merged range, old and new values); none of them may make a late file look
+on time, or the file's rows below the run's lower are silently dropped.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import pyarrow as pa
+import pytest
+from support.fake_source import rows
+
+from shardsink import Shard
+from shardsink.core.schema import SchemaChange
+from shardsink.core.state import END_OF_TIME, MIN_TIME
+from shardsink.core.updates import TIME
+from shardsink.maintenance import advance_since, compact, set_retention
+from shardsink.maintenance.compact import CompactOptions
+from shardsink.maintenance.plan import PlanOptions
+from shardsink.sinks.seals import seals
+from shardsink.sources.landing import LandingFile, LateDataError, check_late
+from shardsink_dev.synthetic import SCHEMA
+
+DAY = 86_400_000
+SEALING = {"create", "append", "close"}
+
+
+def _at(shard: Shard, seqno: int) -> float:
+    c = dict(shard.log(limit=100))[seqno]
+    return datetime.fromisoformat(c.at).timestamp()
+
+
+def _maintained(shard_url: str) -> Shard:
+    """Two sealed days, then every kind of commit that seals nothing: compaction, retention,
+    since and schema commits (seqnos 3-6)."""
+    shard = Shard.create(shard_url, SCHEMA, upper=0)
+    shard.append(rows(0, 3), lower=0, upper=DAY)
+    shard.append(rows(DAY, 3), lower=DAY, upper=2 * DAY)
+    done = compact(shard, options=CompactOptions(plan=PlanOptions()))
+    assert done.applied == 1
+    set_retention(shard, "1h")
+    assert advance_since(shard).seqno == 5
+    shard.evolve(SchemaChange(kind="add", name="extra", type="int64"))
+    kinds = [c.kind for _, c in reversed(shard.log(limit=100))]
+    assert kinds == ["create", "append", "append", "compact", "retention", "since", "schema"]
+    return shard
+
+
+def test_no_maintenance_or_schema_commit_produces_a_seal(shard_url: str) -> None:
+    shard = _maintained(shard_url)
+    for _, c in shard.log(limit=100):
+        assert (c.sealed() is not None) == (c.kind in SEALING), c
+        assert c.facts.seals == (c.kind in SEALING)
+    got = [(s.lower, s.upper, s.seqno) for s in seals(shard)]
+    assert got == [(MIN_TIME, 0, 0), (0, DAY, 1), (DAY, 2 * DAY, 2)]
+
+
+def test_a_late_file_stays_late_after_maintenance(shard_url: str) -> None:
+    """The file landed after day 1 was sealed (seqno 1) and before every maintenance commit:
+    whatever maintenance did since, its day-1 rows are late and the whole file is refused."""
+    shard = _maintained(shard_url)
+    landed = (_at(shard, 1) + _at(shard, 3)) / 2
+    t = pa.table({"user": ["late", "late"], TIME: [DAY // 2, 2 * DAY + 5]})
+    with pytest.raises(LateDataError) as e:
+        check_late(t, LandingFile("late.parquet", 1, landed), lower=2 * DAY, seals=seals(shard), root="r")
+    assert "late file r/late.parquet" in str(e.value) and "commit seqno 1" in str(e.value)
+
+
+def test_a_truncated_history_falls_back_to_sealing_commits_only(shard_url: str) -> None:
+    """The window holds only maintenance commits and no append: the horizon seal stands for the
+    commits before it (all times below the oldest retained upper were sealed by then), never a
+    maintenance commit's numbers."""
+    shard = _maintained(shard_url)
+    window = seals(shard, limit=4)  # seqnos 3..6: compact, retention, since, schema
+    assert [(s.lower, s.upper, s.seqno) for s in window] == [(MIN_TIME, 2 * DAY, 3)]
+    t = pa.table({"user": ["late"], TIME: [DAY // 2]})
+    landed = _at(shard, 3) + 0.001
+    with pytest.raises(LateDataError, match="commit seqno 3"):
+        check_late(t, LandingFile("late.csv", 1, landed), lower=2 * DAY, seals=window, root="r")
+    check_late(t, LandingFile("old.csv", 1, _at(shard, 3) - 1), lower=2 * DAY, seals=window, root="r")
+    closed = Shard.open(shard_url)
+    closed.close(expected_upper=2 * DAY)
+    last = seals(closed, limit=1)
+    assert [(s.lower, s.upper) for s in last] == [(MIN_TIME, END_OF_TIME), (2 * DAY, END_OF_TIME)]
