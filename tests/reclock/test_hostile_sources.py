@@ -7,7 +7,8 @@
   binding or a second output shard never leaves one without it;
 * 11: source keys are whatever the store allows (spaces, unicode, ``%``, ``+``, ``#``);
   a key no store can hold under the root is never bound and shows in the source's health;
-* 12: a bound file rewritten in place with the same size is refused, not ingested.
+* 12: a bound file rewritten in place with the same size is refused, not ingested; once
+  its exact bytes are restored (a new mtime on a local folder), the write resumes (issue 32).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 
 import pytest
 from airflow.sdk.exceptions import AirflowFailException
-from rc_helpers import DAY, SCHEMA, START, assert_exactly_once, create_topic, mint_desc, run_once
+from rc_helpers import DAY, SCHEMA, START, assert_exactly_once, create_topic, mint_desc, run_once, write_slots
 
 from shardsink import Shard
 from shardsink.airflow.failures import for_airflow
@@ -28,8 +29,11 @@ from shardsink.outcome import error_from_record, record_of
 from shardsink.reclock.health import read, read_sidecar
 from shardsink.reclock.remap import RemapShard
 from shardsink.sinks.description import Description
+from shardsink.sinks.ingest import append_from_manifests
 from shardsink.sources.files import FileArrivals
 from shardsink.sources.kafka import KafkaSource
+from shardsink.sources.landing import MalformedInputError, read_data_file
+from shardsink.storage.url import open_blob
 from shardsink_dev.testing import MotoServer
 
 HOSTILE_KEYS = ["daily report 2024-01-01.jsonl", "été/cödé #1 +%20.csv", "a+b=c&d'e.parquet"]
@@ -112,23 +116,20 @@ def test_a_key_no_store_can_hold_is_never_bound_and_shows_in_health(spark: Any, 
 
 
 @pytest.mark.parametrize("change", ["resized", "same-size rewrite", "vanished"])
-def test_a_bound_file_that_changed_fails_the_write_with_a_typed_record(
+def test_a_bound_file_that_changed_fails_the_write_and_restoring_its_bytes_resumes_it(
         spark: Any, shard_url: str, backend: str, request: pytest.FixtureRequest, change: str) -> None:
     root, data, remap = _urls(shard_url)
     moto = _moto(request, backend)
-    land_raw(root, "in/a.jsonl", _jsonl(range(0, 10)), moto)
+    original = _jsonl(range(0, 10))
+    land_raw(root, "in/a.jsonl", original, moto)
     src = FileArrivals(root, remap=remap, settle_seconds=0, schema=SCHEMA)
     d = mint_desc(data, src, interval_end=START + DAY)  # binds the file with its size and identity
     assert isinstance(d, Description)
+    assert RemapShard.open(remap).bindings().files()[0].identity, "bound without an identity"
     if change == "resized":
         land_raw(root, "in/a.jsonl", _jsonl(range(0, 11)), moto)
-    elif change == "same-size rewrite":
-        before = _jsonl(range(0, 10))
-        land_raw(root, "in/a.jsonl", before.replace(b'"v1"', b'"x1"'), moto)  # same length, new content
-        if backend == "local":  # a rewrite within one mtime tick: make sure the clock moved
-            p = Path(root[len("file://"):]) / "in/a.jsonl"
-            st = p.stat()
-            os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000))
+    elif change == "same-size rewrite":  # even within one mtime tick: the identity is the content's
+        land_raw(root, "in/a.jsonl", original.replace(b'"v1"', b'"x1"'), moto)
     elif backend == "local":
         (Path(root[len("file://"):]) / "in/a.jsonl").unlink()
     else:
@@ -140,6 +141,47 @@ def test_a_bound_file_that_changed_fails_the_write_with_a_typed_record(
     assert (rec.error_class, rec.raised) == ("InvalidUsageError", "MalformedInputError"), rec
     assert "in/a.jsonl" in rec.message and ("bound" in rec.message or "disappeared" in rec.message), rec.message
     assert isinstance(for_airflow(error_from_record(rec)), AirflowFailException)  # fails at once: one spark-submit
+
+    if change != "same-size rewrite":  # every change ends the same way once restored: check one
+        return
+    # The runbook's fix: restore the exact original bytes. The restored copy is a new upload
+    # (on a local folder a new mtime, pushed 1 s on so no timestamp tick can hide it).
+    land_raw(root, "in/a.jsonl", original, moto)
+    if backend == "local":
+        p = Path(root[len("file://"):]) / "in/a.jsonl"
+        st = p.stat()
+        os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+    shard = Shard.open(data)
+    write_slots(spark, shard, src, d, slots=1)  # the write task's retry, same description
+    append_from_manifests(shard, d, 1)
+    assert_exactly_once(data, range(0, 10))
+
+
+def test_an_mtime_identity_keeps_its_check_and_a_content_identity_ignores_mtimes(tmp_path: Path) -> None:
+    """Local bindings recorded before content identities (``<mtime ns hex>-<size hex>``) are
+    checked against the mtime and size: restored bytes under a new mtime are refused until the
+    mtime is restored too. A content identity sees a same-size rewrite under the same mtime."""
+    root = tmp_path / "landing"
+    original = _jsonl(range(0, 10))
+    land_raw(root.as_uri(), "a.jsonl", original, None)
+    p, blob = root / "a.jsonl", open_blob(root.as_uri())
+    bound_ns = p.stat().st_mtime_ns
+    kw: dict[str, Any] = {"where": "a.jsonl", "size": len(original)}
+    old = f"{bound_ns:x}-{len(original):x}"
+    assert read_data_file(blob, "a.jsonl", SCHEMA, identity=old, **kw).num_rows == 10
+    p.write_bytes(original)  # the exact bytes restored: a new mtime
+    os.utime(p, ns=(bound_ns, bound_ns + 1_000_000_000))
+    with pytest.raises(MalformedInputError, match="rewritten after it was bound"):
+        read_data_file(blob, "a.jsonl", SCHEMA, identity=old, **kw)
+    os.utime(p, ns=(bound_ns, bound_ns))  # and the mtime, the identity's first field
+    assert read_data_file(blob, "a.jsonl", SCHEMA, identity=old, **kw).num_rows == 10
+
+    got = blob.get_source("a.jsonl")
+    assert got is not None and got.identity.startswith("sha256:")
+    p.write_bytes(original.replace(b'"v1"', b'"x1"'))  # same size, mtime put back
+    os.utime(p, ns=(bound_ns, bound_ns))
+    with pytest.raises(MalformedInputError, match="rewritten after it was bound"):
+        read_data_file(blob, "a.jsonl", SCHEMA, identity=got.identity, **kw)
 
 
 def test_a_kafka_range_that_cannot_be_read_fails_with_a_typed_record(spark: Any, kafka: str, tmp_path: Path) -> None:

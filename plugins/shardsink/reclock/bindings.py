@@ -38,8 +38,8 @@ Frontier = Mapping[str, int]
 @dataclass(frozen=True)
 class BoundFile:
     """A file bound to a shard time: its ordinal (offset), key under the root, size, and
-    identity (:attr:`shardsink.storage.base.ObjectInfo.identity`; "" if bound before
-    identities were recorded: then only the size is checked on read)."""
+    identity (:class:`shardsink.storage.base.SourceObject`, checked on read with its
+    ``matches``; "" if bound before identities were recorded: then only the size is checked)."""
 
     ordinal: int
     key: str

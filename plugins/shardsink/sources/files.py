@@ -8,7 +8,10 @@ are not data.
 
 Binding (on mint): list the root; every data file not bound yet whose last-modified
 time is at least ``settle_seconds`` old gets the next ordinals (ordered by modification
-time, then key), and the remap shard records each bound file's key and size.
+time, then key), and the remap shard records each bound file's key, size and identity
+(:class:`shardsink.storage.base.SourceObject`). Where the listing gives no identity (a
+local folder: it is the content's hash) the binding reads the file once for it, on the
+driver; size and identity then come from that one read.
 
 SUBTLE (a listing racing uploads): a file that appears after the listing, or is younger
 than the settle delay, is simply not bound now; the next binding takes it. Because the
@@ -16,7 +19,8 @@ remap shard records *what* was bound (not a time cut-off), no file is ever skipp
 and because a binding is a compare-and-append on the remap shard, two racing mints
 cannot bind the same file twice (the loser re-reads and uses the winner's binding).
 The settle delay only protects against reading a file that is still being written in
-place (a local folder); a file whose size changed after it was bound is refused.
+place (a local folder); a file whose size or identity changed after it was bound is
+refused, and accepted again once its exact bytes are restored.
 A file deleted after binding is refused on read (MalformedInputError), never skipped.
 """
 
@@ -37,7 +41,7 @@ from shardsink.reclock.remap import Proposal
 from shardsink.reclock.source import ReclockedBase, Routing
 from shardsink.sources.base import Seal, map_on_executors
 from shardsink.sources.evolution import SchemaMode
-from shardsink.sources.landing import LandingSource, parse_columns, read_data_file, read_file_schema
+from shardsink.sources.landing import LandingFile, LandingSource, parse_columns, read_data_file, read_file_schema
 from shardsink.sources.stamp import stamp
 from shardsink.specs import FilesSpec, spec_as, spec_to_builtins
 from shardsink.storage.base import check_source_key
@@ -134,8 +138,24 @@ class FileArrivals(ReclockedBase):
             health.record_failure(self.remap_url, f"{len(unreadable)} landed files are never bound: "
                                   + "; ".join(unreadable[:5]))
         new.sort(key=lambda f: (f.modified, f.key))
-        files = tuple(BoundFile(n + i, f.key, f.size, f.identity) for i, f in enumerate(new))
+        files = tuple(BoundFile(n + i, key, size, identity)
+                      for i, (key, size, identity) in enumerate(self._pinned(new)))
         return Proposal({FILES: n + len(files)} if (n or files) else {}, files)
+
+    def _pinned(self, listed: Sequence[LandingFile]) -> list[tuple[str, int, str]]:
+        """``(key, size, identity)`` to bind each listed file with, in order: the listing's, or
+        (no identity listed) one read's. A file that vanished since the listing is left out
+        (not bound now; if it lands again, a later binding takes it)."""
+        blob = self.landing.blob() if any(not f.identity for f in listed) else None
+        out = []
+        for f in listed:
+            if blob is None or f.identity:
+                out.append((f.key, f.size, f.identity))
+                continue
+            got = blob.get_source(f.key)
+            if got is not None:
+                out.append((f.key, len(got.data), got.identity))
+        return out
 
     # --- reading (write job) --------------------------------------------------------------
 

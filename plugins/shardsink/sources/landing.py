@@ -64,7 +64,7 @@ class LandingFile:
     key: str  # relative to the landing root
     size: int
     modified: float  # epoch seconds (mtime / S3 LastModified)
-    identity: str = ""  # ObjectInfo.identity: S3 ETag, or local mtime ns + size
+    identity: str = ""  # ObjectInfo.identity: the S3 ETag; "" on a local folder (only a read gives it)
 
 
 def slot_of(key: str, slots: int) -> int:
@@ -236,10 +236,10 @@ def read_data_file(blob: Blob, key: str, schema: pa.Schema | None, *, where: str
 
     ``key`` is a source key: whatever the store allows (``Blob.get_source``). ``schema``
     pins the types of the columns it names (CSV, JSONL). ``size`` and ``identity``: what
-    the file was when it was bound (identity: the S3 ETag, or the local mtime in ns and
-    size; "" for bindings made before identities were recorded, which check the size
-    only); a file that differs was changed in place (refused). Raises MalformedInputError
-    naming ``where``.
+    the file was when it was bound (``identity`` is checked with
+    :meth:`shardsink.storage.base.SourceObject.matches`; "" for bindings made before
+    identities were recorded, which check the size only); a file that differs was changed
+    in place (refused). Raises MalformedInputError naming ``where``.
     """
     try:
         got = blob.get_source(key)
@@ -251,7 +251,7 @@ def read_data_file(blob: Blob, key: str, schema: pa.Schema | None, *, where: str
         raise MalformedInputError(
             f"{where} has {len(got.data)} bytes, not the {size} it had when it was bound; landed files must "
             "never be changed in place")
-    if identity and got.identity != identity:
+    if identity and not got.matches(identity):
         raise MalformedInputError(
             f"{where} was rewritten after it was bound (identity {got.identity!r}, bound as {identity!r}); "
             "landed files must never be changed in place")
@@ -335,8 +335,9 @@ def check_late(t: pa.Table, f: LandingFile, *, lower: int, seals: Sequence[Seal]
     # shardsink.sinks.seals.seals), so a file re-landed before it is not late.
     seal = max((s for s in seals if s.lower <= tmin < s.upper), key=lambda s: s.at, default=None)
     if seal is None and seals:
-        # Older than every seal we know (a truncated history): the oldest known seal came
-        # no earlier than the true one, so "newer than it" still proves lateness.
+        # Older than every seal given (seals() covers every time with a horizon seal; a
+        # caller's own list may not): the oldest sealing commit given came no earlier than
+        # the true one, so "newer than it" still proves lateness.
         seal = min(seals, key=lambda s: s.lower)
     if seal is not None and f.modified > seal.at:
         raise LateDataError(

@@ -37,16 +37,30 @@ class ObjectInfo:
     key: str
     size: int
     modified: float  # seconds since the epoch
-    #: What changes when the object is rewritten: the S3 ETag; locally mtime in ns and size.
+    #: The object's identity (:attr:`SourceObject.identity`) if the listing gives it (the S3
+    #: ETag); "" if only a read does (a local folder: the content's hash).
     identity: str = ""
 
 
 @dataclass(frozen=True)
 class SourceObject:
-    """A source file's bytes and identity (:attr:`ObjectInfo.identity`, read with the bytes)."""
+    """A source file's bytes and identity, read together.
+
+    ``identity`` changes whenever the bytes change, and is the same again once the exact
+    bytes are restored: the local content hash (:mod:`shardsink.storage.local`), or the S3
+    ETag. An ETag comes back only for the same bytes uploaded the same way: a multipart
+    upload's depends on its part size, and an SSE-KMS / SSE-C ETag is not derived from the bytes.
+    ``legacy``: the identity in the form an older version of the store recorded ("" if none);
+    a recorded identity matches if it equals either (:meth:`matches`).
+    """
 
     data: bytes
     identity: str
+    legacy: str = ""
+
+    def matches(self, recorded: str) -> bool:
+        """Whether ``recorded`` (non-empty, e.g. at binding) is this object's identity in either form."""
+        return recorded in (self.identity, self.legacy) and bool(recorded)
 
 
 class Blob(Protocol):

@@ -5,6 +5,19 @@ Writes go to a temporary file in the target's folder, are fsynced, then publishe
 exclusive: it fails if the name exists, which is the conditional put). ``replace``
 serialises check-and-swap under an ``flock`` so it is atomic across processes on one
 host. Works on any POSIX filesystem with hard links; not on NFS without lock support.
+
+Source files (landed files, read with ``get_source``) have a **content identity**,
+``sha256:<hex>`` of their bytes: it changes whenever the bytes change and comes back when
+the exact bytes are restored (a copy or re-upload gets a new mtime, not a new identity).
+A listing never reads files, so ``list`` gives no identity (""): a caller that needs one
+reads the file (``get_source``), once, when it binds it.
+
+Bindings recorded before content identities hold ``<mtime ns hex>-<size hex>``
+(:func:`_stat_identity`). Such an identity is checked as it was recorded: against the
+file's current mtime and size (``SourceObject.legacy``). It cannot be checked against the
+content (no hash was recorded), and the size alone would pass a same-size rewrite; so a
+file bound that way is recovered by restoring its bytes *and* its mtime (the identity's
+first field, nanoseconds: ``os.utime(path, ns=(m, m))``).
 """
 
 from __future__ import annotations
@@ -31,8 +44,13 @@ def _etag(st: os.stat_result, data: bytes) -> str:
     return f"{st.st_ino:x}-{st.st_mtime_ns:x}-{st.st_size:x}-{zlib.crc32(data):08x}"
 
 
-def _identity(st: os.stat_result) -> str:
-    """A landed file's identity: a rewrite in place changes its mtime (ns) or size."""
+def _identity(data: bytes) -> str:
+    """A source file's identity: its content's SHA-256 (~1.7 GB/s on one core with SHA extensions)."""
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def _stat_identity(st: os.stat_result) -> str:
+    """The identity bindings recorded before content identities: mtime (ns) and size."""
     return f"{st.st_mtime_ns:x}-{st.st_size:x}"
 
 
@@ -131,14 +149,15 @@ class LocalBlob:
                     st = p.stat()
                 except FileNotFoundError:
                     continue
-                yield ObjectInfo(p.relative_to(self.root).as_posix(), st.st_size, st.st_mtime, _identity(st))
+                yield ObjectInfo(p.relative_to(self.root).as_posix(), st.st_size, st.st_mtime)
 
     def get_source(self, key: str) -> SourceObject | None:
         path = self.root / check_source_key(key)
         try:
             with open(path, "rb") as f:
                 st = os.fstat(f.fileno())
-                return SourceObject(f.read(), _identity(st))
+                data = f.read()
+                return SourceObject(data, _identity(data), legacy=_stat_identity(st))
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             return None
         except OSError as e:
