@@ -3,7 +3,9 @@
 Contract: ``staging/<desc_id>/slot-<i>.json`` (:class:`shardsink.core.manifests.ManifestDoc`)
 lists the parts slot ``i``'s successful write attempt staged under ``parts/<desc_id>/``, its
 row count, the source inputs it read and its props. :func:`write_manifest` is a plain put (a
-retried write attempt replaces it); :func:`read_manifests` / :func:`verified_manifests`
+retried write attempt replaces it; so may a killed attempt's job still running: the last put
+wins, the append commits the manifest it read, and the other attempt's parts are leftovers that
+the append's cleanup or GC deletes); :func:`read_manifests` / :func:`verified_manifests`
 return all of a description's manifests or raise CorruptionError naming every missing or
 inconsistent one (another batch or slot layout, parts outside the description or not in
 the store).
@@ -105,18 +107,28 @@ def staged_schema_id(doc: ManifestDoc, desc: Description, header: Header | None,
 
 
 def verified_manifests(shard: Shard, desc: Description, slots: int) -> list[ManifestDoc]:
-    """:func:`read_manifests`, as the verified documents."""
+    """:func:`read_manifests`, as the verified documents.
+
+    SUBTLE (an orphaned write job: a killed write task's job still running beside the task's
+    retry): the manifests are read BEFORE the parts are listed. An attempt uploads its parts
+    before it publishes its manifest, and the parts a published manifest names are deleted only
+    once the description's fate is final, so a later listing holds every part of a manifest
+    already read, whichever attempt's it is (else the caller's fresh fate read settles it).
+    Listing first would miss the parts of a manifest an orphan publishes between the two reads,
+    and report its slot as corrupt: the append task would fail at once, not retried.
+    """
     problems: list[str] = []
     staged: list[ManifestDoc] = []
     w = shard.writer()
-    present = w.list_staged(desc.desc_id)
+    docs: dict[int, ManifestDoc | None] = {}  # the readable ones
     for slot in range(slots):
-        key = manifest_key(desc.desc_id, slot)
         try:
-            doc = w.get_manifest(desc.desc_id, slot)
+            docs[slot] = w.get_manifest(desc.desc_id, slot)
         except CorruptionError as e:
             problems.append(f"slot {slot}: manifest {e}")
-            continue
+    present = w.list_staged(desc.desc_id)
+    for slot, doc in docs.items():
+        key = manifest_key(desc.desc_id, slot)
         if doc is None:
             problems.append(f"slot {slot}: manifest {key} is missing (its write task did not finish)")
             continue
