@@ -54,7 +54,7 @@ def test_the_handle_refuses_keys_outside_the_layout_and_deletes_nothing_of_core_
 def test_the_handle_commits_maintenance_commands_only(shard_url: str, blob: Blob) -> None:
     shard = Shard.create(shard_url, SCHEMA, blob=blob)
     admin = shard.admin()
-    append = AppendCommand("d0", 0, 10, (), "w", NOW, "nonce")
+    append = AppendCommand("d0", 0, 10, ())
     with pytest.raises(InvalidUsageError, match="not AppendCommand"):
         admin.commit(append)  # type: ignore[arg-type]
     assert admin.head().seqno == 0 and admin.head().header.upper == 0

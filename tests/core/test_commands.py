@@ -26,6 +26,7 @@ from shardsink.core.commands import (
     CreateCommand,
     RetentionCommand,
     SinceCommand,
+    Stamp,
 )
 from shardsink.core.machine import Machine
 from shardsink.errors import InvalidUsageError
@@ -41,23 +42,27 @@ def part(key: str, rows: int = 2) -> st.PartMeta:
     return st.PartMeta(key, rows, 100, 0, 9)
 
 
-def create(nonce: str = "c0", upper: int = 0) -> CreateCommand:
-    return CreateCommand(SCHEMA, upper, "creator", AT, nonce)
+def stamp(nonce: str = "n", writer: str = "w") -> Stamp:
+    return Stamp(writer, AT, nonce)
 
 
-def append(desc_id: str, lower: int, upper: int | None, *parts: st.PartMeta, nonce: str = "n") -> AppendCommand:
-    return AppendCommand(desc_id, lower, upper, tuple(parts), "w", AT, nonce)
+def create(upper: int = 0) -> CreateCommand:
+    return CreateCommand(SCHEMA, upper)
+
+
+def append(desc_id: str, lower: int, upper: int | None, *parts: st.PartMeta) -> AppendCommand:
+    return AppendCommand(desc_id, lower, upper, tuple(parts))
 
 
 def step(v: st.Version, batches: tuple[st.BatchMeta, ...], cmd: Command) -> st.Version:
-    out = tr.apply(v.header, batches, cmd)
+    out = tr.apply(v.header, batches, cmd, stamp())
     assert isinstance(out, st.Version), out
     return out
 
 
 def history() -> tuple[st.Version, tuple[st.BatchMeta, ...]]:
     """Version 2 of a shard with two appended batches d1 [0, 10) and d2 [10, 20), and its live batches."""
-    v0 = tr.apply(None, (), create())
+    v0 = tr.apply(None, (), create(), stamp("c0", "creator"))
     assert isinstance(v0, st.Version)
     v1 = step(v0, (), append("d1", 0, 10, part("p1")))
     v2 = step(v1, (), append("d2", 10, 20, part("p2")))
@@ -65,7 +70,7 @@ def history() -> tuple[st.Version, tuple[st.BatchMeta, ...]]:
 
 
 def compaction(cid: str = "cmp", inputs: tuple[str, ...] = ("d1", "d2")) -> CompactCommand:
-    return CompactCommand(cid, inputs, 0, 20, 0, (part("c", 4),), "compactor", AT, "nc")
+    return CompactCommand(cid, inputs, 0, 20, 0, (part("c", 4),))
 
 
 # --- (a) apply is pure -------------------------------------------------------------------------
@@ -77,28 +82,28 @@ def test_apply_is_pure_for_every_command_kind() -> None:
         (head.header, append("d3", 20, 30, part("p3"))),
         (head.header, append("close", 20, None)),
         (head.header, compaction()),
-        (head.header, SinceCommand(None, 15, "w", AT, "ns")),
-        (head.header, RetentionCommand(5, "w", AT, "nr")),
+        (head.header, SinceCommand(None, 15)),
+        (head.header, RetentionCommand(5)),
     ]
     for header, cmd in commands:
-        first, second = tr.apply(header, live, cmd), tr.apply(header, live, cmd)
+        first, second = tr.apply(header, live, cmd, stamp("x1")), tr.apply(header, live, cmd, stamp("x1"))
         assert isinstance(first, st.Version), (cmd, first)
         assert first == second, cmd
-        assert first.commit.nonce == cmd.nonce
+        assert (first.commit.nonce, first.commit.writer, first.commit.at) == ("x1", "w", AT)
     assert head == history()[0], "applying changed nothing it was given"
 
 
 def test_apply_dispatches_to_the_rule_of_each_kind() -> None:
     head, live = history()
-    assert tr.apply(None, (), create(upper=7)) == tr.initial_version(schema=SCHEMA, upper=7, writer="creator",
-                                                                     at=AT, nonce="c0")
+    assert tr.apply(None, (), create(upper=7), stamp()) == tr.initial_version(schema=SCHEMA, upper=7, stamp=stamp())
     c = append("d3", 20, 30, part("p3"))
-    assert tr.apply(head.header, live, c) == tr.compare_and_append(head.header, c)
-    assert tr.apply(head.header, live, compaction()) == tr.apply_compaction(head.header, live, compaction())
-    s = SinceCommand(None, 15, "w", AT, "ns")
-    assert tr.apply(head.header, live, s) == tr.advance_since(head.header, s)
-    r = RetentionCommand(5, "w", AT, "nr")
-    assert tr.apply(head.header, live, r) == tr.set_retention(head.header, r)
+    h = head.header
+    assert tr.apply(h, live, c, stamp()) == tr.compare_and_append(h, live, c, stamp())
+    assert tr.apply(h, live, compaction(), stamp()) == tr.apply_compaction(h, live, compaction(), stamp())
+    s = SinceCommand(None, 15)
+    assert tr.apply(h, live, s, stamp()) == tr.advance_since(h, live, s, stamp())
+    r = RetentionCommand(5)
+    assert tr.apply(h, live, r, stamp()) == tr.set_retention(h, live, r, stamp())
     assert [v.commit.kind for v in (step(head, live, c), step(head, live, append("x", 20, None)),
                                     step(head, live, compaction()), step(head, live, s), step(head, live, r))] == [
         "append", "close", "compact", "since", "retention"]
@@ -109,16 +114,16 @@ def test_apply_dispatches_to_the_rule_of_each_kind() -> None:
 def test_each_command_kind_refuses_with_a_typed_refusal() -> None:
     head, live = history()
     h = head.header
-    assert tr.apply(h, live, create()) == tr.AlreadyExists()
-    assert tr.apply(h, live, append("d1", 0, 10)) == tr.AlreadyCommitted(1)
-    assert tr.apply(h, live, append("d3", 10, 30)) == tr.UpperMismatch(20)
-    assert tr.apply(h, live, compaction(inputs=("d1", "gone"))) == tr.InputsGone(("gone",))
+    assert tr.apply(h, live, create(), stamp()) == tr.AlreadyExists()
+    assert tr.apply(h, live, append("d1", 0, 10), stamp()) == tr.AlreadyCommitted(1)
+    assert tr.apply(h, live, append("d3", 10, 30), stamp()) == tr.UpperMismatch(20)
+    assert tr.apply(h, live, compaction(inputs=("d1", "gone")), stamp()) == tr.InputsGone(("gone",))
     merged = step(head, live, compaction())
-    assert tr.apply(merged.header, tr.apply_diffs(live, [merged]), compaction()) == tr.AlreadyCommitted(3)
-    assert isinstance(tr.apply(h, live, SinceCommand(None, None, "w", AT, "ns")), tr.Unchanged)
-    assert isinstance(tr.apply(h, live, RetentionCommand(None, "w", AT, "nr")), tr.Unchanged)
+    assert tr.apply(merged.header, tr.apply_diffs(live, [merged]), compaction(), stamp()) == tr.AlreadyCommitted(3)
+    assert isinstance(tr.apply(h, live, SinceCommand(None, None), stamp()), tr.Unchanged)
+    assert isinstance(tr.apply(h, live, RetentionCommand(None), stamp()), tr.Unchanged)
     with pytest.raises(InvalidUsageError, match="needs an existing shard"):
-        tr.apply(None, (), append("d1", 0, 10))
+        tr.apply(None, (), append("d1", 0, 10), stamp())
 
 
 # --- (c) creating a shard goes through the one loop ------------------------------------------
@@ -154,9 +159,10 @@ class _LostCreates:
         return etag
 
 
-def _machine(blob: Any, sleeps: list[float], policy: RetryPolicy = COMMIT) -> Machine:
-    return Machine(blob, storage_policy=STORAGE.with_sleep(sleeps.append),
-                   commit_policy=policy.with_sleep(sleeps.append))
+def _machine(blob: Any, sleeps: list[float], policy: RetryPolicy = COMMIT, *, nonce: str = "n") -> Machine:
+    m = Machine(blob, storage_policy=STORAGE.with_sleep(sleeps.append), commit_policy=policy.with_sleep(sleeps.append))
+    m.new_nonce = lambda: nonce
+    return m
 
 
 V0 = "state/v/00000000000000000000.json"
@@ -164,9 +170,9 @@ V0 = "state/v/00000000000000000000.json"
 
 def test_a_second_create_is_refused_and_changes_nothing(tmp_path: Path) -> None:
     blob = LocalBlob(tmp_path)
-    first = Machine(blob).commit(create("mine"))
+    first = _machine(blob, [], nonce="mine").commit(create())
     assert isinstance(first, st.Version) and first.seqno == 0
-    assert Machine(blob).commit(create("other")) == tr.AlreadyExists()
+    assert _machine(blob, [], nonce="other").commit(create()) == tr.AlreadyExists()
     with pytest.raises(ShardExistsError, match="already exists"):
         Shard.create(tmp_path.as_uri(), SCHEMA, blob=blob)
     assert Shard.open(tmp_path.as_uri(), blob=blob).info().last_commit.nonce == "mine"
@@ -175,7 +181,7 @@ def test_a_second_create_is_refused_and_changes_nothing(tmp_path: Path) -> None:
 def test_a_create_whose_answer_is_lost_is_recognised_as_ours(tmp_path: Path) -> None:
     sleeps: list[float] = []
     lossy = _LostCreates(LocalBlob(tmp_path), V0, lost=1)
-    out = _machine(lossy, sleeps).commit(create("mine"))
+    out = _machine(lossy, sleeps, nonce="mine").commit(create())
     assert isinstance(out, st.Version) and out.commit.nonce == "mine"
     assert lossy.creates == 1, "version 0 was read back and recognised by its nonce: no second create"
     assert len(sleeps) == 1 and 0 <= sleeps[0] <= COMMIT.first_wait
@@ -191,18 +197,18 @@ def test_a_create_whose_answer_is_lost_through_shard_create_is_created(tmp_path:
 def test_a_create_that_did_not_apply_is_retried_identically(tmp_path: Path) -> None:
     sleeps: list[float] = []
     lossy = _LostCreates(LocalBlob(tmp_path), V0, before=2)
-    out = _machine(lossy, sleeps).commit(create("mine"))
+    out = _machine(lossy, sleeps, nonce="mine").commit(create())
     assert isinstance(out, st.Version) and out.commit.nonce == "mine"
     assert lossy.creates == 3 and len(sleeps) == 2
 
 
 def test_a_lost_create_that_finds_someone_elses_version_0_is_refused(tmp_path: Path) -> None:
-    rival = tr.apply(None, (), create("theirs"))
+    rival = tr.apply(None, (), create(), stamp("theirs"))
     assert isinstance(rival, st.Version)
     from shardsink.core.state_codec import encode_version
 
     lossy = _LostCreates(LocalBlob(tmp_path), V0, rival=encode_version(rival))
-    assert _machine(lossy, []).commit(create("mine")) == tr.AlreadyExists()
+    assert _machine(lossy, [], nonce="mine").commit(create()) == tr.AlreadyExists()
     assert Shard.open(tmp_path.as_uri()).info().last_commit.nonce == "theirs"
 
 
@@ -262,10 +268,10 @@ def test_an_own_create_that_lands_after_the_re_read_is_committed_not_refused(tmp
     create lands only after the re-read: the retried create is refused by OUR version, which
     must be recognised by its nonce and reported committed, never 'unchanged'."""
     blob = LocalBlob(tmp_path)
-    assert isinstance(Machine(blob).commit(create("c0")), st.Version)
+    assert isinstance(Machine(blob).commit(create()), st.Version)
     late = _LateCreates(blob, "state/v/00000000000000000001.json")
     sleeps: list[float] = []
-    out = _machine(late, sleeps).commit(RetentionCommand(1000, "w", AT, "ret-1"))
+    out = _machine(late, sleeps, nonce="ret-1").commit(RetentionCommand(1000))
     assert isinstance(out, st.Version) and (out.seqno, out.commit.nonce) == (1, "ret-1"), out
     assert out.header.retention == 1000
     assert Shard.open(tmp_path.as_uri(), blob=blob).info().last_commit.nonce == "ret-1"

@@ -21,6 +21,15 @@ from shardsink.core import fate as ft
 from shardsink.core import leases
 from shardsink.core import state as st
 from shardsink.core import state_codec as sc
+from shardsink.core.commits import (
+    AppendCommit,
+    CloseCommit,
+    CompactCommit,
+    CreateCommit,
+    RetentionCommit,
+    SchemaCommit,
+    SinceCommit,
+)
 from shardsink.errors import CorruptionError
 from shardsink.sinks.description import Description
 from shardsink.sinks.staging import read_manifests
@@ -96,8 +105,8 @@ def test_a_newer_format_or_a_missing_field_is_refused_naming_the_object(old_shar
     got = old_shard.blob.get(key)
     assert got is not None
     doc = json.loads(got.data)
-    with pytest.raises(CorruptionError, match=r"v7: unsupported state version format 2 .*upgrade"):
-        sc.decode_version(json.dumps({**doc, "format": 2}).encode(), where="v7")
+    with pytest.raises(CorruptionError, match=r"v7: unsupported state version format 3 .*upgrade"):
+        sc.decode_version(json.dumps({**doc, "format": 3}).encode(), where="v7")
     del doc["header"]["upper"]
     with pytest.raises(CorruptionError, match=r"v7: unreadable state version .*upper"):
         sc.decode_version(json.dumps(doc).encode(), where="v7")
@@ -111,3 +120,48 @@ def test_documents_are_canonical_sorted_json_and_round_trip() -> None:
     assert sc.decode_rollup(rollup, where="r") == (1, (batch,))
     lease = leases.Lease(lease_id="x", as_of=1, seqno=2, holder="h", acquired_at=1.5, expires_at=2.5)
     assert msgspec.json.decode(leases._encode(lease), type=leases.Lease) == lease
+
+
+#: Format 1 stored one record shape for every kind: lower/upper meant the batch bounds, or the
+#: old and new since, retention or schema id. Each decodes as its own kind's record.
+FORMAT1_COMMITS = [
+    ({"kind": "create", "desc_id": None, "lower": None, "upper": 5, "rows": 0},
+     CreateCommit(at="t", writer="w", nonce="n", upper=5)),
+    ({"kind": "append", "desc_id": "d", "lower": 0, "upper": 10, "rows": 3, "props": [["a", "b"]]},
+     AppendCommit(at="t", writer="w", nonce="n", desc_id="d", lower=0, upper=10, rows=3, props=(("a", "b"),))),
+    ({"kind": "close", "desc_id": "d", "lower": 10, "upper": None, "rows": 0},
+     CloseCommit(at="t", writer="w", nonce="n", desc_id="d", lower=10, rows=0)),
+    ({"kind": "compact", "desc_id": "compact-1", "lower": 0, "upper": 20, "rows": 4},
+     CompactCommit(at="t", writer="w", nonce="n", compaction_id="compact-1", lower=0, upper=20, rows=4)),
+    ({"kind": "since", "desc_id": None, "lower": 0, "upper": 15, "rows": 0},
+     SinceCommit(at="t", writer="w", nonce="n", old=0, new=15)),
+    ({"kind": "retention", "desc_id": None, "lower": None, "upper": 3600000, "rows": 0},
+     RetentionCommit(at="t", writer="w", nonce="n", old=None, new=3600000)),
+    ({"kind": "schema", "desc_id": None, "lower": 0, "upper": 1, "rows": 0, "props": [["change", "add x:int64"]]},
+     SchemaCommit(at="t", writer="w", nonce="n", old_id=0, new_id=1, change="add x:int64")),
+]
+
+
+@pytest.mark.parametrize(("stored", "record"), FORMAT1_COMMITS, ids=[r.kind for _, r in FORMAT1_COMMITS])
+def test_every_format_1_commit_decodes_as_its_kinds_record(old_shard: Shard, stored: dict[str, Any],
+                                                           record: Any) -> None:
+    got = old_shard.blob.get("state/v/00000000000000000007.json")
+    assert got is not None
+    doc = {**json.loads(got.data), "commit": {**stored, "at": "t", "writer": "w", "nonce": "n"}}
+    v = sc.decode_version(json.dumps(doc).encode(), where="v7")
+    assert v.commit == record
+    assert (v.commit.sealed() is not None) == (record.kind in ("create", "append", "close"))
+    again = sc.decode_version(sc.encode_version(v), where="v7 re-encoded")
+    assert again.commit == record and json.loads(sc.encode_version(v))["format"] == sc.FORMAT
+
+
+def test_a_format_1_commit_of_an_unknown_kind_is_refused_naming_the_object(old_shard: Shard) -> None:
+    got = old_shard.blob.get("state/v/00000000000000000007.json")
+    assert got is not None
+    doc = json.loads(got.data)
+    doc["commit"]["kind"] = "teleport"
+    with pytest.raises(CorruptionError, match=r"v7: unknown commit kind 'teleport'"):
+        sc.decode_version(json.dumps(doc).encode(), where="v7")
+    doc["format"] = 2
+    with pytest.raises(CorruptionError, match=r"v7: unreadable commit record"):
+        sc.decode_version(json.dumps(doc).encode(), where="v7")

@@ -12,6 +12,7 @@ from shardsink import Shard
 from shardsink.core import fate as ft
 from shardsink.core import state as st
 from shardsink.core import transitions as tr
+from shardsink.core.commits import AppendCommit, CloseCommit
 from shardsink.storage.base import Blob
 
 NOW = "2026-01-01T00:00:00.000+00:00"
@@ -24,7 +25,9 @@ def _header(upper: int | None, recent: tuple[tuple[str, int], ...] = (), *, seqn
 def _version(seqno: int, desc_id: str, lower: int, upper: int | None, keys: tuple[str, ...]) -> st.Version:
     parts = tuple(st.PartMeta(k, 2, 10, lower, lower) for k in keys)
     batch = (st.BatchMeta(desc_id, lower, upper, seqno, parts),) if parts else ()
-    info = st.CommitInfo("append", NOW, "w", desc_id, lower, upper, 2 * len(parts), "n")
+    info = (AppendCommit(at=NOW, writer="w", nonce="n", desc_id=desc_id, lower=lower, upper=upper, rows=2 * len(parts))
+            if upper is not None else
+            CloseCommit(at=NOW, writer="w", nonce="n", desc_id=desc_id, lower=lower, rows=2 * len(parts)))
     return st.Version(_header(upper, seqno=seqno), batch, (), info)
 
 

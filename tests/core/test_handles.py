@@ -15,8 +15,8 @@ from shardsink.core import manifests as mf
 from shardsink.core import state as st
 from shardsink.core import transitions as tr
 from shardsink.core.builder import PartOptions
-from shardsink.core.commands import RetentionCommand
-from shardsink.errors import CorruptionError, UpperMismatchError
+from shardsink.core.commands import AppendCommand, CreateCommand, RetentionCommand, SinceCommand
+from shardsink.errors import CorruptionError, InvalidUsageError, UpperMismatchError
 from shardsink.storage.base import Blob
 
 NOW = "2026-01-01T00:00:00.000+00:00"
@@ -108,14 +108,18 @@ def test_manifests_round_trip_through_the_writer(shard_url: str, blob: Blob) -> 
         w.get_manifest("d", 0)
 
 
-def test_a_writers_commit_takes_any_command_and_returns_the_version_or_a_refusal(
+def test_a_writers_commit_takes_appends_only_and_returns_the_version_or_a_refusal(
         shard_url: str, blob: Blob) -> None:
     shard = Shard.create(shard_url, SCHEMA, blob=blob)
     w = shard.writer()
-    out = w.commit(RetentionCommand(1000, "w", NOW, "nonce-1"))
-    assert isinstance(out, st.Version) and out.header.retention == 1000 and shard.info().retention == 1000
-    refused = w.commit(RetentionCommand(1000, "w", NOW, "nonce-2"))
-    assert not isinstance(refused, st.Version) and isinstance(refused, tr.Refusal)
+    out = w.commit(AppendCommand("d1", 0, 10, ()), writer="w")
+    assert isinstance(out, st.Version) and out.header.upper == 10 and out.commit.writer == "w"
+    refused = w.commit(AppendCommand("d2", 0, 20, ()))
+    assert refused == tr.UpperMismatch(10)
+    for other in (RetentionCommand(1000), CreateCommand(SCHEMA, 0), SinceCommand(None, 5)):
+        with pytest.raises(InvalidUsageError, match="commits appends and closes"):
+            w.commit(other)  # type: ignore[arg-type]
+    assert shard.info().seqno == 1
 
 
 def test_the_read_handle_reads_what_shard_reads(shard_url: str, blob: Blob) -> None:

@@ -10,7 +10,7 @@ import pytest
 from shardsink.core import state as st
 from shardsink.core import state_codec as sc
 from shardsink.core import transitions as tr
-from shardsink.core.commands import AppendCommand
+from shardsink.core.commands import AppendCommand, Stamp
 from shardsink.errors import CorruptionError
 
 SCHEMA = pa.schema([("k", pa.string()), ("v", pa.int64())])
@@ -21,16 +21,20 @@ def part(key: str, rows: int = 3, size: int = 100, lo: int = 0, hi: int = 9) -> 
 
 
 def cmd(desc_id: str, lower: int, upper: int | None, *parts: st.PartMeta, writer: str = "w1",
-        nonce: str = "n") -> AppendCommand:
-    return AppendCommand(desc_id, lower, upper, tuple(parts), writer, "2024-01-01T00:00:00.000+00:00", nonce)
+        nonce: str = "n") -> tuple[AppendCommand, Stamp]:
+    return AppendCommand(desc_id, lower, upper, tuple(parts)), Stamp(writer, "2024-01-01T00:00:00.000+00:00", nonce)
 
 
 def v0(upper: int = 0) -> st.Version:
-    return tr.initial_version(schema=SCHEMA, upper=upper, writer="creator", at="t0", nonce="n0")
+    return tr.initial_version(schema=SCHEMA, upper=upper, stamp=Stamp("creator", "t0", "n0"))
 
 
-def commit(header: st.Header, c: AppendCommand) -> st.Version:
-    out = tr.compare_and_append(header, c)
+def append(header: st.Header, c: tuple[AppendCommand, Stamp]) -> st.Version | tr.Refusal:
+    return tr.compare_and_append(header, (), c[0], c[1])
+
+
+def commit(header: st.Header, c: tuple[AppendCommand, Stamp]) -> st.Version:
+    out = append(header, c)
     assert isinstance(out, st.Version), out
     return out
 
@@ -61,20 +65,20 @@ def test_append_with_seen_desc_id_is_already_committed() -> None:
     v1 = commit(v0().header, cmd("d1", 0, 10, part("a")))
     v2 = commit(v1.header, cmd("d2", 10, 20, part("b")))
     # A retry of d1 carries d1's (now stale) lower: idempotency wins over the upper check.
-    assert tr.compare_and_append(v2.header, cmd("d1", 0, 10, part("c"))) == tr.AlreadyCommitted(1)
+    assert append(v2.header, cmd("d1", 0, 10, part("c"))) == tr.AlreadyCommitted(1)
 
 
 def test_upper_mismatch_reports_current_upper_and_writes_nothing() -> None:
     v1 = commit(v0().header, cmd("d1", 0, 10))
-    assert tr.compare_and_append(v1.header, cmd("d2", 0, 10)) == tr.UpperMismatch(10)
-    assert tr.compare_and_append(v1.header, cmd("d2", 11, 20)) == tr.UpperMismatch(10)
+    assert append(v1.header, cmd("d2", 0, 10)) == tr.UpperMismatch(10)
+    assert append(v1.header, cmd("d2", 11, 20)) == tr.UpperMismatch(10)
 
 
 def test_closed_shard_refuses_append_with_empty_current_upper() -> None:
     closed = commit(v0().header, cmd("close", 0, None))
     assert closed.header.upper is None
     assert closed.commit.kind == "close"
-    assert tr.compare_and_append(closed.header, cmd("d2", 0, 10)) == tr.UpperMismatch(None)
+    assert append(closed.header, cmd("d2", 0, 10)) == tr.UpperMismatch(None)
 
 
 def test_empty_batch_advances_upper_without_adding_a_batch() -> None:
@@ -102,8 +106,8 @@ def test_recent_window_remembers_exactly_the_last_128_desc_ids() -> None:
     assert h.committed_seqno("d2") == 3
     assert h.committed_seqno(f"d{n - 1}") == n
     # Outside the window the pure rule can only see the upper (the shard handle then scans batches).
-    assert tr.compare_and_append(h, cmd("d0", 0, 1)) == tr.UpperMismatch(n)
-    assert tr.compare_and_append(h, cmd("d2", 2, 3)) == tr.AlreadyCommitted(3)
+    assert append(h, cmd("d0", 0, 1)) == tr.UpperMismatch(n)
+    assert append(h, cmd("d2", 2, 3)) == tr.AlreadyCommitted(3)
 
 
 def test_writers_bounded_to_64_keeping_each_writers_latest_commit() -> None:
@@ -122,7 +126,7 @@ def test_writers_bounded_to_64_keeping_each_writers_latest_commit() -> None:
 def test_rule_is_deterministic_for_the_same_header_and_command() -> None:
     h = v0().header
     c = cmd("d1", 0, 10, part("a"))
-    assert tr.compare_and_append(h, c) == tr.compare_and_append(h, c)
+    assert append(h, c) == append(h, c)
     assert sc.encode_version(commit(h, c)) == sc.encode_version(commit(h, c))
 
 
@@ -166,7 +170,7 @@ def test_version_codec_round_trips_every_field() -> None:
 
 def test_append_props_reach_the_commit_info_and_versions_without_them_still_decode() -> None:
     props = (("view.basis", "full"), ("view.fingerprint", "f00"))
-    c = AppendCommand("d1", 0, 10, (), "w1", "2024-01-01T00:00:00.000+00:00", "n", props)
+    c = AppendCommand("d1", 0, 10, (), props), Stamp("w1", "2024-01-01T00:00:00.000+00:00", "n")
     v1 = commit(v0().header, c)
     assert v1.commit.props == props
     assert sc.decode_version(sc.encode_version(v1), where="mem").commit.props == props
@@ -180,16 +184,17 @@ def test_codec_round_trips_schema_metadata_and_types() -> None:
         [pa.field("ts", pa.timestamp("ms", tz="UTC")), pa.field("x", pa.decimal128(10, 2), nullable=False)],
         metadata={b"owner": b"team-a"},
     )
-    v = tr.initial_version(schema=schema, upper=0, writer="w", at="t", nonce="n")
+    v = tr.initial_version(schema=schema, upper=0, stamp=Stamp("w", "t", "n"))
     back = sc.decode_version(sc.encode_version(v), where="mem")
     assert back.header.schema.equals(schema, check_metadata=True)
 
 
-def test_encoding_is_canonical_json_with_format_1() -> None:
-    data = sc.encode_version(v0())
+def test_encoding_is_canonical_json_with_format_2() -> None:
+    data = sc.encode_version(commit(v0().header, cmd("d1", 0, 10, part("a"))))
     d = json.loads(data)
-    assert d["format"] == sc.FORMAT == 1
-    assert d["seqno"] == 0
+    assert d["format"] == sc.FORMAT == 2
+    assert d["commit"]["kind"] == "append" and d["commit"]["upper"] == 10
+    assert d["seqno"] == 1
     assert data == json.dumps(d, sort_keys=True, separators=(",", ":")).encode()
 
 

@@ -10,8 +10,6 @@ planning and merging.
 
 from __future__ import annotations
 
-import uuid
-
 import pyarrow as pa
 import pytest
 
@@ -46,9 +44,8 @@ def compact_like(shard: Shard, ids: list[str], new_id: str) -> st.Version:
     lower, upper = live[ids[0]].lower, live[ids[-1]].upper
     merged = shard.changes(lower, upper if upper is not None else lower + 1)
     staged: StagedBatch = shard.stage(merged, lower=lower, upper=upper, desc_id=new_id)
-    cmd = CompactCommand(new_id, tuple(ids), lower, upper, 0, staged.parts, "test-compactor",
-                         "2026-01-01T00:00:00.000+00:00", uuid.uuid4().hex)
-    out = shard.machine.commit(cmd)
+    cmd = CompactCommand(new_id, tuple(ids), lower, upper, 0, staged.parts)
+    out = shard.machine.commit(cmd, writer="test-compactor")
     assert isinstance(out, st.Version)
     return out
 

@@ -55,19 +55,18 @@ SLOW_PUT = textwrap.dedent("""
     shard = Shard.open(url)
     lower = shard.info().upper
     staged = shard.stage(pa.table({"k": ["late"], "_time": [lower]}), lower=lower, upper=lower + 10, desc_id="late")
-    cmd = AppendCommand("late", lower, lower + 10, staged.parts, "slow-writer", "2026-01-01T00:00:00Z",
-                        uuid.uuid4().hex)
+    cmd = AppendCommand("late", lower, lower + 10, staged.parts)
     seen = []
     apply = tr.apply
-    def step(h, batches, c):  # the commit loop's pure step, observed
+    def step(h, batches, c, stamp):  # the commit loop's pure step, observed
         seen.append(h.seqno)
         if len(seen) == 1:  # read version n, then sleep through other commits and a GC before creating n+1
             open(os.path.join(sig, "read"), "w").close()
             while not os.path.exists(os.path.join(sig, "go")):
                 time.sleep(0.05)
-        return apply(h, batches, c)
+        return apply(h, batches, c, stamp)
     tr.apply = step
-    out = shard.machine.commit(cmd)
+    out = shard.machine.commit(cmd, writer="slow-writer")
     print(json.dumps({"out": type(out).__name__, "seen": seen}))
 """)
 

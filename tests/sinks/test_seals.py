@@ -14,8 +14,8 @@ import pytest
 from support.fake_source import rows
 
 from shardsink import Shard
+from shardsink.core.commits import END_OF_TIME, MIN_TIME
 from shardsink.core.schema import SchemaChange
-from shardsink.core.state import END_OF_TIME, MIN_TIME
 from shardsink.core.updates import TIME
 from shardsink.maintenance import advance_since, compact, set_retention
 from shardsink.maintenance.compact import CompactOptions
@@ -53,7 +53,7 @@ def test_no_maintenance_or_schema_commit_produces_a_seal(shard_url: str) -> None
     shard = _maintained(shard_url)
     for _, c in shard.log(limit=100):
         assert (c.sealed() is not None) == (c.kind in SEALING), c
-        assert c.facts.seals == (c.kind in SEALING)
+        assert c.seals == (c.kind in SEALING)
     got = [(s.lower, s.upper, s.seqno) for s in seals(shard)]
     assert got == [(MIN_TIME, 0, 0), (0, DAY, 1), (DAY, 2 * DAY, 2)]
 

@@ -79,7 +79,7 @@ def test_a_column_the_query_gains_evolves_the_output_and_every_row_is_corrected(
     hist = out.schema_history()
     assert [e.id for e in hist] == [0, 1] and [f.name for f in hist[1].fields] == ["user", "events", "total"]
     assert [f.id for f in hist[1].fields] == [1, 2, 3] and hist[1].upper == 10
-    kinds = [(c.kind, dict(c.props).get("change")) for _, c in out.log(limit=3)]
+    kinds = [(c.kind, getattr(c, "change", None)) for _, c in out.log(limit=3)]
     assert kinds == [("append", None), ("schema", "add total:int64"), ("append", None)]
     assert out.batches()[-1].schema_id == 1
     # A full comparison: every persisted row (read with total NULL) is retracted, every row re-inserted.
@@ -121,7 +121,7 @@ def test_a_widened_type_evolves_a_row_wise_view_and_its_fingerprint_covers_the_s
     src.append(_table([("d", 9, 21, 1), ("a", 5, 22, -1)]), lower=20, upper=30)
     refresh_view(spark, wide, output_url=out_url)
     assert out.schema.field("n").type == pa.int64()
-    assert [dict(c.props).get("change") for _, c in out.log(limit=2)] == [None, "widen n:int64"]
+    assert [getattr(c, "change", None) for _, c in out.log(limit=2)] == [None, "widen n:int64"]
     evolved = props(out)
     assert evolved[BASIS] == "full"  # not the incremental path, though the input's changes would do
     rw = row_wise_view(spark, wide, run=functools.partial(run_view, spark, wide))

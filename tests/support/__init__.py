@@ -158,10 +158,12 @@ def audit(blob: Blob, committed: Mapping[str, Iterable[Row]], *, url: str | None
             assert c["lower"] == prev["header"]["upper"], (
                 f"seqno {v['seqno']}: batch lower {c['lower']} != previous upper {prev['header']['upper']}"
             )
-            assert h["upper"] == c["upper"], f"seqno {v['seqno']}: header upper {h['upper']} != commit upper"
+            # format 2: a close's record has no upper (format 1 stored None)
+            assert h["upper"] == c.get("upper"), f"seqno {v['seqno']}: header upper {h['upper']} != commit upper"
             assert h["upper"] is None or h["upper"] > c["lower"], f"seqno {v['seqno']}: upper went backwards"
         for b in v["added"]:
-            assert b["desc_id"] == c["desc_id"] and b["seqno"] == v["seqno"], f"seqno {v['seqno']}: foreign batch"
+            batch_id = c["compaction_id"] if "compaction_id" in c else c["desc_id"]  # format 2 / format 1
+            assert b["desc_id"] == batch_id and b["seqno"] == v["seqno"], f"seqno {v['seqno']}: foreign batch"
             assert b["desc_id"] not in live, f"batch {b['desc_id']} added twice"
             live[b["desc_id"]] = b
         uppers.append(h["upper"])

@@ -1,24 +1,43 @@
-"""The commit as data: every kind of state transition a shard has, as one union of commands.
+"""The commit as data: every kind of state transition, as a command and the record it leaves.
 
-A command is a frozen value describing one intended transition; nothing here reads or
-writes. :func:`shardsink.core.transitions.apply` turns (header, command) into the next
-version or a typed refusal, and ``Machine.commit`` is the one compare-and-set loop that
-commits any command. The kinds: :class:`CreateCommand` (version 0 of a new shard),
-:class:`AppendCommand` (an append, or a close with ``upper=None``),
-:class:`CompactCommand`, :class:`SinceCommand`, :class:`RetentionCommand` and
-:class:`SchemaCommand` (one schema change). Every
-command carries a ``nonce`` identifying the one call, so that an unknown outcome is
-resolved by recognising our own version.
+A **command** is a frozen value describing one intended transition; nothing here reads or
+writes. :func:`shardsink.core.transitions.apply` turns (header, command, stamp) into the
+next version or a typed refusal, and ``Machine.commit`` is the one compare-and-set loop
+that commits any command, stamping it (:class:`Stamp`: writer, time, nonce) once per call.
+
+Each command leaves a **commit record** in the version it makes (:mod:`shardsink.core.commits`).
+Adding a kind: its command here and its record there (both union members), its rule
+registered in :mod:`shardsink.core.transitions`, and its caller (a handle or a maintenance
+wrapper).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar, Literal
 
 import pyarrow as pa
 
 from shardsink.core.schema import SchemaChange
 from shardsink.core.state import PartMeta
+
+#: Which handle may commit a command: ``create`` (Shard.create), ``append`` (WriteHandle),
+#: ``maintenance`` (AdminHandle), ``schema`` (Shard.evolve).
+Family = Literal["create", "append", "maintenance", "schema"]
+
+
+@dataclass(frozen=True)
+class Stamp:
+    """Who commits, when (ISO UTC), and the one call's ``nonce``: set once per
+    ``Machine.commit`` call, so a re-applied command after an unknown outcome produces the
+    same bytes and our own version is recognised by its nonce."""
+
+    writer: str
+    at: str
+    nonce: str
+
+
+# --- commands ------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -28,20 +47,17 @@ class CreateCommand:
     Its precondition is that no version exists: the create of version 0 is the conditional put.
     """
 
+    family: ClassVar[Family] = "create"
+    needs_batches: ClassVar[bool] = False
+
     schema: pa.Schema
     upper: int
-    writer: str
-    at: str
-    nonce: str
 
 
 @dataclass(frozen=True)
 class AppendCommand:
-    """Append ``parts`` as the batch ``[lower, upper)`` named ``desc_id``.
-
-    ``upper=None`` closes the shard. ``nonce`` identifies this one call, so that an
-    unknown outcome can be resolved by recognising our own version. ``props`` go to the
-    version's :class:`CommitInfo` unchanged. ``schema_id``: the schema the parts were
+    """Append ``parts`` as the batch ``[lower, upper)`` named ``desc_id``; ``upper=None`` closes
+    the shard. ``props`` go to the record unchanged. ``schema_id``: the schema the parts were
     staged with (:mod:`shardsink.core.schema`); the commit refuses an id the shard does not
     know (InvalidUsageError). None: the shard's current schema at commit.
 
@@ -50,13 +66,13 @@ class AppendCommand:
     read the schema themselves pass the id they read it under.
     """
 
+    family: ClassVar[Family] = "append"
+    needs_batches: ClassVar[bool] = False
+
     desc_id: str
     lower: int
     upper: int | None
     parts: tuple[PartMeta, ...]
-    writer: str
-    at: str
-    nonce: str
     props: tuple[tuple[str, str], ...] = ()
     schema_id: int | None = None
 
@@ -72,15 +88,15 @@ class CompactCommand:
     ``lower``/``upper`` are the merged bounds (the first input's lower, the last's upper).
     """
 
+    family: ClassVar[Family] = "maintenance"
+    needs_batches: ClassVar[bool] = True  # its rule re-checks that the inputs are live
+
     compaction_id: str
     inputs: tuple[str, ...]
     lower: int
     upper: int | None
     since: int
     parts: tuple[PartMeta, ...]
-    writer: str
-    at: str
-    nonce: str
     schema_id: int | None = None  # the schema the merge wrote (None: the current one)
 
 
@@ -94,21 +110,21 @@ class SinceCommand:
     while the shard is open, so the newest time stays readable.
     """
 
+    family: ClassVar[Family] = "maintenance"
+    needs_batches: ClassVar[bool] = False
+
     lease_cap: int | None
     target: int | None
-    writer: str
-    at: str
-    nonce: str
 
 
 @dataclass(frozen=True)
 class RetentionCommand:
     """Set the shard's time-travel window to ``retention`` ms (None: keep all history)."""
 
+    family: ClassVar[Family] = "maintenance"
+    needs_batches: ClassVar[bool] = False
+
     retention: int | None
-    writer: str
-    at: str
-    nonce: str
 
 
 @dataclass(frozen=True)
@@ -120,10 +136,10 @@ class SchemaCommand:
     InvalidUsageError and writes nothing.
     """
 
+    family: ClassVar[Family] = "schema"
+    needs_batches: ClassVar[bool] = False
+
     change: SchemaChange
-    writer: str
-    at: str
-    nonce: str
 
 
 #: Every state transition: what ``transitions.apply`` dispatches on and ``Machine.commit`` commits.

@@ -115,10 +115,10 @@ def decide(ev: Evidence, desc_id: str, lower: int) -> Fate:
     a ``desc_id`` in the idempotency window is committed whatever its bounds (the caller
     compares :attr:`Committed.lower`/``upper`` with its own: :mod:`shardsink.core.verdicts`)."""
     c = ev.crossing
-    if c is not None and c.commit.desc_id == desc_id:
+    crossed = c.commit.batch() if c is not None else None
+    if c is not None and crossed is not None and crossed[0] == desc_id:
         batch = [p for b in c.added if b.desc_id == desc_id for p in b.parts]
-        return Committed(c.seqno, frozenset(p.key for p in batch), sum(p.rows for p in batch),
-                         c.commit.lower, c.commit.upper)
+        return Committed(c.seqno, frozenset(p.key for p in batch), sum(p.rows for p in batch), crossed[1], crossed[2])
     for b in ev.horizon or ():
         if b.desc_id == desc_id:
             return Committed(b.seqno, frozenset(p.key for p in b.parts), b.rows, b.lower, b.upper)

@@ -28,14 +28,18 @@ cached state. Every command of :mod:`shardsink.core.commands` is committed by th
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from shardsink.core import state as st
 from shardsink.core import state_codec as sc
 from shardsink.core import transitions as tr
-from shardsink.core.commands import Command, CompactCommand, CreateCommand
+from shardsink.core.commands import Command, CreateCommand, Stamp
 from shardsink.core.keys import LATEST, VERSIONS_PREFIX, rollup_key, version_key
 from shardsink.core.version_store import VersionStore
 from shardsink.errors import (
@@ -66,14 +70,25 @@ class Head:
     hint_etag: str | None
 
 
+def default_writer() -> str:
+    """The name a commit carries when its caller names none: this host and process."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def now_iso() -> str:
+    """The wall-clock time a commit is stamped with (ISO 8601, UTC, milliseconds)."""
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
 @dataclass
 class _Run:
-    """One :meth:`Machine.commit` call's progress: the command, the head it last decided on
-    (None: a create, before version 0 is read) and the hint's etag as read; whether that head
-    was known to be the newest when read (``probed``), our nonce once we tried a create, and
-    whether an earlier create of ours may have landed unseen (``unsure``)."""
+    """One :meth:`Machine.commit` call's progress: the command and its stamp, the head it last
+    decided on (None: a create, before version 0 is read) and the hint's etag as read; whether
+    that head was known to be the newest when read (``probed``), our nonce once we tried a
+    create, and whether an earlier create of ours may have landed unseen (``unsure``)."""
 
     cmd: Command
+    stamp: Stamp
     cur: st.Version | None
     etag: str | None
     probed: bool
@@ -100,6 +115,8 @@ class Machine(VersionStore):
         self.commit_policy = commit_policy
         self._known: tuple[Head, float] | None = None  # the newest head seen, and when
         self.clock: Callable[[], float] = time.monotonic
+        #: The nonce each commit call is stamped with (a test hook may pin it).
+        self.new_nonce: Callable[[], str] = lambda: uuid.uuid4().hex
 
     # --- reading ------------------------------------------------------------------
 
@@ -162,9 +179,14 @@ class Machine(VersionStore):
 
     # --- writing ------------------------------------------------------------------
 
-    def commit(self, cmd: Command, *, start: Head | None = None) -> st.Version | tr.Refusal:
+    def commit(self, cmd: Command, *, writer: str | None = None, start: Head | None = None
+               ) -> st.Version | tr.Refusal:
         """Apply ``cmd`` (:func:`transitions.apply`) to the newest header and create the next
         version, exactly once: the one compare-and-set loop, for every kind of command.
+
+        The call stamps the command once (:class:`~shardsink.core.commands.Stamp`: ``writer``
+        (checked by the caller; None: :func:`default_writer`), the time now, a fresh nonce):
+        every attempt applies the same stamp.
 
         ``start``: a head the caller already read (e.g. :meth:`hinted_head`), saving the
         head read; if it is stale the create of its successor fails and the newer
@@ -198,8 +220,9 @@ class Machine(VersionStore):
         if creating and (self.blob.get(LATEST) is not None or any(True for _ in self.blob.list(VERSIONS_PREFIX))):
             return tr.AlreadyExists()
         head = None if creating else start if start is not None else self.head()
-        run = _Run(cmd, head.version if head is not None else None, head.hint_etag if head is not None else None,
-                   probed=start is None)
+        stamp = Stamp(writer if writer is not None else default_writer(), now_iso(), self.new_nonce())
+        run = _Run(cmd, stamp, head.version if head is not None else None,
+                   head.hint_etag if head is not None else None, probed=start is None)
         try:
             out = self._attempts(run)
         except StorageError as e:
@@ -228,8 +251,8 @@ class Machine(VersionStore):
         policy, waits = self.commit_policy, self.commit_policy.waits()
         for _ in range(policy.attempts):
             header = run.cur.header if run.cur is not None else None
-            live = self.batches_at(header) if isinstance(run.cmd, CompactCommand) and header is not None else ()
-            out = tr.apply(header, live, run.cmd)
+            live = self.batches_at(header) if run.cmd.needs_batches and header is not None else ()
+            out = tr.apply(header, live, run.cmd, run.stamp)
             if isinstance(out, tr.AlreadyCommitted | tr.AlreadyExists):
                 seqno = out.seqno if isinstance(out, tr.AlreadyCommitted) else 0
                 mine = self.fetch(seqno) if run.nonce is not None else None

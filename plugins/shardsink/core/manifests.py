@@ -48,7 +48,7 @@ class ManifestDoc(msgspec.Struct, frozen=True, kw_only=True):
     inputs: tuple[dict[str, Any], ...] = ()
     writer: str = ""
     written_at: str = ""
-    #: What the append records in the commit info (:class:`shardsink.core.state.CommitInfo`).
+    #: What the append records in the commit info (:class:`shardsink.core.commits.AppendCommit`).
     props: dict[str, str] = msgspec.field(default_factory=dict)
     #: The shard's schema id (:mod:`shardsink.core.schema`) the parts were written with: that
     #: of the state version the writer read its schema from. None (absent: a manifest of a

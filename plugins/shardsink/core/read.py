@@ -29,6 +29,7 @@ from shardsink.core import part_io as pio
 from shardsink.core import schema as sch
 from shardsink.core import state as st
 from shardsink.core.checks import check_as_of, check_changes
+from shardsink.core.commits import Commit
 from shardsink.core.consolidate import consolidate
 from shardsink.core.diff_sums import group_sums
 from shardsink.core.machine import Machine
@@ -49,7 +50,7 @@ class ShardInfo:
     schema: pa.Schema
     stats: st.Stats
     rollup: int
-    last_commit: st.CommitInfo
+    last_commit: Commit
     retention: int | None = None  # ms; None: all history
 
 
@@ -99,7 +100,7 @@ class ReadHandle:
         """The full live batch list at ``version`` (default: a fresh head)."""
         return self._machine.full_batches(version if version is not None else self.head())
 
-    def log(self, *, limit: int = 20, head: st.Version | None = None) -> list[tuple[int, st.CommitInfo]]:
+    def log(self, *, limit: int = 20, head: st.Version | None = None) -> list[tuple[int, Commit]]:
         """Commits newest first: ``(seqno, commit info)``, back to the oldest retained version.
 
         GC deletes versions oldest first, so the history ends at the first missing one.

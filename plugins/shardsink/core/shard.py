@@ -9,7 +9,6 @@ Layers above core use the handles and never the machine, the blob or a key.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Mapping, Sequence
 
 import pyarrow as pa
@@ -21,11 +20,12 @@ from shardsink.core import state as st
 from shardsink.core.admin import AdminHandle
 from shardsink.core.checks import check_as_of, check_changes, check_writer
 from shardsink.core.commands import CreateCommand, SchemaCommand
-from shardsink.core.machine import Machine
+from shardsink.core.commits import Commit
+from shardsink.core.machine import Machine, default_writer
 from shardsink.core.read import ReadHandle, SchemaChoice, ShardInfo
 from shardsink.core.schema import SchemaChange, history
 from shardsink.core.updates import check_schema
-from shardsink.core.write import AppendResult, StagedBatch, WriteHandle, default_writer, now_iso
+from shardsink.core.write import AppendResult, StagedBatch, WriteHandle
 from shardsink.errors import InvalidUsageError, ShardExistsError
 from shardsink.storage.base import Blob, ObjectInfo
 from shardsink.storage.url import open_blob, parse_url
@@ -79,7 +79,7 @@ class Shard:
         ck.check_time(upper, what="initial upper")
         writer = ck.check_writer(writer if writer is not None else default_writer())
         shard = cls(url, blob=blob)
-        out = shard.machine.commit(CreateCommand(schema, upper, writer, now_iso(), uuid.uuid4().hex))
+        out = shard.machine.commit(CreateCommand(schema, upper), writer=writer)
         if not isinstance(out, st.Version):
             raise ShardExistsError(f"a shard already exists at {shard.machine.url}; it was left unchanged")
         return shard
@@ -190,7 +190,7 @@ class Shard:
             raise InvalidUsageError(f"change must be a SchemaChange, got {type(change).__name__}")
         if writer is not None:
             check_writer(writer)
-        out = self.machine.commit(SchemaCommand(change, writer or default_writer(), now_iso(), uuid.uuid4().hex))
+        out = self.machine.commit(SchemaCommand(change), writer=writer)
         if not isinstance(out, st.Version):
             raise AssertionError(f"unexpected refusal of a schema change: {out}")
         return out
@@ -203,7 +203,7 @@ class Shard:
         """The lowest ``as_of`` a live lease holds: compaction must keep ``since`` at or below it."""
         return self._reader.min_leased_as_of(now=now)
 
-    def log(self, *, limit: int = 20) -> list[tuple[int, st.CommitInfo]]:
+    def log(self, *, limit: int = 20) -> list[tuple[int, Commit]]:
         """Commits newest first: ``(seqno, commit info)``, back to the oldest retained version.
 
         GC deletes versions oldest first, so the history ends at the first missing one.

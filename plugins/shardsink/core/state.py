@@ -24,7 +24,8 @@ from typing import Literal
 import msgspec
 import pyarrow as pa
 
-CommitKind = Literal["create", "append", "close", "compact", "since", "retention", "schema"]
+from shardsink.core.commits import Commit
+
 #: The order of a part's rows (persist's ``RunOrder``). ``"sorted"``: consolidated (at most one
 #: row per distinct ``(row, _time)``, no zero diffs) and sorted by the user columns then
 #: ``_time``, nulls last: the contract of every part written before orders existed.
@@ -46,7 +47,7 @@ class PartMeta(msgspec.Struct, frozen=True, omit_defaults=True):
 
     ``order`` (a :data:`PartOrder`): stored field, added last and left out of the JSON when
     ``"sorted"``, so parts written before it read as sorted and sorted parts encode to the
-    same bytes as before. Typed ``str`` like :attr:`CommitInfo.kind` so that a reader
+    same bytes as before. Typed ``str`` so that a reader
     tolerates an order a newer writer adds: anything but ``"sorted"`` is read as unordered
     (:attr:`is_sorted`), which is always safe (reads consolidate, compaction sorts it).
 
@@ -166,86 +167,6 @@ class Stats(msgspec.Struct, frozen=True):
 
 
 @dataclass(frozen=True)
-class KindFacts:
-    """What a commit of one kind does, read by every reader that must tell kinds apart.
-
-    ``moves_upper``: it can change the shard's upper. ``seals``: it seals times (late-data
-    evidence: the times it seals are :meth:`CommitInfo.sealed`). ``changes_contents``: a read
-    of some time can differ before and after it (a compaction, since advance or retention
-    change keeps every readable time's contents). ``removes_batches``: its diff can remove
-    live batches (GC's removal chain).
-    """
-
-    moves_upper: bool
-    seals: bool
-    changes_contents: bool
-    removes_batches: bool
-
-
-#: The facts of every commit kind, spelled once. A kind missing here (written by a newer
-#: shardsink) has :data:`UNKNOWN_KIND` facts.
-KIND_FACTS: dict[str, KindFacts] = {
-    "create": KindFacts(moves_upper=True, seals=True, changes_contents=True, removes_batches=False),
-    "append": KindFacts(moves_upper=True, seals=True, changes_contents=True, removes_batches=False),
-    "close": KindFacts(moves_upper=True, seals=True, changes_contents=True, removes_batches=False),
-    "compact": KindFacts(moves_upper=False, seals=False, changes_contents=False, removes_batches=True),
-    "since": KindFacts(moves_upper=False, seals=False, changes_contents=False, removes_batches=False),
-    "retention": KindFacts(moves_upper=False, seals=False, changes_contents=False, removes_batches=False),
-    "schema": KindFacts(moves_upper=False, seals=False, changes_contents=False, removes_batches=False),
-}
-#: The facts assumed of a kind this shardsink does not know: the cautious answer for each
-#: reader (it may move the upper and change contents; it seals nothing, so no late-data
-#: verdict rests on it).
-UNKNOWN_KIND = KindFacts(moves_upper=True, seals=False, changes_contents=True, removes_batches=True)
-#: Below every int64 time and above it: the bounds of a create's and a close's seal.
-MIN_TIME = -(2**63)
-END_OF_TIME = 2**63
-
-
-class CommitInfo(msgspec.Struct, frozen=True, omit_defaults=True):
-    """Who committed what, when: the entry ``shardsink log`` shows.
-
-    ``lower``/``upper`` are the batch bounds for append/close/compact, the old and new
-    ``since`` for a since advance, the old and new retention (ms) for a retention change.
-    ``kind`` is a :data:`CommitKind`; it is typed ``str`` so that a reader tolerates kinds
-    a newer writer adds. ``props``: what the writer says of how it computed an append
-    (sorted ``(key, value)`` pairs, like an Iceberg snapshot summary; e.g. the view sink's
-    definition fingerprint, :mod:`shardsink.spark.incremental`). Stored field, added last and
-    left out of the JSON when empty (versions written before it read as ``()``).
-    """
-
-    kind: str
-    at: str
-    writer: str
-    desc_id: str | None
-    lower: int | None
-    upper: int | None
-    rows: int
-    nonce: str
-    props: tuple[tuple[str, str], ...] = ()
-
-    @property
-    def facts(self) -> KindFacts:
-        """What this commit's kind does (:data:`KIND_FACTS`)."""
-        return KIND_FACTS.get(self.kind, UNKNOWN_KIND)
-
-    def sealed(self) -> tuple[int, int] | None:
-        """The times ``[lo, hi)`` this commit sealed, or None if its kind seals nothing.
-
-        Decided by the kind, never by which fields are set: a compaction's merged range and a
-        since/retention/schema commit's old and new values are not seals. A create seals every
-        time below its upper, an append ``[lower, upper)``, a close every time from its lower on.
-        """
-        if not self.facts.seals:
-            return None
-        if self.kind == "create":
-            return (MIN_TIME, self.upper if self.upper is not None else END_OF_TIME)
-        if self.lower is None:
-            return None
-        return (self.lower, self.upper if self.upper is not None else END_OF_TIME)
-
-
-@dataclass(frozen=True)
 class Header:
     seqno: int
     upper: int | None  # None: closed (the empty frontier)
@@ -282,7 +203,7 @@ class Version:
     header: Header
     added: tuple[BatchMeta, ...]
     removed: tuple[str, ...]
-    commit: CommitInfo
+    commit: Commit
     #: The lowers of the ``removed`` batches, in the same order (GC's fate checks need a
     #: description's exact lower once the version that committed it is gone). Stored
     #: field, added last: () in versions written before it existed.

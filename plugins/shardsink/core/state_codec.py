@@ -3,7 +3,14 @@
 Unknown fields are ignored on decode (msgspec's default), so a newer writer's additions
 do not break an older reader; a missing or mistyped field, or a format newer than
 :data:`FORMAT`, is a CorruptionError naming the object. The bytes are canonical sorted
-JSON. The values these documents carry are in :mod:`shardsink.core.state`.
+JSON. The values these documents carry are in :mod:`shardsink.core.state`, the commit
+records in :mod:`shardsink.core.commits`.
+
+Format 2 stores each version's commit as its kind's own record. A version of format 1 stored
+one record shape for every kind, its ``lower``/``upper`` meaning the batch bounds of an
+append, close or compaction, the old and new since of a since advance, the old and new
+retention, or the old and new schema ids (the change in ``props``): :func:`_from_format1`
+reads it as the record of its kind.
 """
 
 from __future__ import annotations
@@ -16,14 +23,17 @@ from typing import Any
 import msgspec
 import pyarrow as pa
 
+from shardsink.core import commits as cm
 from shardsink.core.documents import ENCODER, D, decode_doc
-from shardsink.core.state import BatchMeta, CommitInfo, Header, SchemaEntry, Stats, Version, WriterRecord
+from shardsink.core.state import BatchMeta, Header, SchemaEntry, Stats, Version, WriterRecord
 from shardsink.errors import CorruptionError
 
 #: Format of state versions and rollups. Readers accept documents of this format or older
 #: and ignore fields they do not know (a newer writer may add fields without bumping it);
 #: a layout change that old readers cannot ignore bumps it, and they refuse clearly.
-FORMAT = 1
+#: 2: commit records per kind (module docstring); rollups are unchanged since 1.
+FORMAT = 2
+ROLLUP_FORMAT = 1
 
 
 class FieldDoc(msgspec.Struct, frozen=True):
@@ -61,8 +71,65 @@ class VersionDoc(msgspec.Struct, frozen=True, kw_only=True):
     header: HeaderDoc
     added: tuple[BatchMeta, ...]
     removed: tuple[str, ...]
-    commit: CommitInfo
+    commit: msgspec.Raw  # a cm.Commit (format 2), or a _Format1Commit
     removed_lowers: tuple[int, ...] = ()
+
+
+class _Format1Commit(msgspec.Struct, frozen=True):
+    """The one commit record shape of format 1 (see the module docstring)."""
+
+    kind: str
+    at: str
+    writer: str
+    desc_id: str | None
+    lower: int | None
+    upper: int | None
+    rows: int
+    nonce: str
+    props: tuple[tuple[str, str], ...] = ()
+
+
+_COMMIT = msgspec.json.Decoder(cm.Commit)
+_FORMAT1_COMMIT = msgspec.json.Decoder(_Format1Commit)
+
+
+def _from_format1(c: _Format1Commit, where: str) -> cm.Commit:
+    """A format-1 record as the record of its kind; CorruptionError if its fields do not fit it."""
+    by = {"at": c.at, "writer": c.writer, "nonce": c.nonce}
+    try:
+        match c.kind:
+            case "create":
+                return cm.CreateCommit(**by, upper=_int(c.upper))
+            case "append":
+                return cm.AppendCommit(**by, desc_id=_str(c.desc_id), lower=_int(c.lower), upper=_int(c.upper),
+                                       rows=c.rows, props=c.props)
+            case "close":
+                return cm.CloseCommit(**by, desc_id=_str(c.desc_id), lower=_int(c.lower), rows=c.rows, props=c.props)
+            case "compact":
+                return cm.CompactCommit(**by, compaction_id=_str(c.desc_id), lower=_int(c.lower), upper=c.upper,
+                                        rows=c.rows)
+            case "since":
+                return cm.SinceCommit(**by, old=_int(c.lower), new=_int(c.upper))
+            case "retention":
+                return cm.RetentionCommit(**by, old=c.lower, new=c.upper)
+            case "schema":
+                return cm.SchemaCommit(**by, old_id=_int(c.lower), new_id=_int(c.upper),
+                                       change=dict(c.props).get("change", ""))
+    except ValueError as e:
+        raise CorruptionError(f"{where}: unreadable {c.kind} commit record of format 1 ({e})") from e
+    raise CorruptionError(f"{where}: unknown commit kind {c.kind!r} in a version of format 1")
+
+
+def _int(v: int | None) -> int:
+    if v is None:
+        raise ValueError("a bound is missing")
+    return v
+
+
+def _str(v: str | None) -> str:
+    if v is None:
+        raise ValueError("the batch id is missing")
+    return v
 
 
 class RollupDoc(msgspec.Struct, frozen=True, kw_only=True):
@@ -111,7 +178,7 @@ def encode_version(v: Version) -> bytes:
                        recent=h.recent, writers=h.writers, stats=h.stats, retention=h.retention, removal=h.removal,
                        prior_removal=h.prior_removal, schemas=h.schemas if h.schemas else msgspec.UNSET)
     doc = VersionDoc(format=FORMAT, seqno=h.seqno, header=header, added=v.added, removed=v.removed,
-                     commit=v.commit, removed_lowers=v.removed_lowers)
+                     commit=msgspec.Raw(_ENCODER.encode(v.commit)), removed_lowers=v.removed_lowers)
     return _ENCODER.encode(doc)
 
 
@@ -126,13 +193,17 @@ def decode_version(data: bytes, *, where: str) -> Version:
     schemas = h.schemas if not isinstance(h.schemas, msgspec.UnsetType) else ()
     header = Header(d.seqno, h.upper, h.since, schema, h.rollup, h.recent, h.writers, h.stats, h.retention,
                     h.removal, h.prior_removal, schemas)
-    return Version(header, d.added, d.removed, d.commit, d.removed_lowers)
+    try:
+        commit = _COMMIT.decode(d.commit) if d.format >= 2 else _from_format1(_FORMAT1_COMMIT.decode(d.commit), where)
+    except msgspec.DecodeError as e:
+        raise CorruptionError(f"{where}: unreadable commit record in state version ({e})") from e
+    return Version(header, d.added, d.removed, commit, d.removed_lowers)
 
 
 def encode_rollup(seqno: int, batches: Sequence[BatchMeta]) -> bytes:
-    return _ENCODER.encode(RollupDoc(format=FORMAT, seqno=seqno, batches=tuple(batches)))
+    return _ENCODER.encode(RollupDoc(format=ROLLUP_FORMAT, seqno=seqno, batches=tuple(batches)))
 
 
 def decode_rollup(data: bytes, *, where: str) -> tuple[int, tuple[BatchMeta, ...]]:
-    d = _decode_doc(data, RollupDoc, what="rollup", where=where)
+    d = decode_doc(data, RollupDoc, what="rollup", where=where, newest=ROLLUP_FORMAT)
     return d.seqno, d.batches

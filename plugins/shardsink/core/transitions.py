@@ -1,23 +1,24 @@
 """The pure transitions between shard states: the commit rule and the maintenance rules. No I/O.
 
-:func:`apply` is the one entry point: (header, live batches, command) → the next
-version, or a typed refusal (:data:`Refusal`), dispatching on the command's kind
-(:mod:`shardsink.core.commands`) to the rules below. :func:`compare_and_append` is the
-commit rule of DESIGN.md; :func:`initial_version` creates a shard. The maintenance
-transitions sit beside it, equally pure: :func:`apply_compaction` (replace live
-input batches by their merge; refused unless every input is still live),
-:func:`advance_since` and :func:`set_retention`. All of them are committed by the same
-conditional put (``Machine.commit``), so maintenance never blocks appends: a lost race
-re-applies the command on the fresh head. :func:`apply_diffs` rebuilds the live batch list
-from a rollup and the diffs after it. The values they work on are in
-:mod:`shardsink.core.state`.
+:func:`apply` is the one entry point: (header, live batches, command, stamp) → the next
+version, or a typed refusal (:data:`Refusal`), dispatching on the command's type to the
+rule registered for it with :func:`rule` (:mod:`shardsink.core.commands`; a create has no
+header and its own :func:`initial_version`). :func:`compare_and_append` is the commit rule
+of DESIGN.md. The maintenance rules sit beside it, equally pure: :func:`apply_compaction`
+(replace live input batches by their merge; refused unless every input is still live),
+:func:`advance_since`, :func:`set_retention` and :func:`evolve_schema`. Each rule builds
+its kind's commit record (:mod:`shardsink.core.commits`) from the command and the stamp.
+All of them are committed by the same conditional put (``Machine.commit``), so maintenance
+never blocks appends: a lost race re-applies the command on the fresh head.
+:func:`apply_diffs` rebuilds the live batch list from a rollup and the diffs after it. The
+values they work on are in :mod:`shardsink.core.state`.
 """
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import assert_never
+from typing import Any, TypeVar
 
 import pyarrow as pa
 
@@ -30,11 +31,19 @@ from shardsink.core.commands import (
     RetentionCommand,
     SchemaCommand,
     SinceCommand,
+    Stamp,
+)
+from shardsink.core.commits import (
+    AppendCommit,
+    CloseCommit,
+    CompactCommit,
+    CreateCommit,
+    RetentionCommit,
+    SchemaCommit,
+    SinceCommit,
 )
 from shardsink.core.state import (
     BatchMeta,
-    CommitInfo,
-    CommitKind,
     Header,
     MergedDesc,
     Stats,
@@ -90,36 +99,41 @@ class AlreadyExists:
 Refusal = AlreadyCommitted | UpperMismatch | InputsGone | Unchanged | AlreadyExists
 
 
-def apply(header: Header | None, batches: Sequence[BatchMeta], cmd: Command) -> Version | Refusal:
-    """The next version after ``header`` under ``cmd``, or why not. Pure and deterministic.
+#: The rule of each command kind on an existing shard (a create has none: no header).
+_RULES: dict[type[Any], Callable[[Header, Sequence[BatchMeta], Any, Stamp], Version | Refusal]] = {}
+C = TypeVar("C")
+
+
+def rule(kind: type[C]) -> Callable[[Callable[[Header, Sequence[BatchMeta], C, Stamp], Version | Refusal]],
+                                      Callable[[Header, Sequence[BatchMeta], C, Stamp], Version | Refusal]]:
+    """Register the pure rule applying commands of ``kind`` (one per kind)."""
+    def register(fn: Callable[[Header, Sequence[BatchMeta], C, Stamp], Version | Refusal]
+                 ) -> Callable[[Header, Sequence[BatchMeta], C, Stamp], Version | Refusal]:
+        assert kind not in _RULES, kind
+        _RULES[kind] = fn
+        return fn
+    return register
+
+
+def apply(header: Header | None, batches: Sequence[BatchMeta], cmd: Command, stamp: Stamp) -> Version | Refusal:
+    """The next version after ``header`` under ``cmd`` stamped ``stamp``, or why not. Pure and
+    deterministic.
 
     ``header`` is the newest version's (None: no version exists, only a create applies);
-    ``batches`` the live batches at it, needed by a compaction only (others ignore them).
+    ``batches`` the live batches at it, read only by a command whose ``needs_batches``.
     """
     if isinstance(cmd, CreateCommand):
         if header is not None:
             return AlreadyExists()
-        return initial_version(schema=cmd.schema, upper=cmd.upper, writer=cmd.writer, at=cmd.at, nonce=cmd.nonce)
+        return initial_version(schema=cmd.schema, upper=cmd.upper, stamp=stamp)
     if header is None:
         raise InvalidUsageError(f"{type(cmd).__name__} needs an existing shard")
-    match cmd:
-        case AppendCommand():
-            return compare_and_append(header, cmd)
-        case CompactCommand():
-            return apply_compaction(header, batches, cmd)
-        case SinceCommand():
-            return advance_since(header, cmd)
-        case RetentionCommand():
-            return set_retention(header, cmd)
-        case SchemaCommand():
-            return evolve_schema(header, cmd)
-        case _:
-            assert_never(cmd)
+    return _RULES[type(cmd)](header, batches, cmd, stamp)
 
 
-def initial_version(*, schema: pa.Schema, upper: int, writer: str, at: str, nonce: str) -> Version:
+def initial_version(*, schema: pa.Schema, upper: int, stamp: Stamp) -> Version:
     header = Header(0, upper, 0, schema, 0, (), (), Stats(), removal=-1, prior_removal=-1)
-    return Version(header, (), (), CommitInfo("create", at, writer, None, None, upper, 0, nonce))
+    return Version(header, (), (), CreateCommit(at=stamp.at, writer=stamp.writer, nonce=stamp.nonce, upper=upper))
 
 
 def with_removal(header: Header) -> Header:
@@ -132,7 +146,8 @@ def with_removal(header: Header) -> Header:
     return replace(header, removal=header.seqno, prior_removal=header.removal)
 
 
-def compare_and_append(header: Header, cmd: AppendCommand) -> Version | Refusal:
+@rule(AppendCommand)
+def compare_and_append(header: Header, _: Sequence[BatchMeta], cmd: AppendCommand, stamp: Stamp) -> Version | Refusal:
     """The commit rule. Bounds were validated by the caller (``lower < upper``)."""
     done = header.committed_seqno(cmd.desc_id)
     if done is not None:
@@ -143,8 +158,8 @@ def compare_and_append(header: Header, cmd: AppendCommand) -> Version | Refusal:
     seqno = header.seqno + 1
     rows = sum(p.rows for p in cmd.parts)
     added = (BatchMeta(cmd.desc_id, cmd.lower, cmd.upper, seqno, cmd.parts, schema_id=sid),) if cmd.parts else ()
-    writers = tuple(w for w in header.writers if w.writer != cmd.writer)
-    writers = (*writers, WriterRecord(cmd.writer, cmd.desc_id, seqno, cmd.at))[-WRITERS:]
+    writers = tuple(w for w in header.writers if w.writer != stamp.writer)
+    writers = (*writers, WriterRecord(stamp.writer, cmd.desc_id, seqno, stamp.at))[-WRITERS:]
     s = header.stats
     stats = Stats(
         s.batches + len(added),
@@ -160,8 +175,10 @@ def compare_and_append(header: Header, cmd: AppendCommand) -> Version | Refusal:
         writers=writers,
         stats=stats,
     )
-    kind: CommitKind = "close" if cmd.upper is None else "append"
-    info = CommitInfo(kind, cmd.at, cmd.writer, cmd.desc_id, cmd.lower, cmd.upper, rows, cmd.nonce, cmd.props)
+    by = {"at": stamp.at, "writer": stamp.writer, "nonce": stamp.nonce}
+    info = (CloseCommit(**by, desc_id=cmd.desc_id, lower=cmd.lower, rows=rows, props=cmd.props)
+            if cmd.upper is None else
+            AppendCommit(**by, desc_id=cmd.desc_id, lower=cmd.lower, upper=cmd.upper, rows=rows, props=cmd.props))
     return Version(new, added, (), info)
 
 
@@ -172,7 +189,9 @@ def _bumped(header: Header, seqno: int, entry: str, writer: str, at: str) -> Hea
     return replace(header, seqno=seqno, recent=(*header.recent, (entry, seqno))[-RECENT_DESCS:], writers=writers)
 
 
-def apply_compaction(header: Header, batches: Sequence[BatchMeta], cmd: CompactCommand) -> Version | Refusal:
+@rule(CompactCommand)
+def apply_compaction(header: Header, batches: Sequence[BatchMeta], cmd: CompactCommand,
+                     stamp: Stamp) -> Version | Refusal:
     """The compaction rule: ``batches`` are the live batches at ``header``.
 
     Applies only if every input is still live, adjacent and in order (then they are
@@ -209,9 +228,10 @@ def apply_compaction(header: Header, batches: Sequence[BatchMeta], cmd: CompactC
         s.rows - sum(b.rows for b in gone) + sum(p.rows for p in cmd.parts),
         s.bytes - sum(b.bytes for b in gone) + sum(p.bytes for p in cmd.parts),
     )
-    new = with_removal(replace(_bumped(header, seqno, cmd.compaction_id, cmd.writer, cmd.at), stats=stats))
+    new = with_removal(replace(_bumped(header, seqno, cmd.compaction_id, stamp.writer, stamp.at), stats=stats))
     rows = sum(p.rows for p in cmd.parts)
-    info = CommitInfo("compact", cmd.at, cmd.writer, cmd.compaction_id, cmd.lower, cmd.upper, rows, cmd.nonce)
+    info = CompactCommit(at=stamp.at, writer=stamp.writer, nonce=stamp.nonce, compaction_id=cmd.compaction_id,
+                         lower=cmd.lower, upper=cmd.upper, rows=rows)
     return Version(new, added, cmd.inputs, info, tuple(b.lower for b in gone))
 
 
@@ -249,18 +269,20 @@ def since_target(header: Header, cmd: SinceCommand) -> int:
     return min(caps) if caps else header.since
 
 
-def advance_since(header: Header, cmd: SinceCommand) -> Version | Refusal:
+@rule(SinceCommand)
+def advance_since(header: Header, _: Sequence[BatchMeta], cmd: SinceCommand, stamp: Stamp) -> Version | Refusal:
     """The since rule (DESIGN.md "Retention and grace"): never backwards, never past a lease."""
     new_since = since_target(header, cmd)
     if new_since <= header.since:
         return Unchanged(f"since stays at {header.since} (target {new_since})")
     seqno = header.seqno + 1
     new = replace(header, seqno=seqno, since=new_since)
-    info = CommitInfo("since", cmd.at, cmd.writer, None, header.since, new_since, 0, cmd.nonce)
+    info = SinceCommit(at=stamp.at, writer=stamp.writer, nonce=stamp.nonce, old=header.since, new=new_since)
     return Version(new, (), (), info)
 
 
-def set_retention(header: Header, cmd: RetentionCommand) -> Version | Refusal:
+@rule(RetentionCommand)
+def set_retention(header: Header, _: Sequence[BatchMeta], cmd: RetentionCommand, stamp: Stamp) -> Version | Refusal:
     """Record the shard's retention (ms, or None for all history); Unchanged if it is already so."""
     if cmd.retention is not None and cmd.retention < 1:
         raise InvalidUsageError(f"retention {cmd.retention} ms must be at least 1")
@@ -268,37 +290,38 @@ def set_retention(header: Header, cmd: RetentionCommand) -> Version | Refusal:
         return Unchanged(f"retention is already {cmd.retention}")
     seqno = header.seqno + 1
     new = replace(header, seqno=seqno, retention=cmd.retention)
-    info = CommitInfo("retention", cmd.at, cmd.writer, None, header.retention, cmd.retention, 0, cmd.nonce)
+    info = RetentionCommit(at=stamp.at, writer=stamp.writer, nonce=stamp.nonce, old=header.retention,
+                           new=cmd.retention)
     return Version(new, (), (), info)
 
 
-def evolve_schema(header: Header, cmd: SchemaCommand) -> Version:
+@rule(SchemaCommand)
+def evolve_schema(header: Header, _: Sequence[BatchMeta], cmd: SchemaCommand, stamp: Stamp) -> Version:
     """The schema rule: validate ``cmd.change`` against the current schema (InvalidUsageError
     if refused) and make the result current, as the next schema id. Batches are untouched:
-    their parts keep being read through their own schema id. The commit info's lower/upper
-    are the old and new schema ids, its props the change."""
+    their parts keep being read through their own schema id."""
     schema, ids = sc.evolve(header, cmd.change)
     hist = sc.history(header)
     seqno = header.seqno + 1
     new_id = hist[-1].id + 1
-    entry = sc.make_entry(schema, ids, id=new_id, seqno=seqno, at=cmd.at, upper=header.upper)
+    entry = sc.make_entry(schema, ids, id=new_id, seqno=seqno, at=stamp.at, upper=header.upper)
     # Not recorded in ``recent`` (description ids live there: a user's could be spelled alike);
     # an unknown outcome is resolved by the nonce, as a since advance's is.
     new = replace(header, seqno=seqno, schema=schema, schemas=(*hist, entry))
-    info = CommitInfo("schema", cmd.at, cmd.writer, None, hist[-1].id, new_id, 0, cmd.nonce,
-                      (("change", cmd.change.describe()),))
+    info = SchemaCommit(at=stamp.at, writer=stamp.writer, nonce=stamp.nonce, old_id=hist[-1].id, new_id=new_id,
+                        change=cmd.change.describe())
     return Version(new, (), (), info)
 
 
 def apply_diffs(batches: Sequence[BatchMeta], versions: Iterable[Version]) -> tuple[BatchMeta, ...]:
     """The live batch list after applying ``versions`` (consecutive seqnos) in order.
 
-    Appends go to the end; a compaction's output takes the place of its first input, so
-    the list stays in time order.
+    Appends go to the end; what a commit that removes batches adds (a compaction's output)
+    takes the place of its first removed batch, so the list stays in time order.
     """
     out = list(batches)
     for v in versions:
-        if v.removed and v.commit.kind == "compact":
+        if v.removed and v.commit.removes_batches:
             gone = set(v.removed)
             at = next((i for i, b in enumerate(out) if b.desc_id in gone), len(out))
             out = [b for b in out[:at] if b.desc_id not in gone] + list(v.added) + [

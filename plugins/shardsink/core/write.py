@@ -16,12 +16,9 @@ from and that shard's read handle.
 
 from __future__ import annotations
 
-import os
-import socket
 import uuid
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
 from typing import Literal
 
 import pyarrow as pa
@@ -35,20 +32,11 @@ from shardsink.core import state as st
 from shardsink.core import transitions as tr
 from shardsink.core import verdicts as vd
 from shardsink.core.builder import DEFAULT_PART_OPTIONS, BatchBuilder, PartOptions
-from shardsink.core.commands import AppendCommand, Command
+from shardsink.core.commands import AppendCommand
 from shardsink.core.diff_sums import check_input_sums
 from shardsink.core.machine import Head, Machine
 from shardsink.core.updates import TIME, validate_updates
 from shardsink.errors import InvalidUsageError, ShardClosedError, UpperMismatchError
-
-
-def default_writer() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
-
-
-def now_iso() -> str:
-    """The commit-info timestamp of now (UTC, milliseconds)."""
-    return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
 @dataclass(frozen=True)
@@ -148,12 +136,14 @@ class WriteHandle:
 
     # --- committing ---------------------------------------------------------------
 
-    def commit(self, command: Command) -> st.Version | tr.Refusal:
-        """Commit any command of :mod:`shardsink.core.commands` (compaction, since, retention,
-        ...) through the one compare-and-set loop: the next version, or a typed refusal
-        (nothing written). Decides on a fresh head read (then re-decides on every newer head
-        after a lost race)."""
-        return self._machine.commit(command)
+    def commit(self, command: AppendCommand, *, writer: str | None = None) -> st.Version | tr.Refusal:
+        """Commit an append-family command (an append or a close) through the one
+        compare-and-set loop: the next version, or a typed refusal (nothing written). Decides
+        on a fresh head read (then re-decides on every newer head after a lost race). Other
+        kinds are committed by their own handles (InvalidUsageError here)."""
+        if getattr(command, "family", None) != "append":
+            raise InvalidUsageError(f"a write handle commits appends and closes, not {type(command).__name__}")
+        return self._machine.commit(command, writer=ck.check_writer(writer) if writer is not None else None)
 
     def compare_and_append(self, staged: Sequence[StagedBatch], *, expected_upper: int,
                            new_upper: int | None, desc_id: str, writer: str | None = None,
@@ -161,7 +151,7 @@ class WriteHandle:
         """Commit ``staged`` as the batch ``[expected_upper, new_upper)`` (DESIGN.md's commit).
 
         ``props`` (string keys and values) are recorded in the version's commit info
-        (:class:`shardsink.core.state.CommitInfo`). Returns ``committed`` or
+        (:class:`shardsink.core.commits.AppendCommit`). Returns ``committed`` or
         ``already_committed`` (an earlier attempt with this ``desc_id`` landed). Raises
         UpperMismatchError (nothing committed; staged parts are left for the caller to
         :meth:`discard`), ShardClosedError, or UnknownOutcomeError (re-read before deciding).
@@ -193,9 +183,8 @@ class WriteHandle:
         if len(ids) > 1:
             raise InvalidUsageError(f"staged batches of description {desc_id} were written with different schema ids "
                                     f"{sorted(ids, key=str)}; stage them with one schema")
-        cmd = AppendCommand(desc_id, expected_upper, new_upper, all_parts, writer or default_writer(),
-                            now_iso(), uuid.uuid4().hex, pairs, next(iter(ids), None))
-        out = self._machine.commit(cmd, start=start)
+        cmd = AppendCommand(desc_id, expected_upper, new_upper, all_parts, pairs, next(iter(ids), None))
+        out = self._machine.commit(cmd, writer=writer, start=start)
         rows = sum(p.rows for p in all_parts)
         if isinstance(out, st.Version):
             return AppendResult("committed", desc_id, out.seqno, expected_upper, new_upper, rows)

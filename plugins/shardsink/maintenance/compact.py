@@ -44,7 +44,6 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Literal
 
 import pyarrow as pa
@@ -57,7 +56,7 @@ from shardsink.core import state as st
 from shardsink.core import transitions as tr
 from shardsink.core.admin import AdminHandle
 from shardsink.core.commands import CompactCommand
-from shardsink.core.shard import Shard, default_writer
+from shardsink.core.shard import Shard
 from shardsink.errors import CorruptionError, InvalidUsageError, ShardsinkError, UnknownOutcomeError
 from shardsink.maintenance.merge import MergeOptions, MergeStats, OnBatch, merge_parts
 from shardsink.maintenance.plan import PlanOptions, merge_target, plan_merges
@@ -137,10 +136,6 @@ class CompactionResult:
         return text
 
 
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds")
-
-
 def _manifest(cid: str, inputs: Sequence[st.BatchMeta], since: int) -> bytes:
     return mf.encode(mf.compaction_manifest(cid, tuple(inputs), since))
 
@@ -212,9 +207,8 @@ def compact_batches(shard: Shard, inputs: Sequence[st.BatchMeta], *, since: int,
     options.hooks.call("after_outputs", cid)
     upper = inputs[-1].upper
     cmd = CompactCommand(cid, tuple(b.desc_id for b in inputs), inputs[0].lower, upper, since,
-                         tuple(stats.parts), options.writer or default_writer(), _now(), uuid.uuid4().hex,
-                         target.id)
-    out = m.commit(cmd)
+                         tuple(stats.parts), target.id)
+    out = m.commit(cmd, writer=options.writer)
     if isinstance(out, st.Version | tr.AlreadyCommitted):
         options.hooks.call("after_commit", cid)
     deleted = 0

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from shardsink.core import leases as ls
 from shardsink.core import state as st
 from shardsink.core.admin import AdminHandle
+from shardsink.core.commits import CloseCommit
 from shardsink.core.keys import version_key
 from shardsink.core.shard import Shard
 from shardsink.errors import CorruptionError
@@ -65,7 +66,7 @@ def _last_upper(admin: AdminHandle, oldest: int, head: st.Version) -> int:
     if head.header.upper is not None:
         return head.header.upper
     closing = must_fetch(admin, _first_past(admin, oldest, head, _NEVER))
-    if closing.commit.lower is not None:
+    if isinstance(closing.commit, CloseCommit):
         return closing.commit.lower
     before = admin.fetch(closing.seqno - 1)
     if before is not None and before.header.upper is not None:

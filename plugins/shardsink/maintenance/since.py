@@ -1,8 +1,8 @@
 """Advancing ``since`` by retention and leases, and setting a shard's retention.
 
 ``since = min(upper − retention, min as_of of live leases)``, never backwards, never past
-``upper - 1`` while the shard is open (DESIGN.md "Retention and grace"). The rule is the
-pure :func:`shardsink.core.transitions.advance_since`; this module gathers its inputs.
+``upper - 1`` while the shard is open. The rule is the pure
+:func:`shardsink.core.transitions.advance_since`; this module gathers its inputs.
 
 Lease contract (core/leases.py): the live leases are listed immediately before the
 conditional put, and ``since`` never passes the lowest ``as_of`` among them. A lease
@@ -12,15 +12,14 @@ written after the listing is protected by the reader's own re-check (``leases.ac
 from __future__ import annotations
 
 import re
-import uuid
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 from shardsink.core import checks as ck
 from shardsink.core import leases
 from shardsink.core import state as st
 from shardsink.core.commands import RetentionCommand, SinceCommand
-from shardsink.core.shard import Shard, default_writer
+from shardsink.core.shard import Shard
 from shardsink.errors import InvalidUsageError
 
 _UNITS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
@@ -58,10 +57,6 @@ def format_duration(ms: int | None) -> str:
     return f"{ms}ms"
 
 
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds")
-
-
 @dataclass(frozen=True)
 class SinceResult:
     """``before``/``after``: since before and after; ``seqno`` of the version written (None:
@@ -91,8 +86,7 @@ def advance_since(shard: Shard, *, target: int | None = None, writer: str | None
     admin = shard.admin()
     before = admin.head().header.since
     cap = leases.min_leased_as_of(shard, now=now)  # immediately before the conditional put
-    cmd = SinceCommand(cap, target, writer or default_writer(), _now(), uuid.uuid4().hex)
-    out = admin.commit(cmd)
+    out = admin.commit(SinceCommand(cap, target), writer=writer)
     if isinstance(out, st.Version):
         return SinceResult(before, out.header.since, out.seqno, cap)
     return SinceResult(before, admin.head().header.since, None, cap)
@@ -103,8 +97,7 @@ def set_retention(shard: Shard, retention: str | int | timedelta | None, *, writ
     ms = parse_duration(retention)
     if writer is not None:
         ck.check_writer(writer)
-    cmd = RetentionCommand(ms, writer or default_writer(), _now(), uuid.uuid4().hex)
-    out = shard.admin().commit(cmd)
+    out = shard.admin().commit(RetentionCommand(ms), writer=writer)
     return isinstance(out, st.Version)
 
 

@@ -24,6 +24,7 @@ from typing import Any
 
 from shardsink.cli_schema import entry_json
 from shardsink.core import schema as sch
+from shardsink.core.commits import Commit
 from shardsink.core.shard import Shard
 from shardsink.storage.url import parse_url
 
@@ -59,12 +60,17 @@ def dag_run_of(writer: str) -> tuple[str, str] | None:
     return (dag_id, run_id) if dag_id and run_id else None
 
 
-def _commit(seqno: int, c: Any, *, upper: int | None, since: int) -> dict[str, Any]:
+def _commit(seqno: int, c: Commit, *, upper: int | None, since: int) -> dict[str, Any]:
+    """A commit for the Shards page: its record's own fields, what it did in words, and the
+    batch it committed (``desc_id``, ``lower``/``upper`` and their times, ``rows``; None for
+    a kind that commits no batch)."""
     run = dag_run_of(c.writer)
+    b = c.batch()
     return {
-        "seqno": seqno, "kind": c.kind, "at": c.at, "writer": c.writer, "desc_id": c.desc_id,
-        "lower": c.lower, "upper": c.upper, "lower_time": iso(c.lower), "upper_time": iso(c.upper),
-        "rows": c.rows, "shard_upper": upper, "shard_since": since,
+        **c.to_json(), "seqno": seqno, "what": c.describe(), "desc_id": b[0] if b else None,
+        "lower": b[1] if b else None, "upper": b[2] if b else None, "rows": b[3] if b else None,
+        "lower_time": iso(b[1]) if b else None, "upper_time": iso(b[2]) if b else None,
+        "shard_upper": upper, "shard_since": since,
         "dag_id": run[0] if run else None, "run_id": run[1] if run else None,
     }
 
@@ -127,7 +133,8 @@ def schema_history(url: str) -> dict[str, Any]:
 def commits_by(url: str, writer: str, *, limit: int = 50) -> list[dict[str, Any]]:
     """The commits among the last ``limit`` whose writer is ``writer`` (newest first)."""
     shard = Shard.open(url)
-    return [_commit(s, c, upper=c.upper, since=-1) for s, c in shard.log(limit=limit) if c.writer == writer]
+    return [_commit(s, c, upper=b[2] if (b := c.batch()) else None, since=-1)
+            for s, c in shard.log(limit=limit) if c.writer == writer]
 
 
 def _cell(value: Any) -> Any:

@@ -1,7 +1,7 @@
 """When the shard sealed which times: the evidence the late-data checks of the sources compare with.
 
 Contract: :func:`seals` lists, oldest first, one :class:`~shardsink.sources.base.Seal` per
-recent commit whose *kind* seals times (:meth:`shardsink.core.state.CommitInfo.sealed`:
+recent commit whose *kind* seals times (:meth:`shardsink.core.commits.CommitRecord.sealed`:
 create, append, close), stamped with the commit's time, plus one per committed
 re-processing correction of ``[A, B)``, which *re-seals* ``[A, B)`` at its commit time. A
 compaction, since advance, retention or schema commit seals nothing, whatever bounds its
@@ -18,8 +18,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from shardsink.core.commits import END_OF_TIME, MIN_TIME
 from shardsink.core.shard import Shard
-from shardsink.core.state import END_OF_TIME, MIN_TIME, Version
+from shardsink.core.state import Version
 from shardsink.sinks.reprocess import corrected_range
 from shardsink.sources.base import Seal
 

@@ -12,7 +12,7 @@ This is what Materialize's persist sink does in steady state (it corrects with t
 desired and persisted *updates*; a full comparison only on restart).
 
 **When the premise holds (the basis).** Every view run records in its commit
-(:attr:`shardsink.core.state.CommitInfo.props`) the fingerprint of its definition and
+(:attr:`shardsink.core.commits.AppendCommit.props`) the fingerprint of its definition and
 how many incremental runs in a row led to it. A run goes incremental iff
 
 * the view is row-wise, without a UDF (a UDF's code is not in the plan we fingerprint);
@@ -46,22 +46,23 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+from shardsink.core.commits import AppendCommit
 from shardsink.core.shard import Shard
 from shardsink.errors import ReadFrontierError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-    from shardsink.core.state import CommitInfo, Version
+    from shardsink.core.commits import Commit
+    from shardsink.core.state import Version
     from shardsink.sinks.materialize import View
     from shardsink.spark.read import ShardReads
 
 Basis = Literal["full", "incremental"]
 
-#: Commit props a view run records (:attr:`shardsink.core.state.CommitInfo.props`).
+#: Commit props a view run records (:attr:`shardsink.core.commits.AppendCommit.props`).
 FINGERPRINT, BASIS, RUN = "view.fingerprint", "view.basis", "view.incremental_run"
 #: Commits that leave a shard's contents (at times >= since) as they were.
-_KEEPS_CONTENTS = frozenset({"compact", "since", "retention"})
 #: How far back past such commits a run looks for the append that set its lower.
 _LOOK_BACK = 16
 _EXPR_ID = re.compile(r"#\d+")
@@ -119,7 +120,7 @@ def plan(reads: ShardReads, v: View, *, fp: str | None, output: Shard | None, in
     if output is None or v.full_every <= 1:
         return full
     prior = _content_commit(output, head=head)
-    if prior is None or prior.kind != "append" or prior.upper != lower:
+    if not isinstance(prior, AppendCommit) or prior.upper != lower:
         return full
     props = dict(prior.props)
     if props.get(FINGERPRINT) != fp:
@@ -134,7 +135,7 @@ def plan(reads: ShardReads, v: View, *, fp: str | None, output: Shard | None, in
     return Plan(basis="incremental", props={FINGERPRINT: fp, BASIS: "incremental", RUN: str(run)})
 
 
-def _content_commit(shard: Shard, *, head: Version | None = None) -> CommitInfo | None:
+def _content_commit(shard: Shard, *, head: Version | None = None) -> Commit | None:
     """The newest commit of ``shard`` that may have changed its contents, or None if it
     is further back than :data:`_LOOK_BACK` commits or its version is gone. ``head``: the
     version to walk back from (else one head read)."""
@@ -144,6 +145,6 @@ def _content_commit(shard: Shard, *, head: Version | None = None) -> CommitInfo 
         version = head if seqno == head.seqno else reader.version(seqno)
         if version is None:
             return None
-        if version.commit.kind not in _KEEPS_CONTENTS:
+        if version.commit.changes_contents:
             return version.commit
     return None

@@ -144,7 +144,7 @@
       el("tr", { class: "commit", "data-seqno": c.seqno },
         el("td", { class: "num" }, c.seqno), el("td", {}, when(c.at)), el("td", {}, c.kind),
         el("td", { class: "wrap" }, runLink(c)), el("td", { class: "num" }, c.rows),
-        el("td", { class: "mono" }, c.kind === "append" || c.kind === "close" ? "[" + when(c.lower_time) + ", " + (c.upper === null ? "∅" : when(c.upper_time)) + ")" : "—"),
+        el("td", { class: "mono" }, c.lower_time ? "[" + when(c.lower_time) + ", " + (c.upper === null ? "∅" : when(c.upper_time)) + ")" : c.what),
         el("td", {}, c.shard_upper === null ? "closed" : when(new Date(c.shard_upper).toISOString())),
         el("td", {}, when(new Date(c.shard_since).toISOString())), el("td", { class: "mono muted wrap" }, c.desc_id || "—")))));
   }
