@@ -30,9 +30,14 @@ def format_of(path: str | Path) -> Format:
 def read_file(path: str | Path, *, types: pa.Schema | None = None) -> pa.Table:
     """Read a Parquet, CSV or JSONL file; ``types`` pins the types of the columns it names.
 
-    Columns of ``types`` that the file does not have stay absent (never null-filled).
+    Columns of ``types`` that the file does not have stay absent (never null-filled). Only
+    the types are pinned, not nullability: a null where ``types`` says not-null is read as
+    a null, for the caller's validation to refuse naming the column and the count
+    (:func:`shardsink.core.updates.validate_updates`), not as the reader's bare parse error.
     Unreadable or missing files raise InvalidUsageError naming the file.
     """
+    if types is not None:
+        types = pa.schema([f.with_nullable(True) for f in types])
     p = Path(path)
     fmt = format_of(p)
     if not p.is_file():

@@ -13,7 +13,7 @@ import pytest
 from shardsink.cli import main
 from shardsink.core import schema as sch
 from shardsink.core import transitions as tr
-from shardsink.core.commands import AppendCommand
+from shardsink.core.commands import AppendCommand, Stamp
 from shardsink.core.schema import SchemaChange
 from shardsink.core.shard import Shard
 from shardsink.errors import CorruptionError, InvalidUsageError
@@ -92,6 +92,9 @@ REFUSED = [
     (["--add", "z:bogus"], "type 'bogus' is not a pyarrow type alias"),
     (["--add", "_time:int64"], "is reserved"),
     (["--rename", "v:_count"], "is reserved"),
+    (["--add", "_Diff:int64"], "is reserved"),
+    (["--add", "K:int64"], "has columns 'k' and 'K', equal ignoring case"),
+    (["--rename", "v:F"], "has columns 'F' and 'f', equal ignoring case"),
     (["--rename", "v"], "must be of the form OLD:NEW"),
 ]
 
@@ -107,6 +110,42 @@ def test_each_refused_change_exits_2_with_its_message_and_leaves_the_shard_byte_
     assert _digest(root) == before
 
 
+def test_a_column_renamed_to_another_case_of_its_name_reads_on_every_engine(shard: Shard) -> None:
+    import duckdb
+
+    import shardsink.read
+
+    shard.evolve(SchemaChange(kind="rename", name="k", new_name="K"))
+    with pytest.raises(InvalidUsageError, match="'K' and 'k', equal ignoring case"):
+        shard.evolve(SchemaChange(kind="add", name="k", type="int64"))
+    with shardsink.read.duckdb(duckdb.connect(), shard.url) as rel:
+        assert rel.columns[0] == "K" and sorted(r[0] for r in rel.fetchall()) == [1, 2]
+    with shardsink.read.polars(shard.url) as lf:
+        assert lf.collect()["K"].sort().to_list() == [1, 2]
+
+
+def test_nulls_in_a_required_column_are_refused_naming_it_and_the_count_before_anything_is_written(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """CLI (exit 2) and Python API; the Spark staging paths: tests/spark/test_native_stage.py."""
+    url = Shard.create((tmp_path / "s").as_uri(), pa.schema([("id", pa.int64())])).url
+    assert main(["schema", url, "--add", "req:int64", "--required"]) == 0
+    s = Shard.open(url)
+    before = _digest(tmp_path / "s")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": 1, "req": null, "_time": 0}\n{"id": 2, "req": 5, "_time": 0}\n{"id": 3, "_time": 0}\n')
+    capsys.readouterr()
+    assert main(["append", s.url, "--lower", "0", "--upper", "10", "--input", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "column 'req' has 2 null values; the shard's schema declares it required" in err, err
+    with pytest.raises(InvalidUsageError, match="column 'req' has 1 null values") as e:
+        s.append(pa.table({"id": [1, 2], "req": pa.array([None, 7], pa.int64()), "_time": [0, 0]}), lower=0,
+                 upper=10)
+    assert e.value.value == "req"
+    assert _digest(tmp_path / "s") == before
+    s.append(pa.table({"id": [1], "req": [7], "_time": [0]}), lower=0, upper=10)
+    assert s.snapshot().to_pylist() == [{"id": 1, "req": 7, "_count": 1}]
+
+
 def test_the_cli_shows_the_history_and_commits_changes(shard: Shard, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["schema", shard.url, "--rename", "v:w"]) == 0
     assert "schema 1 committed at seqno 2" in capsys.readouterr().out
@@ -118,7 +157,8 @@ def test_the_cli_shows_the_history_and_commits_changes(shard: Shard, capsys: pyt
     assert [f["name"] for f in hist[1]["fields"]] == ["k", "w", "f", "d"]
     assert main(["log", shard.url, "--json"]) == 0
     log = json.loads(capsys.readouterr().out)
-    assert log[0]["kind"] == "schema" and log[0]["props"] == {"change": "rename v:w"}
+    assert log[0]["kind"] == "schema" and log[0]["change"] == "rename v:w"
+    assert (log[0]["old_id"], log[0]["new_id"]) == (0, 1) and "lower" not in log[0]
 
 
 def test_an_append_staged_under_an_older_schema_commits_and_reads_through_its_own_schema(shard: Shard) -> None:
@@ -134,11 +174,11 @@ def test_an_append_staged_under_an_older_schema_commits_and_reads_through_its_ow
 
 def test_an_append_under_a_schema_the_shard_does_not_know_is_refused_as_bad_input(shard: Shard) -> None:
     before = shard.info().seqno
-    cmd = AppendCommand("x", 10, 20, shard.batches()[0].parts, "w", "now", "n", (), schema_id=7)
+    cmd = AppendCommand("x", 10, 20, shard.batches()[0].parts, (), schema_id=7)
     with pytest.raises(InvalidUsageError, match=r"schema id 7 is unknown .* knows schema ids \[0\]"):
         shard.writer().commit(cmd)
     assert shard.info().seqno == before
-    out = tr.apply(shard.reader().head().header, (), AppendCommand("y", 10, 20, (), "w", "now", "n", (), 0))
+    out = tr.apply(shard.reader().head().header, (), AppendCommand("y", 10, 20, (), (), 0), Stamp("w", "now", "n"))
     assert not isinstance(out, tr.Refusal.__args__)  # type: ignore[attr-defined]
 
 

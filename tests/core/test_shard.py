@@ -132,6 +132,8 @@ def test_create_twice_raises_shard_exists_and_leaves_the_shard_unchanged(shard_u
         (pa.schema([("a", pa.int64()), ("_time", pa.int64())]), r"reserved column names \['_time'\]"),
         (pa.schema([("_diff", pa.int64())]), r"reserved column names \['_diff'\]"),
         (pa.schema([("_count", pa.int64())]), r"reserved column names \['_count'\]"),
+        (pa.schema([("a", pa.int64()), ("_Time", pa.int64())]), r"reserved column names \['_Time'\]"),
+        (pa.schema([("id", pa.int64()), ("ID", pa.string())]), "has columns 'id' and 'ID', equal ignoring case"),
     ],
 )
 def test_create_refuses_unusable_schemas_and_writes_nothing(
@@ -429,12 +431,13 @@ def test_log_lists_commits_newest_first_with_limit(shard_url: str, blob: Blob) -
     shard.append(updates([("b", 1, 10, 1), ("c", 1, 11, 1)]), lower=10, upper=20, desc_id="d2", writer="bob")
     shard.close(expected_upper=20, desc_id="d3", writer="carol")
     log = Shard.open(shard_url, blob=blob).log()
-    assert [(s, c.kind, c.desc_id, c.lower, c.upper, c.rows, c.writer) for s, c in log] == [
-        (3, "close", "d3", 20, None, 0, "carol"),
-        (2, "append", "d2", 10, 20, 2, "bob"),
-        (1, "append", "d1", 0, 10, 1, "alice"),
-        (0, "create", None, None, 0, 0, "creator"),
+    assert [(s, c.kind, c.batch(), c.writer) for s, c in log] == [
+        (3, "close", ("d3", 20, None, 0), "carol"),
+        (2, "append", ("d2", 10, 20, 2), "bob"),
+        (1, "append", ("d1", 0, 10, 1), "alice"),
+        (0, "create", None, "creator"),
     ]
+    assert [c.sealed() for _, c in log] == [(20, 2**63), (10, 20), (0, 10), (-(2**63), 0)]
     assert all(c.at for _, c in log)
     assert [s for s, _ in shard.log(limit=2)] == [3, 2]
     assert [s for s, _ in shard.log(limit=100)] == [3, 2, 1, 0]

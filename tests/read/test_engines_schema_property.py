@@ -2,12 +2,16 @@
 
 Hypothesis generates shard histories (:class:`support.schema_model.SchemaModel`: appends of
 inserts and retractions, schema changes add/drop/rename/widen int32 → int64 and string →
-large_string, compactions, since advances). For each history, at a sample of read times
-(both ends of the readable range, either side of every schema change, a middle), the
-snapshots and change feeds read through pyarrow (``Shard.snapshot``/``changes``), DuckDB
-(:func:`shardsink.read.duckdb`) and Polars (:func:`shardsink.read.polars`) equal the model,
-under ``schema="current"`` and ``schema="as_of"``: the column names, the column types (as
-each engine spells them) and the multiset of rows.
+large_string, compactions, since advances). Added and renamed columns take hostile names
+(:data:`NAMES`: a glob and a regex that Polars' ``pl.col`` would expand, a dot and a backtick
+that Spark would parse, a space, other cases of the shard's own names); a name equal ignoring
+case to another column must be refused, naming both, and nothing committed (issue 32).
+For each history, at a sample of read times (both ends of the readable range, either side
+of every schema change, a middle), the snapshots and change feeds read through pyarrow
+(``Shard.snapshot``/``changes``), DuckDB (:func:`shardsink.read.duckdb`) and Polars
+(:func:`shardsink.read.polars`) equal the model, under ``schema="current"`` and
+``schema="as_of"``: the column names, the column types (as each engine spells them) and the
+multiset of rows.
 
 pyarrow reads every readable time. On S3 (moto over HTTP) fewer histories and read times.
 
@@ -39,13 +43,17 @@ from hypothesis import strategies as st
 from support.schema_model import CREATE_SCHEMA, KINDS, SchemaModel
 
 import shardsink.read
-from shardsink import Shard
+from shardsink import InvalidUsageError, Shard
+from shardsink.core.schema import SchemaChange
 from shardsink.maintenance import CompactOptions, MergeOptions, PlanOptions, advance_since, compact
 from shardsink_dev.testing import MotoServer, local_spark
 
 Mode = Literal["snapshot", "changes"]
 Choice = Literal["current", "as_of"]
 HISTORIES, SEGMENTS, SPARK_HISTORIES, S3_HISTORIES = 14, 5, 2, 3
+#: The names adds and renames draw from (``a`` and ``b`` are the created columns; the order
+#: steers the derandomized draws so that every name is read and some change is refused).
+NAMES = ("A", "*", "^a.*$", "a.b", "x y", "`q`", "MiXed", "mixed")
 #: Each engine's spelling of the model's types.
 SPELLING = {
     "pyarrow": {"int32": "int32", "int64": "int64", "string": "string", "large_string": "large_string"},
@@ -89,13 +97,15 @@ def build_history(data: st.DataObject, url: str) -> tuple[Shard, SchemaModel]:
     """A shard at ``url`` and its model after a drawn history: an append, then 1 to
     :data:`SEGMENTS` segments of a schema change (or none), one or two appends, and maybe a
     since advance and a compaction (so every schema id holds rows and compactions merge)."""
-    model = SchemaModel(int_values=(0, 1, None), int64_values=(0, 2, 2**40, None))
+    model = SchemaModel(int_values=(0, 1, None), int64_values=(0, 2, 2**40, None), spellings=NAMES)
     shard = Shard.create(url, CREATE_SCHEMA)
     append(data, shard, model)
     for _ in range(data.draw(st.integers(1, SEGMENTS), label="segments")):
         kind = data.draw(st.sampled_from([*KINDS, "none"]), label="change")
         drawn = None if kind == "none" else model.draw_change(data, kind)
-        if drawn is not None:
+        if drawn is not None and (twin := model.twin(drawn[0])) is not None:
+            refuse(shard, model, drawn[0], twin)
+        elif drawn is not None:
             shard.evolve(drawn[0])
             model.evolved(*drawn)
         for _ in range(data.draw(st.integers(1, 2), label="appends")):
@@ -111,6 +121,17 @@ def build_history(data: st.DataObject, url: str) -> tuple[Shard, SchemaModel]:
             assert all(m.status == "applied" for m in res.merges), res
             model.log.append(f"compact fan_in={fan_in} streamed={streamed}: {len(res.merges)} merges")
     return shard, model
+
+
+def refuse(shard: Shard, model: SchemaModel, change: SchemaChange, twin: str) -> None:
+    """``change`` names a column equal ignoring case to ``twin``: refused naming both, nothing committed."""
+    before = shard.info().seqno
+    new = change.name if change.kind == "add" else change.new_name
+    with pytest.raises(InvalidUsageError, match="equal ignoring case") as e:
+        shard.evolve(change)
+    assert repr(twin) in str(e.value) and repr(new) in str(e.value), e.value
+    assert shard.info().seqno == before
+    model.log.append(f"refused @{model.upper}: {change.describe()} (beside {twin!r})")
 
 
 def append(data: st.DataObject, shard: Shard, model: SchemaModel) -> None:
@@ -216,12 +237,13 @@ def spark_reads(model: SchemaModel, half: int) -> list[Read]:
     return [Read("snapshot", "current", u - 1), Read("changes", "as_of", lo, u)]
 
 
-def check_spark(spark: Any, histories: Sequence[tuple[Shard, SchemaModel]]) -> int:
+def check_spark(spark: Any, histories: Sequence[tuple[Shard, SchemaModel]]) -> tuple[int, set[str]]:
     """Spark equals the model on ``histories`` (:func:`spark_reads`, alternate halves), natively
     planned and through the data source; all those reads in one Spark job. Returns how many
-    were checked."""
+    were checked, and the column names read."""
     from pyspark.sql import functions as F
 
+    from shardsink.spark.diff_sums import cols
     from shardsink.spark.read import ShardReads
 
     reads = [(native, s, m, r) for native in ("always", "never") for i, (s, m) in enumerate(histories)
@@ -232,7 +254,7 @@ def check_spark(spark: Any, histories: Sequence[tuple[Shard, SchemaModel]]) -> i
             sr = fast if native == "always" else slow
             df = sr.snapshot(s.url, r.lo, schema=r.choice) if r.mode == "snapshot" else \
                 sr.changes(s.url, r.lo, r.hi, schema=r.choice)
-            row = F.to_json(F.struct(*df.columns), {"ignoreNullFields": "false"})
+            row = F.to_json(F.struct(*cols(df.columns)), {"ignoreNullFields": "false"})
             frames.append((df, df.select(F.lit(i).alias("read"), row.alias("row"))))
         got: dict[int, list[tuple[Any, ...]]] = {i: [] for i in range(len(reads))}
         for x in functools.reduce(lambda a, b: a.unionByName(b), [f for _, f in frames]).collect():
@@ -241,7 +263,7 @@ def check_spark(spark: Any, histories: Sequence[tuple[Shard, SchemaModel]]) -> i
         df = frames[i][0]
         spelled = [f.dataType.simpleString() for f in df.schema.fields]
         check(f"spark native={native}", r, m, (df.columns, spelled, got[i]))
-    return len(reads)
+    return len(reads), {n for df, _ in frames for n in df.columns}
 
 
 def run_histories(count: int, url: Callable[[int], str], *,
@@ -269,8 +291,12 @@ def test_every_engine_reads_an_evolving_shard_as_the_model_under_both_schema_cho
     kept = run_histories(HISTORIES, lambda i: (tmp_path / f"h{i}").as_uri())
     varied = sorted((k for k in kept if inner_change(k[3]) is not None), key=lambda k: k[:2], reverse=True)
     chosen = [(s, m) for _, _, s, m in varied[:SPARK_HISTORIES]]
+    read = {n for _, _, _, m in kept for _, fields in m.history for _, n, _ in fields}
+    assert set(NAMES) <= read and any(x.startswith("refused") for *_, m in kept for x in m.log), read
     assert len(chosen) == SPARK_HISTORIES and all(m.updates for _, m in chosen), [m.log for _, _, _, m in kept]
-    assert check_spark(spark, chosen) == 2 * 2 * SPARK_HISTORIES
+    checked, names = check_spark(spark, chosen)
+    assert checked == 2 * 2 * SPARK_HISTORIES
+    assert {"*", "a.b"} <= names, f"Spark read {names}: not the glob and the dot; reorder NAMES"
 
 
 def test_on_s3_pyarrow_duckdb_and_polars_read_an_evolving_shard_as_the_model(moto: MotoServer) -> None:

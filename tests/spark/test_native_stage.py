@@ -89,20 +89,27 @@ def test_a_frame_without_diff_is_written_with_diff_one(spark: Any, tmp_path: Pat
     assert _snapshot(s) == _model([(*r[:4], 1) for r in ROWS])
 
 
+#: SCHEMA with ``k`` required (issue 32: a null there is refused naming ``k`` and the count).
+REQUIRED_K = SCHEMA.set(0, SCHEMA.field("k").with_nullable(False))
+
+
 @pytest.mark.parametrize("bad", [(("a", 1.0, 1, 10, 1), "outside the batch bounds"),
                                  (("a", 1.0, 1, -1, 1), "outside the batch bounds"),
                                  (("a", 1.0, 1, 3, 0), "zero values"),
                                  (("a", 1.0, 1, None, 1), "null values; times must be set"),
-                                 (("a", 1.0, 1, 3, None), "'_diff' has 1 null values")])
+                                 (("a", 1.0, 1, 3, None), "'_diff' has 1 null values"),
+                                 ((None, 1.0, 1, 3, 1), "'k' has 1 null values; the shard's schema declares it "
+                                                        "required")])
 def test_invalid_rows_are_refused_with_the_python_paths_error_and_nothing_is_committed(
         spark: Any, tmp_path: Path, bad: tuple[tuple[Any, ...], str]) -> None:
     row, words = bad
+    schema = REQUIRED_K if "'k'" in words else SCHEMA
     df = spark.createDataFrame([*ROWS[:4], row], DDL).coalesce(1)  # one partition: the same counts both ways
     records = {}
     for writer in ("spark", "python"):
-        s = Shard.create((tmp_path / writer).as_uri(), SCHEMA)
+        s = Shard.create((tmp_path / writer).as_uri(), schema)
         with pytest.raises(Exception) as e:
-            stage_dataframe(df, shard_url=s.url, schema=SCHEMA, lower=0, upper=10, desc_id="d", order="unordered",
+            stage_dataframe(df, shard_url=s.url, schema=schema, lower=0, upper=10, desc_id="d", order="unordered",
                             writer=writer)  # type: ignore[arg-type]
         if writer == "spark":
             assert isinstance(e.value, InvalidUsageError)
@@ -111,6 +118,10 @@ def test_invalid_rows_are_refused_with_the_python_paths_error_and_nothing_is_com
         assert s.batches() == ()
     assert records["spark"] == records["python"]
     assert records["spark"].error_class == "InvalidUsageError" and words in records["spark"].message
+    if schema is REQUIRED_K:  # without the null, Spark writes k required, as the Python path does
+        parts = stage_dataframe(df.filter("k IS NOT NULL"), shard_url=s.url, schema=schema, lower=0, upper=10,
+                                desc_id="d", order="unordered", writer="spark")
+        assert {pq.read_schema(tmp_path / "python" / p.key).field("k").nullable for p in parts} == {False}
 
 
 def test_a_rerun_twin_leaves_only_leftovers_that_the_append_deletes(spark: Any, tmp_path: Path) -> None:

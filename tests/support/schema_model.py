@@ -11,6 +11,9 @@ The ``draw_*`` methods generate steps from a hypothesis ``data`` object without 
 model: an append (inserts, and retractions of rows alive in the current schema) and a schema
 change (add a nullable column, drop, rename, widen int32 → int64 or string → large_string).
 The caller applies the step to the shard, then records it (:meth:`appended`, :meth:`evolved`).
+New names are ``c<n>`` (add) and ``r<n>`` (rename), or drawn from ``spellings`` (hostile names:
+patterns, dots, spaces, other cases); a drawn name equal ignoring case to another current
+column is one the shard must refuse (:meth:`twin`).
 """
 
 from __future__ import annotations
@@ -44,11 +47,13 @@ class SchemaModel:
     ``history``: ``(upper at the change, fields)``, the first entry the create's;
     ``evolutions``: ``(upper, kind)`` of each schema change; ``log``: a readable line per
     recorded step (to report a failing history);
-    ``int_values`` / ``int64_values``: what an int32 / int64 column's inserts draw from.
+    ``int_values`` / ``int64_values``: what an int32 / int64 column's inserts draw from;
+    ``spellings``: the names adds and renames draw from (empty: ``c<n>`` and ``r<n>``).
     """
 
     int_values: tuple[int | None, ...] = (0, 1, 2)
     int64_values: tuple[int | None, ...] = (0, 1, 2)
+    spellings: tuple[str, ...] = ()
     history: list[tuple[int, list[Field]]] = field(default_factory=_initial_history)
     updates: list[Update] = field(default_factory=list)
     evolutions: list[tuple[int, str]] = field(default_factory=list)
@@ -139,7 +144,7 @@ class SchemaModel:
         fid, name, ty = fields[i]
         if kind == "add":
             ty = data.draw(st.sampled_from(["int64", "string"]))
-            new = f"c{self.names + 1}"
+            new = self._new_name(data, "c")
             fields.append((self.next_id, new, ty))
             return SchemaChange(kind="add", name=new, type=ty), fields
         if kind == "drop":
@@ -148,7 +153,7 @@ class SchemaModel:
             del fields[i]
             return SchemaChange(kind="drop", name=name), fields
         if kind == "rename":
-            new = f"r{self.names + 1}"
+            new = self._new_name(data, "r")
             fields[i] = (fid, new, ty)
             return SchemaChange(kind="rename", name=name, new_name=new), fields
         wider = WIDER.get(ty)
@@ -156,6 +161,21 @@ class SchemaModel:
             return None
         fields[i] = (fid, name, wider)
         return SchemaChange(kind="widen", name=name, type=wider), fields
+
+    def _new_name(self, data: st.DataObject, prefix: str) -> str:
+        """A name no current column has exactly: drawn from ``spellings``, else ``<prefix><n>``."""
+        taken = {n for _, n, _ in self.fields}
+        pool = [n for n in self.spellings if n not in taken]
+        return data.draw(st.sampled_from(pool), label="name") if pool else f"{prefix}{self.names + 1}"
+
+    def twin(self, change: SchemaChange) -> str | None:
+        """The current column whose name equals ``change``'s new name ignoring case (the shard
+        refuses the change), the renamed column itself aside; None if there is none."""
+        new = change.name if change.kind == "add" else change.new_name if change.kind == "rename" else None
+        if new is None:
+            return None
+        return next((n for _, n, _ in self.fields
+                     if n.casefold() == new.casefold() and not (change.kind == "rename" and n == change.name)), None)
 
     def evolved(self, change: SchemaChange, fields: list[Field]) -> None:
         """Record ``change`` (drawn by :meth:`draw_change`) as committed at the current upper."""

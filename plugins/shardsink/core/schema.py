@@ -15,7 +15,10 @@ reads at once, still shown by ``as_of`` reads before the drop; its data goes whe
 rewrites the parts once ``since`` passes the drop); rename; make a column nullable;
 widen a type (int8 → int16 → int32 → int64, float32 → float64, a decimal's precision up at
 the same scale, string → large_string). Anything else is an InvalidUsageError (CLI exit 2)
-naming the column, the old and new type and what would be allowed.
+naming the column, the old and new type and what would be allowed. New names follow
+:func:`shardsink.core.updates.check_name`, and the schema after a change passes
+:func:`shardsink.core.updates.check_schema` (no two names equal ignoring case: renaming a
+column to another case of its own name is allowed, adding ``ID`` beside ``id`` is not).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from typing import Literal
 import pyarrow as pa
 
 from shardsink.core.state import FieldSpec, Header, SchemaEntry
-from shardsink.core.updates import COUNT, DIFF, TIME, check_schema
+from shardsink.core.updates import DIFF, TIME, check_name, check_schema
 from shardsink.errors import CorruptionError, InvalidUsageError
 
 ChangeKind = Literal["add", "drop", "rename", "widen", "nullable"]
@@ -176,18 +179,6 @@ class SchemaChange:
                 "nullable": f"make {self.name} nullable"}[self.kind]
 
 
-def _check_name(name: object, *, new: bool = True) -> str:
-    """A column name: any string naming an existing column; a new one must be 1-256 printable
-    characters and not reserved (``_time``, ``_diff``, ``_count``)."""
-    if not isinstance(name, str) or (new and (not name or len(name) > 256 or not name.isprintable())):
-        raise InvalidUsageError(f"column name {name!r:.120} is invalid; expected 1-256 printable characters",
-                                value=str(name)[:120])
-    if new and name in (TIME, DIFF, COUNT):
-        raise InvalidUsageError(f"column name {name!r} is reserved ({TIME}, {DIFF} and {COUNT} are shardsink's)",
-                                value=name)
-    return name
-
-
 def evolve(header: Header, change: SchemaChange) -> tuple[pa.Schema, tuple[int, ...]]:
     """The next schema (and its field ids) after ``change``, or InvalidUsageError naming the
     column, the old and new type and what is allowed. Pure; nothing is written."""
@@ -203,7 +194,9 @@ def _evolve(header: Header, change: SchemaChange) -> tuple[pa.Schema, tuple[int,
     schema = entry_schema(cur)
     ids = [f.id for f in cur.fields]
     fields = list(schema)
-    name = _check_name(change.name, new=change.kind == "add")
+    name = check_name(change.name) if change.kind == "add" else change.name
+    if not isinstance(name, str):
+        raise InvalidUsageError(f"column name {name!r:.120} is not a string", value=str(name)[:120])
     where = schema.get_field_index(name)
     if change.kind == "add":
         new_type = parse_type(change.type or "")
@@ -224,7 +217,7 @@ def _evolve(header: Header, change: SchemaChange) -> tuple[pa.Schema, tuple[int,
             raise InvalidUsageError(f"cannot drop {name!r}: it is the shard's only column", value=name)
         return schema.remove(where), (*ids[:where], *ids[where + 1:])
     if change.kind == "rename":
-        new = _check_name(change.new_name)
+        new = check_name(change.new_name)
         if schema.get_field_index(new) >= 0:
             raise InvalidUsageError(f"cannot rename {name!r} to {new!r}: a column {new!r} exists; "
                                     f"--drop {new} first", value=new)

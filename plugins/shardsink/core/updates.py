@@ -4,7 +4,13 @@ An *updates table* has the shard's user columns plus ``_time`` (int64 ms) and
 ``_diff`` (int64, non-zero). :func:`validate_updates` conforms an input to a shard
 schema (float columns written canonically, see :mod:`shardsink.core.floats`) or raises
 InvalidUsageError naming the bad column or value; :func:`check_schema` refuses a shard
-schema that cannot be stored. Pure: no I/O.
+schema that cannot be stored or read, :func:`check_name` a new column name. Pure: no I/O.
+
+Column names are compared exactly, but a schema never holds two names equal ignoring case
+(Unicode case folding, :func:`folded`): DuckDB resolves identifiers ignoring case and Spark
+does by default, so neither could tell such columns apart (Delta refuses them too). Any
+other printable name is taken as it is (``*``, ``^a.*$``, dots, spaces): every reader
+selects columns by their literal name, never as a pattern or a path.
 """
 
 from __future__ import annotations
@@ -19,6 +25,29 @@ TIME = "_time"
 DIFF = "_diff"
 COUNT = "_count"
 RESERVED = (TIME, DIFF)
+#: The longest new column name, in characters.
+NAME_LIMIT = 256
+
+
+def folded(name: str) -> str:
+    """``name`` as compared ignoring case (two names with equal foldings cannot share a schema)."""
+    return name.casefold()
+
+
+def _reserved(name: str) -> bool:
+    return folded(name) in (TIME, DIFF, COUNT)
+
+
+def check_name(name: object) -> str:
+    """A new column name: 1 to :data:`NAME_LIMIT` printable characters and not one of ours
+    (``_time``, ``_diff``, ``_count``, in any case); else InvalidUsageError naming it."""
+    if not isinstance(name, str) or not name or len(name) > NAME_LIMIT or not name.isprintable():
+        raise InvalidUsageError(f"column name {name!r:.120} is invalid; expected 1-{NAME_LIMIT} printable characters",
+                                value=str(name)[:120])
+    if _reserved(name):
+        raise InvalidUsageError(f"column name {name!r} is reserved ({TIME}, {DIFF} and {COUNT} are shardsink's, "
+                                "in any case)", value=name)
+    return name
 
 
 def user_schema(table_schema: pa.Schema) -> pa.Schema:
@@ -27,24 +56,49 @@ def user_schema(table_schema: pa.Schema) -> pa.Schema:
 
 
 def check_schema(schema: pa.Schema, *, what: str) -> None:
-    """Refuse a shard schema with no columns, duplicate or reserved names, or nested types."""
+    """Refuse a shard schema with no columns, reserved names (in any case), duplicate names or
+    names equal ignoring case (module docstring), or nested types. Applied to a new shard's
+    schema and to the schema after every change (:func:`shardsink.core.schema.evolve`)."""
     if len(schema) == 0:
         raise InvalidUsageError(f"{what} has no user columns; a shard needs at least one")
     names = [f.name for f in schema]
-    reserved = [n for n in names if n in (*RESERVED, COUNT)]
+    reserved = [n for n in names if _reserved(n)]
     if reserved:
-        raise InvalidUsageError(f"{what} uses reserved column names {reserved}; {TIME}, {DIFF} and {COUNT} are ours")
+        raise InvalidUsageError(f"{what} uses reserved column names {reserved}; {TIME}, {DIFF} and {COUNT} are ours, "
+                                "in any case")
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
         raise InvalidUsageError(f"{what} has duplicate column names {dup}")
+    seen: dict[str, str] = {}
+    for n in names:
+        if (twin := seen.setdefault(folded(n), n)) != n:
+            raise InvalidUsageError(f"{what} has columns {twin!r} and {n!r}, equal ignoring case: DuckDB and Spark "
+                                    "resolve column names ignoring case and could not tell them apart; use another "
+                                    "name, or rename or drop one of them", value=n)
     bad = [f"{f.name}: {f.type}" for f in schema if pa.types.is_nested(f.type) or pa.types.is_dictionary(f.type)]
     if bad:
         raise InvalidUsageError(f"{what} has columns of unsupported types {bad}; expected flat scalar types")
 
 
+def null_error(name: str, nulls: int) -> InvalidUsageError:
+    """The refusal of an input whose column ``name`` (``_time``, ``_diff``, or a user column the
+    shard declares required) has ``nulls`` null values."""
+    why = {TIME: "; times must be set", DIFF: ""}.get(
+        name, "; the shard's schema declares it required (not nullable): set every value, or make it nullable "
+              f"first (shardsink schema URL --nullable {name})")
+    return InvalidUsageError(f"column {name!r} has {nulls} null values{why}", value=name)
+
+
 def _conform_column(col: pa.ChunkedArray, field: pa.Field) -> pa.ChunkedArray:
-    if col.type == field.type:
-        return col
+    """``col`` as ``field``'s type, or InvalidUsageError (an incompatible type, a value that does
+    not fit, a null in a required column)."""
+    out = col if col.type == field.type else _cast_column(col, field)
+    if not field.nullable and out.null_count:
+        raise null_error(field.name, out.null_count)
+    return out
+
+
+def _cast_column(col: pa.ChunkedArray, field: pa.Field) -> pa.ChunkedArray:
     ok = (
         pa.types.is_null(col.type)
         or (pa.types.is_integer(col.type) and pa.types.is_integer(field.type))
@@ -73,8 +127,9 @@ def _as_int64(col: pa.ChunkedArray, name: str, what: str) -> pa.ChunkedArray:
 def validate_updates(table: pa.Table, schema: pa.Schema, *, lower: int, upper: int | None) -> pa.Table:
     """Return ``table`` conformed to ``schema`` + ``_time``/``_diff``, or raise InvalidUsageError.
 
-    Refuses: missing or extra columns, incompatible types, null or out-of-bounds times,
-    null or zero diffs. ``_diff`` defaults to 1 when absent. ``upper=None`` is unbounded.
+    Refuses: missing or extra columns, incompatible types, nulls in a column ``schema``
+    declares required, null or out-of-bounds times, null or zero diffs. ``_diff`` defaults
+    to 1 when absent. ``upper=None`` is unbounded.
     """
     dup = sorted({n for n in table.column_names if table.column_names.count(n) > 1})
     if dup:
@@ -95,11 +150,11 @@ def validate_updates(table: pa.Table, schema: pa.Schema, *, lower: int, upper: i
     cols = [fl.canonical_array(_conform_column(table.column(f.name), f)) for f in schema]
     time = _as_int64(table.column(TIME), TIME, "int64 milliseconds")
     if time.null_count:
-        raise InvalidUsageError(f"column {TIME!r} has {time.null_count} null values; times must be set")
+        raise null_error(TIME, time.null_count)
     if DIFF in names:
         diff = _as_int64(table.column(DIFF), DIFF, "int64")
         if diff.null_count:
-            raise InvalidUsageError(f"column {DIFF!r} has {diff.null_count} null values")
+            raise null_error(DIFF, diff.null_count)
         zeros = n - pc.count(pc.filter(diff, pc.not_equal(diff, 0))).as_py() if n else 0
         if zeros:
             raise InvalidUsageError(f"column {DIFF!r} has {zeros} zero values; diffs must be non-zero")

@@ -6,6 +6,9 @@ store's endpoint and credentials, :func:`shardsink.read.store.polars_storage_opt
 no globbing, no hive partitions. The time filter, float normalisation and the ``_diff``
 sum run in Polars, lazily.
 
+Names: a user column is selected by its literal name (:func:`col`), never through ``pl.col``,
+which reads ``*`` and ``^...$`` as patterns (a shard's column may be named so).
+
 Floats: grouping keys are normalised first (``-0.0`` as ``0.0``, every NaN as the one
 NaN), as :mod:`shardsink.core.floats` defines row equality.
 
@@ -25,6 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 import polars as pl
+import polars.selectors as cs
 import pyarrow as pa
 
 from shardsink.core.updates import COUNT, DIFF, TIME
@@ -33,11 +37,16 @@ from shardsink.read import store
 from shardsink.read.plan import ReadPlan
 
 
+def col(name: str) -> pl.Expr:
+    """The column named exactly ``name`` (``pl.col`` would expand ``*`` or a ``^...$`` regex)."""
+    return cs.by_name(name).as_expr()
+
+
 def scan(plan: ReadPlan) -> pl.LazyFrame:
     """The raw updates of ``plan``'s parts: its columns + ``_time`` + ``_diff``, unfiltered.
 
     Each group of parts written with one schema id (:meth:`ReadPlan.groups`) is scanned and
-    projected onto the plan's columns by field id (``pl.col(src).cast(type).alias(name)``, or
+    projected onto the plan's columns by field id (``col(src).cast(type).alias(name)``, or
     ``pl.lit(None).cast(type)`` for a column the parts predate); the groups are concatenated."""
     options: dict[str, Any] = {}
     frames = []
@@ -50,18 +59,18 @@ def scan(plan: ReadPlan) -> pl.LazyFrame:
             options = store.polars_scan_options(store.s3_config())  # secrets only in the provider
         lf = pl.scan_parquet(list(where.uris()), glob=False, hive_partitioning=False, **(options if where.s3 else {}))
         cols = [pl.lit(None).cast(dtypes[c.name]).alias(c.name) if c.source is None
-                else pl.col(c.source).cast(dtypes[c.name]).alias(c.name) for c in r.projection]
+                else col(c.source).cast(dtypes[c.name]).alias(c.name) for c in r.projection]
         diff = pl.lit(1, dtype=pl.Int64).alias(DIFF) if r.part.implicit_diffs else pl.col(DIFF)  # no _diff stored
         frames.append(lf.select([*cols, pl.col(TIME), diff]))
     return frames[0] if len(frames) == 1 else pl.concat(frames, how="vertical")
 
 
-def _normalised(col: str, dtype: pl.DataType) -> pl.Expr:
-    c = pl.col(col)
+def _normalised(name: str, dtype: pl.DataType) -> pl.Expr:
+    c = col(name)
     if dtype not in (pl.Float32, pl.Float64):
         return c
     return (pl.when(c.is_nan()).then(pl.lit(float("nan"), dtype)).when(c == 0).then(pl.lit(0.0, dtype))
-            .otherwise(c).alias(col))
+            .otherwise(c).alias(name))
 
 
 def frame(plan: ReadPlan) -> pl.LazyFrame:
@@ -80,11 +89,11 @@ def frame(plan: ReadPlan) -> pl.LazyFrame:
             lf = lf.filter(t < plan.upper)
     dtypes = lf.collect_schema()
     cols = [_normalised(c, dtypes[c]) for c in plan.columns]
-    keys = list(plan.columns)
+    keys = [col(c) for c in plan.columns]
     total = pl.col(DIFF).cast(pl.Int128).sum()
     if plan.mode == "changes":
         time = pl.max_horizontal(t, pl.lit(plan.since, pl.Int64)).alias(TIME) if plan.advance else t
-        summed = lf.select([*cols, time, pl.col(DIFF)]).group_by([*keys, TIME]).agg(total.alias(DIFF))
+        summed = lf.select([*cols, time, pl.col(DIFF)]).group_by([*keys, pl.col(TIME)]).agg(total.alias(DIFF))
         checked = summed.with_columns(pl.col(DIFF).map_batches(_check(plan, DIFF, negative=False),
                                                                return_dtype=pl.Int64))
         return checked.filter(pl.col(DIFF) != 0)

@@ -19,10 +19,11 @@ exactly those the Python path would write (signed integers, float32/64, bool, st
 binary, date32; ``_time``/``_diff`` any integer type). Anything else returns None and the
 caller takes the Python path, which raises the precise error for a bad input.
 
-Validation: a ``_time``/``_diff`` column Spark knows is non-nullable is written as it is; a
-nullable one goes through ``coalesce(c, raise_error(mark), 0)`` (non-nullable, so written
-``required`` as the Python path writes it), which stops the job at its first null; the
-exact null counts are then taken by a second pass over ``df`` (the error path only). Zero
+Validation: a ``_time``/``_diff`` column, or a column the shard declares required, that Spark
+knows is non-nullable is written as it is; a nullable one goes through
+``coalesce(c, raise_error(mark), 0)`` (non-nullable, so written ``required`` as the Python
+path writes it), which stops the job at its first null; the exact null counts are then taken
+by a second pass over ``df`` (the error path only). Zero
 diffs are counted from the ``_diff`` column of the files whose statistics admit a zero (a
 frame without ``_diff`` has none); the bounds from the ``_time`` statistics; equal
 rows whose ``_diff`` sums leave int64 are refused as the Python path refuses them
@@ -72,7 +73,7 @@ import pyarrow.parquet as pq
 from shardsink.core import keys
 from shardsink.core.part_io import PartEncoding
 from shardsink.core.state import PartDiffs, PartMeta
-from shardsink.core.updates import DIFF, TIME
+from shardsink.core.updates import DIFF, TIME, null_error
 from shardsink.errors import InvalidUsageError
 from shardsink.spark.diff_sums import check_staged_sums, col, stats_range
 from shardsink.storage.url import parse_url
@@ -160,38 +161,53 @@ def _canonical(c: Column, t: pa.DataType) -> Column:
             .when(c == 0, F.lit(0.0).cast(spark_t)).otherwise(c))
 
 
-_NULL_MARK = "shardsink-native-stage-null-"  # raise_error's message: a null _time/_diff stopped the write
+_NULL_MARK = "shardsink-native-stage-null-"  # raise_error's message: a null in a required column stopped the write
 
 
-def _required(c: Column, nullable: bool, mark: str) -> Column:
-    """``c`` as a non-nullable long (written ``required``, as the Python path writes it).
+def _zero(t: pa.DataType) -> Column:
+    """A non-null literal of the Spark type of ``t`` (an eligible type, :func:`_eligible_type`)."""
+    import datetime
+
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import from_arrow_type
+
+    if pa.types.is_boolean(t):
+        return F.lit(False)
+    if t == pa.string():
+        return F.lit("")
+    if t == pa.binary():
+        return F.lit(bytearray())
+    if t == pa.date32():
+        return F.lit(datetime.date(1970, 1, 1))
+    return F.lit(0).cast(from_arrow_type(t))
+
+
+def _required(c: Column, nullable: bool, mark: str, t: pa.DataType) -> Column:
+    """``c`` (of the Spark type of ``t``) as a non-nullable column (written ``required``, as the
+    Python path writes ``_time``, ``_diff`` and the shard's required columns).
 
     A column Spark knows has no nulls is written as it is (no projection work). A nullable one
     fails the job on its first null (``raise_error``; the trailing literal is never evaluated,
     it only makes the expression non-nullable): the exact counts are taken after the failure.
     """
     from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import from_arrow_type
 
     if not nullable:
         return c
-    return F.coalesce(c, F.raise_error(F.lit(mark)).cast("long"), F.lit(0).cast("long"))
+    return F.coalesce(c, F.raise_error(F.lit(mark)).cast(from_arrow_type(t)), _zero(t))
 
 
-def _null_counts(df: DataFrame) -> tuple[int, int]:
-    """Null ``_time`` and ``_diff`` values over ``df`` (only after a write stopped on one: a second pass)."""
+def _raise_nulls(df: DataFrame, required: list[str]) -> None:
+    """The refusal of the first of ``required`` (in :func:`validate_updates`' order) holding a
+    null, with its null count over ``df`` (only after a write stopped on one: a second pass)."""
     from pyspark.sql import functions as F
 
-    checks = [F.count_if(F.col(TIME).isNull()).alias("t")]
-    checks.append(F.count_if(F.col(DIFF).isNull()).alias("d") if DIFF in df.columns else F.lit(0).alias("d"))
-    row = df.agg(*checks).collect()[0]
-    return int(row["t"]), int(row["d"])
-
-
-def _raise_nulls(time_nulls: int, diff_nulls: int) -> None:
-    if time_nulls:
-        raise InvalidUsageError(f"column {TIME!r} has {time_nulls} null values; times must be set")
-    if diff_nulls:
-        raise InvalidUsageError(f"column {DIFF!r} has {diff_nulls} null values")
+    have = [n for n in required if n in df.columns]
+    row = df.agg(*[F.count_if(col(n).isNull()).alias(f"n{i}") for i, n in enumerate(have)]).collect()[0]
+    for i, n in enumerate(have):
+        if row[f"n{i}"]:
+            raise null_error(n, int(row[f"n{i}"]))
 
 
 def stage_native(df: DataFrame, plan: NativePlan, *, schema: pa.Schema, lower: int, upper: int | None,
@@ -208,11 +224,14 @@ def stage_native(df: DataFrame, plan: NativePlan, *, schema: pa.Schema, lower: i
 
     def long_col(name: str) -> Column:
         c = col(name) if isinstance(got[name].dataType, T.LongType) else col(name).cast("long")
-        return _required(c, got[name].nullable, mark).alias(name)
+        return _required(c, got[name].nullable, mark, pa.int64()).alias(name)
+
+    def user_col(f: pa.Field) -> Column:
+        c = _canonical(col(f.name), f.type)
+        return (c if f.nullable else _required(c, got[f.name].nullable, mark, f.type)).alias(f.name)
 
     ones = DIFF not in got  # every diff is 1: not written (PartMeta.diffs "ones")
-    out = df.select(*[_canonical(col(f.name), f.type).alias(f.name) for f in schema], long_col(TIME),
-                    *([] if ones else [long_col(DIFF)]))
+    out = df.select(*[user_col(f) for f in schema], long_col(TIME), *([] if ones else [long_col(DIFF)]))
     folder = plan.root / plan.prefix / f"{_FOLDER}{uuid.uuid4().hex}"
     w = out.write.mode("errorifexists").option("maxRecordsPerFile", max(1, target_part_bytes // _row_bytes(schema)))
     if encoding == "compact":
@@ -229,7 +248,7 @@ def stage_native(df: DataFrame, plan: NativePlan, *, schema: pa.Schema, lower: i
         except Exception as e:
             if mark not in str(e):
                 raise
-            _raise_nulls(*_null_counts(df))
+            _raise_nulls(df, [*(f.name for f in schema if not f.nullable), TIME, DIFF])
             raise  # SUBTLE: the null vanished between the passes (a nondeterministic frame): Spark's error
         files = _validated(folder, lower=lower, upper=upper, diffs=not ones)
         ranges = [f.diffs for f in files]
@@ -253,7 +272,8 @@ class _File:
 def _validated(folder: Path, *, lower: int, upper: int | None, diffs: bool) -> list[_File]:
     """The committed non-empty files in ``folder``, checked from their footers as :func:`validate_updates` does.
 
-    Nulls cannot be there (``_time``/``_diff`` are written required: :func:`_required`); equal
+    Nulls cannot be there (``_time``/``_diff`` and the shard's required columns are written
+    required: :func:`_required`); equal
     rows summing outside int64 are checked by the caller (:func:`check_staged_sums`); zero
     diffs are counted in the files whose ``_diff`` statistics admit a zero (or have none;
     ``diffs`` False: the files store no ``_diff``, every diff is 1), then the bounds are
