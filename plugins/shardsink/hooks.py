@@ -15,6 +15,8 @@ Points and their context (keyword arguments):
   (``shard_url``, ``desc_id``, ``attempt``).
 * ``append.committed``: compare-and-append committed, before the staged leftovers are
   cleaned up and the answer returned (``shard_url``, ``desc_id``, ``attempt``, ``seqno``).
+* ``landing.index_put``: a mint is about to write the landed-file index
+  (:mod:`shardsink.sources.landing_index`) (``shard_url``, ``entries``).
 
 A hook may block, raise (the step fails as if the error happened there) or end the
 process; what it may not do is change data.
@@ -25,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Literal
 
-HookPoint = Literal["write.staged", "append.before_commit", "append.committed"]
+HookPoint = Literal["write.staged", "append.before_commit", "append.committed", "landing.index_put"]
 Hook = Callable[..., None]
 
 _hooks: dict[str, list[Hook]] = {}

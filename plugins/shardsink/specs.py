@@ -47,12 +47,16 @@ class RoutedSpec(SpecBase, frozen=True, kw_only=True, omit_defaults=True):
 
 class LandingSpec(SpecBase, frozen=True, kw_only=True, omit_defaults=True, tag="landing"):
     """``shardsink.sources.landing.LandingSource``. ``schema``: ``schema_to_json`` of the user
-    columns; ``columns``: ``{"name": "int64", ...}`` (pyarrow aliases), accepted on input."""
+    columns; ``columns``: ``{"name": "int64", ...}`` (pyarrow aliases), accepted on input.
+    ``partitions`` (``"dt=YYYY-MM-DD"`` or ``"YYYY/MM/DD"``) and ``lateness`` (a duration such as
+    ``"2d"``): a declared time-partitioned layout (:mod:`shardsink.sources.landing_partitions`)."""
 
     root: str
     time_column: str = "event_time"
     schema: dict[str, Any] | None = None
     columns: dict[str, str] | None = None
+    partitions: str | None = None
+    lateness: str | None = None
 
 
 class FilesSpec(RoutedSpec, frozen=True, kw_only=True, omit_defaults=True, tag="files"):

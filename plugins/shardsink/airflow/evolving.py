@@ -43,7 +43,7 @@ def evolving_mint_task(settings: IngestSettings, attempt: int, context: dict[str
     shard = Shard(settings.shard_url)
     try:
         changes = evolve_for_source(shard, source_from_spec(settings.source_spec),
-                                    writer=run_writer(context, dag_id=settings.dag_id))
+                                    writer=run_writer(context, dag_id=settings.dag_id), desc_id=out[0]["desc_id"])
     except ShardsinkError as e:
         failure = for_airflow(e)
         if failure is e:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from shardsink.core import keys
 from shardsink.errors import InvalidUsageError
+from shardsink.storage.base import Fetched
 from shardsink.storage.retry import RetryingBlob, RetryPolicy
 from shardsink.storage.url import open_blob
 
@@ -39,6 +40,15 @@ class RootObjects:
     def put(self, key: str, data: bytes) -> None:
         """Write (replace) registered object ``key``: a plain put, last writer wins."""
         self._blob.put(_registered(key), data)
+
+    def fetch(self, key: str) -> Fetched | None:
+        """The bytes and etag of registered object ``key`` (for :meth:`replace`); None if absent."""
+        return self._blob.get(_registered(key))
+
+    def replace(self, key: str, data: bytes, *, etag: str | None) -> None:
+        """Write registered object ``key`` iff its etag is still ``etag`` (None: iff it is absent);
+        ConditionFailedError if another writer got there first (re-read and merge)."""
+        self._blob.replace(_registered(key), data, etag=etag)
 
     def get(self, key: str) -> bytes | None:
         """The bytes of registered object ``key``; None if absent."""

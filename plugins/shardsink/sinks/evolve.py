@@ -42,18 +42,24 @@ from shardsink.sources.evolution import changes_to, target_schema
 log = logging.getLogger("shardsink.sinks")
 
 
-def evolve_for_source(shard: Shard, source: Any, *, writer: str, header: Header | None = None
-                      ) -> list[SchemaChange]:
+def evolve_for_source(shard: Shard, source: Any, *, writer: str, header: Header | None = None,
+                      desc_id: str | None = None) -> list[SchemaChange]:
     """Evolve ``shard`` to hold every file ``source`` offers (``source.file_schemas``), or raise
     SchemaMismatchError / MalformedInputError naming the file and column with nothing written.
     Returns the changes this call committed (none when the shard already holds them).
-    ``header``: the shard's head as the caller read it (else one read here)."""
+    ``header``: the shard's head as the caller read it (else one read here). ``desc_id``: the
+    first description of the chain the mint just prepared (a source that plans its reads then
+    reuses that mint's listing instead of listing again)."""
     files = getattr(source, "file_schemas", None)
     if files is None:
         raise InvalidUsageError(f"source {getattr(source, 'kind', type(source).__name__)!r} cannot tell its files' "
                                 "schemas; schema_mode='add_columns' needs a file source (landing, files)")
     head = header if header is not None else shard.reader().head().header
-    target = target_schema(head.schema, files(head.schema))
+    # A source that indexes its files reads their schemas from the shard's index (new files only).
+    indexed: dict[str, Any] = {}
+    if getattr(source, "prepare_chain", None) is not None:
+        indexed = {"shard_url": shard.url, **({"desc_id": desc_id} if desc_id is not None else {})}
+    target = target_schema(head.schema, files(head.schema, **indexed))
     return evolve_to(shard, target, writer=writer, header=head, what=f"the files of {source.kind} source")
 
 

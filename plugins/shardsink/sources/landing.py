@@ -8,7 +8,14 @@ producer once every file with event times below it has landed. Names starting wi
 
 Files are assigned to writer slots by a stable hash of their key, and read on the
 executors with pyarrow through the shardsink storage layer (local folder or S3 via
-boto3), so no hadoop-aws jars are needed.
+boto3), so no hadoop-aws jars are needed. A declared day-folder layout (``partitions=``,
+``lateness=``) bounds what a run lists (:mod:`shardsink.sources.landing_partitions`).
+
+The parts, each importing only those before it: one file at a time (reading, shaping rows,
+the late check: :mod:`.landing_files`, whose names this module re-exports), the layout
+(:mod:`.landing_partitions`), the landed-file index and the mint's plans
+(:mod:`.landing_index`), reading a plan in bounded memory (:mod:`.landing_read`), the
+``add_columns`` schemas (:mod:`.landing_schemas`), and this source, which ties them together.
 
 SUBTLE (late data): a file may hold times below the description's lower. That is fine
 when the file was already there when those times were sealed (its rows were ingested
@@ -22,26 +29,37 @@ within the gap between landing and commit.
 
 from __future__ import annotations
 
-import io
 import json
-import zlib
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.csv as pacsv
-import pyarrow.json as pajson
-import pyarrow.parquet as pq
 
 from shardsink.core.state_codec import schema_from_json, schema_to_json
-from shardsink.core.updates import DIFF, TIME, user_schema, validate_updates
-from shardsink.errors import InvalidUsageError
+from shardsink.core.updates import TIME, user_schema
 from shardsink.sources.base import Seal, map_on_executors
-from shardsink.sources.evolution import STRICT_HINT, SchemaMode, conform
+from shardsink.sources.evolution import SchemaMode
+from shardsink.sources.landing_files import (
+    LandingFile,
+    LateDataError,
+    MalformedInputError,
+    check_late,
+    check_late_at,
+    file_of,
+    parse_columns,
+    read_data_file,
+    read_file_schema,
+    read_landing_file,
+    shape_rows,
+    slot_of,
+)
+from shardsink.sources.landing_index import get_plan, make_plan, put_plan, refresh
+from shardsink.sources.landing_partitions import check_in_day, check_layout, day_prefixes, day_span, in_span
+from shardsink.sources.landing_read import read_planned
+from shardsink.sources.landing_schemas import indexed_schemas, put_chain_schemas
 from shardsink.specs import LandingSpec, spec_as, spec_to_builtins
-from shardsink.storage.base import Blob, ObjectInfo
+from shardsink.storage.base import Blob
 from shardsink.storage.url import ShardUrl, open_blob, parse_url
 
 if TYPE_CHECKING:
@@ -50,34 +68,11 @@ if TYPE_CHECKING:
 WATERMARK_KEY = "_watermark.json"
 SUFFIXES = (".parquet", ".csv", ".jsonl")
 
-
-class MalformedInputError(InvalidUsageError):
-    """A source file cannot be read as the shard's rows (unreadable, bad columns, null times)."""
-
-
-class LateDataError(InvalidUsageError):
-    """A source file holds event times that were sealed before the file appeared."""
-
-
-@dataclass(frozen=True)
-class LandingFile:
-    key: str  # relative to the landing root
-    size: int
-    modified: float  # epoch seconds (mtime / S3 LastModified)
-    identity: str = ""  # ObjectInfo.identity: the S3 ETag; "" on a local folder (only a read gives it)
-
-
-def slot_of(key: str, slots: int) -> int:
-    """The writer slot of a file: stable across processes, hosts and Python versions."""
-    return zlib.crc32(key.encode()) % slots
-
-
-def parse_columns(columns: Mapping[str, str]) -> pa.Schema:
-    """``{"user": "string", "n": "int64"}`` → an Arrow schema (pyarrow type aliases)."""
-    try:
-        return pa.schema([pa.field(name, pa.type_for_alias(t)) for name, t in columns.items()])
-    except (ValueError, KeyError) as e:
-        raise InvalidUsageError(f"landing columns {dict(columns)!r}: {e}") from e
+__all__ = [
+    "SUFFIXES", "WATERMARK_KEY", "LandingFile", "LandingSource", "LateDataError", "MalformedInputError",
+    "check_late", "check_late_at", "parse_columns", "read_data_file", "read_file_schema", "read_landing_file",
+    "shape_rows", "slot_of",
+]
 
 
 class LandingSource:
@@ -86,18 +81,23 @@ class LandingSource:
     kind = "landing"
     spec_type = LandingSpec
 
-    def __init__(self, root: str, *, time_column: str = "event_time", schema: pa.Schema | None = None) -> None:
+    def __init__(self, root: str, *, time_column: str = "event_time", schema: pa.Schema | None = None,
+                 partitions: str | None = None, lateness: str | None = None) -> None:
         self.url: ShardUrl = parse_url(root)
         self.root = str(self.url)
         self.time_column = time_column
         self._schema = schema
+        #: The declared day-folder layout and its lateness horizon in ms (:mod:`.landing_partitions`).
+        self.partitions, self.lateness_ms = check_layout(partitions, lateness)
+        self._lateness = lateness
 
     # --- spec -----------------------------------------------------------------------
 
     def typed_spec(self) -> LandingSpec:
         """The spec as data (:mod:`shardsink.specs`)."""
         schema = schema_to_json(self._schema) if self._schema is not None else None
-        return LandingSpec(root=self.root, time_column=self.time_column, schema=schema)
+        return LandingSpec(root=self.root, time_column=self.time_column, schema=schema, partitions=self.partitions,
+                           lateness=self._lateness)
 
     def spec(self) -> dict[str, Any]:
         """The spec's dict layout (what DAG settings and executors carry)."""
@@ -111,7 +111,7 @@ class LandingSource:
             schema = schema_from_json(s.schema)
         elif s.columns is not None:
             schema = parse_columns(s.columns)
-        return cls(s.root, time_column=s.time_column, schema=schema)
+        return cls(s.root, time_column=s.time_column, schema=schema, partitions=s.partitions, lateness=s.lateness)
 
     def blob(self) -> Blob:
         return open_blob(self.url)
@@ -132,14 +132,22 @@ class LandingSource:
             raise MalformedInputError(f"{self.root}/{WATERMARK_KEY}: watermark {wm!r} is not integer milliseconds")
         return wm
 
-    def files(self) -> list[LandingFile]:
-        """Every data file under the root, sorted by key."""
+    def files(self, *, window: tuple[int, int] | None = None) -> list[LandingFile]:
+        """Every data file under the root, sorted by key. With a declared layout, only files in day
+        folders; with ``window`` too (a run's ``[lower, upper)``), only those of the folders
+        that run lists (:func:`shardsink.sources.landing_partitions.day_prefixes`)."""
+        blob, layout = self.blob(), self.partitions
+        span = day_span(self.lateness_ms, *window) if layout and window else None
+        prefixes = day_prefixes(layout, span) if layout and span else None
+        listed = (o for p in prefixes for o in blob.list(p)) if prefixes is not None else blob.list("")
         out = []
-        for o in self.blob().list(""):
+        for o in listed:
             name = o.key.rsplit("/", 1)[-1]
             if name.startswith(("_", ".")) or not name.lower().endswith(SUFFIXES):
                 continue
-            out.append(_file(o))
+            if layout and not in_span(layout, o.key, span):
+                continue  # not data under the declared layout, or a day the window does not reach
+            out.append(file_of(o))
         return sorted(out, key=lambda f: f.key)
 
     def schema(self) -> pa.Schema | None:
@@ -152,12 +160,38 @@ class LandingSource:
         t = read_landing_file(self.blob(), files[0], None, self.time_column)
         return user_schema(t.schema)
 
-    def file_schemas(self, schema: pa.Schema | None = None) -> Iterator[tuple[str, pa.Schema]]:
-        """``(where, user columns)`` of every data file the write jobs read (all of them, by key),
-        the event-time column left out; ``schema`` pins the types of the columns it names in
-        CSV / JSONL files. Reads each file (a Parquet file's footer is parsed, not its rows):
-        the cost of ``schema_mode="add_columns"``'s check at mint. MalformedInputError names a
-        file that cannot be read."""
+    def prepare_chain(self, shard_url: str, descs: Sequence[Any]) -> None:
+        """The mint's step (:func:`shardsink.sinks.ingest.mint_chain`): list the zone ONCE (with a
+        declared layout, the chain's day folders only), bring the shard's landed-file index up to
+        date (new and changed files only), write each description's file plan for its write slots
+        (:mod:`shardsink.sources.landing_index`) and the listed files' schemas for the
+        ``add_columns`` check (:mod:`shardsink.sources.landing_schemas`)."""
+        if not descs:
+            return
+        listing = self.files(window=(descs[0].lower, descs[-1].upper))
+        indexed = refresh(self.blob(), shard_url, root=self.root, time_column=self.time_column, listing=listing)
+        for d in descs:
+            put_plan(shard_url, make_plan(indexed, desc_id=d.desc_id, lower=d.lower, upper=d.upper, root=self.root,
+                                          time_column=self.time_column, listing=listing))
+        put_chain_schemas(shard_url, indexed, desc_id=descs[0].desc_id, root=self.root,
+                          time_column=self.time_column, listing=listing)
+
+    def file_schemas(self, schema: pa.Schema | None = None, *, shard_url: str | None = None,
+                     desc_id: str | None = None) -> Iterator[tuple[str, pa.Schema]]:
+        """``(where, user columns)`` of every data file the write jobs read (all of them, by key;
+        with a declared layout, those in day folders), the event-time column left out;
+        ``schema`` pins the types of the columns it names in CSV / JSONL files. Without
+        ``shard_url`` reads each file (a Parquet file's footer is parsed, not its rows); with
+        it, schemas come from that shard's landed-file index, and only files it does not hold
+        yet are read (footers; a CSV / JSONL file once, streaming), as is a CSV / JSONL file
+        whose pinned columns were inferred as other types (read pinned, as without an index).
+        ``desc_id`` (the first description of the chain the mint just prepared): the files of
+        that mint's listing, recorded with their schemas, so the zone is not listed again
+        (:mod:`shardsink.sources.landing_schemas`). MalformedInputError names a file that
+        cannot be read."""
+        if shard_url is not None:
+            yield from indexed_schemas(self, shard_url, schema, desc_id=desc_id)
+            return
         blob = self.blob()
         for f in self.files():
             where = f"{self.root}/{f.key}"
@@ -178,15 +212,27 @@ class LandingSource:
         schema: pa.Schema,
         seals: Sequence[Seal] = (),
         schema_mode: SchemaMode = "strict",
+        shard_url: str | None = None,
+        desc_id: str | None = None,
     ) -> tuple[DataFrame, list[dict[str, Any]]]:
         """The slot's rows in ``[lower, upper)`` (see :class:`shardsink.sources.base.Source`);
-        ``schema_mode``: how files are read onto ``schema`` (:mod:`shardsink.sources.evolution`)."""
+        ``schema_mode``: how files are read onto ``schema`` (:mod:`shardsink.sources.evolution`).
+        ``shard_url`` and ``desc_id``: the description's plan, made by the mint
+        (:meth:`prepare_chain`), is read from that shard: only the files the description needs
+        are read, in bounded memory (:mod:`shardsink.sources.landing_read`). Without them, or
+        without a plan, the slot lists the zone and reads each of its files whole."""
         from pyspark.sql.pandas.types import from_arrow_schema
 
-        mine = [f for f in self.files() if slot_of(f.key, slots) == slot]
-        listing = [{"key": f.key, "size": f.size, "modified": f.modified} for f in mine]
         out_schema = pa.schema([*schema, pa.field(TIME, pa.int64())])
         spark_schema = from_arrow_schema(out_schema)
+        if shard_url is not None and desc_id is not None:
+            plan = get_plan(shard_url, desc_id=desc_id, lower=lower, upper=upper, root=self.root,
+                            time_column=self.time_column)
+            if plan is not None:
+                return read_planned(spark, plan, slot=slot, slots=slots, schema=schema, seals=seals,
+                                    schema_mode=schema_mode, spark_schema=spark_schema, partitions=self.partitions)
+        mine = [f for f in self.files(window=(lower, upper)) if slot_of(f.key, slots) == slot]
+        listing = [{"key": f.key, "size": f.size, "modified": f.modified} for f in mine]
         if not mine:
             return spark.createDataFrame([], spark_schema), listing
         spec, time_column, seal_list = self.spec(), self.time_column, list(seals)
@@ -203,6 +249,9 @@ class LandingSource:
                     t = read_landing_file(blob, f, user, time_column, root=src.root, schema_mode=schema_mode,
                                           window=(lower, upper))
                     check_late(t, f, lower=lower, seals=seal_list, root=src.root)
+                    if src.partitions and t.num_rows:
+                        mm = pc.min_max(t[TIME]).as_py()
+                        check_in_day(src.partitions, f.key, mm["min"], mm["max"], root=src.root)
                     keep = pc.and_(pc.greater_equal(t[TIME], lower), pc.less(t[TIME], upper))
                     yield from t.filter(keep).to_batches()
 
@@ -210,139 +259,3 @@ class LandingSource:
         rdd = spark.sparkContext.parallelize([(f.key, f.size, f.modified) for f in mine], n)
         files_df = spark.createDataFrame(rdd, "key string, size long, modified double")
         return map_on_executors(files_df, read, spark_schema), listing
-
-
-def _file(o: ObjectInfo) -> LandingFile:
-    return LandingFile(o.key, o.size, o.modified, o.identity)
-
-
-def _to_millis(col: pa.ChunkedArray, *, where: str, name: str) -> pa.ChunkedArray:
-    if pa.types.is_null(col.type):
-        raise MalformedInputError(f"{where}: {len(col)} rows have a null event time in {name!r}")
-    if pa.types.is_integer(col.type):
-        return col.cast(pa.int64())
-    if pa.types.is_timestamp(col.type):
-        return col.cast(pa.timestamp("ms", tz=col.type.tz)).cast(pa.int64())
-    if pa.types.is_date(col.type):
-        return col.cast(pa.date64()).cast(pa.int64())
-    raise MalformedInputError(
-        f"{where}: event-time column {name!r} has type {col.type}; expected int64 milliseconds or a timestamp"
-    )
-
-
-def read_data_file(blob: Blob, key: str, schema: pa.Schema | None, *, where: str,
-                   size: int | None = None, identity: str = "") -> pa.Table:
-    """Read one Parquet / CSV / JSONL file as it is (format from the key's suffix).
-
-    ``key`` is a source key: whatever the store allows (``Blob.get_source``). ``schema``
-    pins the types of the columns it names (CSV, JSONL). ``size`` and ``identity``: what
-    the file was when it was bound (``identity`` is checked with
-    :meth:`shardsink.storage.base.SourceObject.matches`; "" for bindings made before
-    identities were recorded, which check the size only); a file that differs was changed
-    in place (refused). Raises MalformedInputError naming ``where``.
-    """
-    try:
-        got = blob.get_source(key)
-    except InvalidUsageError as e:  # a key no store can hold: the file is unreadable, not the call
-        raise MalformedInputError(f"{where}: {e}") from e
-    if got is None:
-        raise MalformedInputError(f"{where} disappeared while reading; landed files must never be removed")
-    if size is not None and len(got.data) != size:
-        raise MalformedInputError(
-            f"{where} has {len(got.data)} bytes, not the {size} it had when it was bound; landed files must "
-            "never be changed in place")
-    if identity and not got.matches(identity):
-        raise MalformedInputError(
-            f"{where} was rewritten after it was bound (identity {got.identity!r}, bound as {identity!r}); "
-            "landed files must never be changed in place")
-    fmt = key.lower().rsplit(".", 1)[-1]
-    try:
-        if fmt == "parquet":
-            return pq.read_table(pa.BufferReader(got.data))
-        if fmt == "csv":
-            types = {c.name: c.type for c in schema} if schema is not None else None
-            return pacsv.read_csv(io.BytesIO(got.data), convert_options=pacsv.ConvertOptions(column_types=types))
-        parse = pajson.ParseOptions(explicit_schema=schema, unexpected_field_behavior="infer") if schema else None
-        return pajson.read_json(io.BytesIO(got.data), parse_options=parse)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OSError) as e:
-        raise MalformedInputError(f"{where} is unreadable as {fmt}: {e}") from e
-
-
-def read_file_schema(blob: Blob, key: str, schema: pa.Schema | None, *, where: str) -> pa.Schema:
-    """The columns of one data file (a Parquet file's from its footer; CSV / JSONL parsed, the
-    columns ``schema`` names pinned to its types); MalformedInputError naming ``where``."""
-    if key.lower().endswith(".parquet"):
-        got = blob.get_source(key)
-        if got is None:
-            raise MalformedInputError(f"{where} disappeared while reading; landed files must never be removed")
-        try:
-            return pq.read_schema(pa.BufferReader(got.data))
-        except (pa.ArrowInvalid, OSError) as e:
-            raise MalformedInputError(f"{where} is unreadable as parquet: {e}") from e
-    return read_data_file(blob, key, schema, where=where).schema
-
-
-def read_landing_file(
-    blob: Blob, f: LandingFile, schema: pa.Schema | None, time_column: str, *, root: str | None = None,
-    schema_mode: SchemaMode = "strict", window: tuple[int, int] | None = None,
-) -> pa.Table:
-    """Read one landing file as user columns + ``_time``; MalformedInputError names the file.
-
-    ``schema`` (the shard's user columns) pins types and the exact column set; None
-    keeps what the file has (used to infer a schema). ``schema_mode="add_columns"``: the
-    file is read onto ``schema`` instead (:func:`shardsink.sources.evolution.conform`:
-    missing nullable columns as nulls; a column the shard does not know is refused only if
-    the file has rows in ``window``, the batch's ``[lower, upper)``).
-    """
-    where = f"{root or blob.url}/{f.key}"
-    t = read_data_file(blob, f.key, schema, where=where)
-    if time_column not in t.column_names:
-        raise MalformedInputError(f"{where} has no event-time column {time_column!r} (columns: {t.column_names})")
-    time = _to_millis(t.column(time_column), where=where, name=time_column)
-    if time.null_count:
-        raise MalformedInputError(f"{where}: {time.null_count} rows have a null event time in {time_column!r}")
-    t = t.drop_columns([time_column])
-    if schema is not None and schema_mode == "add_columns":
-        t = conform(t.append_column(TIME, time), schema, where=where, window=window)
-        try:
-            return validate_updates(t, schema, lower=-(2**63), upper=None).drop_columns([DIFF])
-        except InvalidUsageError as e:
-            raise MalformedInputError(f"{where}: {e}") from e
-    if schema is not None:
-        missing = [n for n in schema.names if n not in t.column_names]
-        extra = [n for n in t.column_names if n not in schema.names]
-        if missing or extra:
-            raise MalformedInputError(
-                f"{where}: columns do not match the shard: missing {missing}, unexpected {extra}"
-                f"{STRICT_HINT if extra else ''}", value=(extra or missing)[0]
-            )
-        try:
-            t = validate_updates(t.append_column(TIME, time), schema, lower=-(2**63), upper=None)
-        except InvalidUsageError as e:
-            raise MalformedInputError(f"{where}: {e}") from e
-        return t.drop_columns([DIFF])
-    return t.append_column(TIME, time)
-
-
-def check_late(t: pa.Table, f: LandingFile, *, lower: int, seals: Sequence[Seal], root: str) -> None:
-    """Raise LateDataError if ``f`` holds times ``< lower`` that were sealed before it appeared."""
-    if t.num_rows == 0:
-        return
-    tmin = pc.min(t[TIME]).as_py()
-    if tmin >= lower:
-        return
-    # The NEWEST seal of tmin decides: a re-processing correction re-seals its range (see
-    # shardsink.sinks.seals.seals), so a file re-landed before it is not late.
-    seal = max((s for s in seals if s.lower <= tmin < s.upper), key=lambda s: s.at, default=None)
-    if seal is None and seals:
-        # Older than every seal given (seals() covers every time with a horizon seal; a
-        # caller's own list may not): the oldest sealing commit given came no earlier than
-        # the true one, so "newer than it" still proves lateness.
-        seal = min(seals, key=lambda s: s.lower)
-    if seal is not None and f.modified > seal.at:
-        raise LateDataError(
-            f"late file {root}/{f.key}: its earliest event time {tmin} was sealed by commit seqno {seal.seqno} "
-            f"(times [{seal.lower}, {seal.upper})) before the file appeared; it cannot be ingested exactly once. "
-            "Move it out of the landing zone or re-land its rows with current times.",
-            value=tmin,
-        )

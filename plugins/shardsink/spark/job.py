@@ -61,8 +61,10 @@ def write_slot(job: IngestWriteRequest) -> dict[str, Any]:
     mode: dict[str, Any] = {} if job.schema_mode == "strict" else {"schema_mode": job.schema_mode}
     spark = SparkSession.builder.appName(f"shardsink-write-{desc.desc_id}-slot{job.slot}").getOrCreate()
     try:
+        # A source that plans its reads at mint (the landing zone) reads the description's plan.
+        planned = {"shard_url": job.shard_url, "desc_id": desc.desc_id} if hasattr(source, "prepare_chain") else {}
         df, inputs = source.read_slot(spark, lower=desc.lower, upper=desc.upper, slot=job.slot, slots=job.slots,
-                                      schema=schema, seals=seals(shard, head=head), **mode)
+                                      schema=schema, seals=seals(shard, head=head), **mode, **planned)
         parts = stage_dataframe(df, shard_url=job.shard_url, schema=schema, lower=desc.lower, upper=desc.upper,
                                 desc_id=desc.desc_id, order=job.part_order)
         hooks.fire("write.staged", shard_url=job.shard_url, slot=job.slot, attempt=desc.attempt, desc_id=desc.desc_id,

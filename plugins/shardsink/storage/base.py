@@ -63,6 +63,16 @@ class SourceObject:
         return recorded in (self.identity, self.legacy) and bool(recorded)
 
 
+@dataclass(frozen=True)
+class SourceVersion:
+    """A listed source object, as ranged reads check it: ``size``, ``modified`` (epoch seconds,
+    checked where the listing's identity is "": a local folder) and ``identity`` (the S3 ETag)."""
+
+    size: int
+    modified: float
+    identity: str = ""
+
+
 class Blob(Protocol):
     """A shard's object store: immutable objects plus two conditional writes."""
 
@@ -92,6 +102,14 @@ class Blob(Protocol):
         Source keys are whatever the store allows (spaces, unicode, ``%``, ``+``, ``#``):
         they are not shard keys and skip :func:`check_key`; only :func:`check_source_key`
         applies (what no store can hold, or what would leave the root)."""
+        ...
+
+    def get_source_range(self, key: str, start: int, end: int, *, expect: SourceVersion) -> bytes | None:
+        """Bytes ``[start, end)`` of source object ``key`` (fewer at its end); None if it is missing.
+
+        ``expect``: what the object was when it was listed; ConditionFailedError if it is no
+        longer that object (a local file's size or mtime, an S3 object's ETag or size differ),
+        so a read spread over many ranged requests never mixes two versions of a file."""
         ...
 
 

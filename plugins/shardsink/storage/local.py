@@ -32,7 +32,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from shardsink.errors import ConditionFailedError, StorageError
-from shardsink.storage.base import Fetched, ObjectInfo, SourceObject, check_key, check_source_key
+from shardsink.storage.base import Fetched, ObjectInfo, SourceObject, SourceVersion, check_key, check_source_key
 
 _TMP_PREFIX = ".tmp-"
 _LOCKS = ".locks"
@@ -158,6 +158,24 @@ class LocalBlob:
                 st = os.fstat(f.fileno())
                 data = f.read()
                 return SourceObject(data, _identity(data), legacy=_stat_identity(st))
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            return None
+        except OSError as e:
+            raise StorageError(f"cannot read {path}: {e}") from e
+
+    def get_source_range(self, key: str, start: int, end: int, *, expect: SourceVersion) -> bytes | None:
+        """Bytes ``[start, end)`` of a source file, from ONE open file: its size and mtime are
+        checked against ``expect`` on that descriptor (ConditionFailedError if they differ)."""
+        path = self.root / check_source_key(key)
+        try:
+            with open(path, "rb") as f:
+                st = os.fstat(f.fileno())
+                if st.st_size != expect.size or st.st_mtime != expect.modified:
+                    raise ConditionFailedError(
+                        f"{path} changed since it was listed ({st.st_size} bytes, mtime {st.st_mtime}; listed "
+                        f"{expect.size} bytes, mtime {expect.modified})")
+                f.seek(max(0, start))
+                return f.read(max(0, end - max(0, start)))
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             return None
         except OSError as e:

@@ -26,7 +26,7 @@ from typing import TypeVar
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, stop_after_delay, wait_random_exponential
 
 from shardsink.errors import StorageError, UnknownOutcomeError
-from shardsink.storage.base import Blob, Fetched, ObjectInfo, SourceObject
+from shardsink.storage.base import Blob, Fetched, ObjectInfo, SourceObject, SourceVersion
 
 T = TypeVar("T")
 
@@ -188,6 +188,11 @@ class RetryingBlob:
 
     def get_source(self, key: str) -> SourceObject | None:
         return self._call("get_source", key, lambda: self.inner.get_source(key), transient)
+
+    def get_source_range(self, key: str, start: int, end: int, *, expect: SourceVersion) -> bytes | None:
+        """A ranged read (counted as ``get_range``); a changed object (ConditionFailedError) is not retried."""
+        return self._call("get_range", key, lambda: self.inner.get_source_range(key, start, end, expect=expect),
+                          transient)
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
         return iter(self._call("list", prefix, lambda: list(self.inner.list(prefix)), transient))

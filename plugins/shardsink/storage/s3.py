@@ -9,9 +9,9 @@ shardsink. Timeouts and the connection pool are :class:`~shardsink.storage.optio
 given explicitly, else the access's, else from the environment (:func:`store_options`).
 
 The conditional create is ``PutObject`` with ``If-None-Match: *``; the conditional
-replace is ``PutObject`` with ``If-Match: <etag>``. Answers are classified per
-DESIGN.md: 412 = lost race (definite), 409 / timeout / 5xx after sending = unknown
-outcome, connection refused = definitely not applied.
+replace is ``PutObject`` with ``If-Match: <etag>``. Answers are classified as in
+docs/architecture.md ("Commit"): 412 = lost race (definite), 409 / timeout / 5xx after
+sending = unknown outcome, connection refused = definitely not applied.
 
 Before its first write (any PUT or DELETE), a store proves it honours both headers: the
 conditional-write probe of :mod:`shardsink.storage.probe`, once per process and endpoint. A
@@ -39,8 +39,8 @@ import boto3
 import botocore.exceptions as bexc
 from botocore.config import Config
 
-from shardsink.errors import ConditionFailedError, StorageError, UnknownOutcomeError
-from shardsink.storage.base import Fetched, ObjectInfo, SourceObject, check_key, check_source_key
+from shardsink.errors import ConditionFailedError, InvalidConfigurationError, StorageError, UnknownOutcomeError
+from shardsink.storage.base import Fetched, ObjectInfo, SourceObject, SourceVersion, check_key, check_source_key
 from shardsink.storage.options import TRUST_ENV, StoreOptions
 from shardsink.storage.probe import PROBE_KEY, check_conditional_writes
 
@@ -103,10 +103,45 @@ def current_access() -> S3Access:
     same credentials and endpoint as the store. Its session holds secrets: never log it.
     """
     access = _ACCESS.get()
-    endpoint = ((access.endpoint_url if access else None) or os.environ.get("AWS_ENDPOINT_URL_S3")
-                or os.environ.get("AWS_ENDPOINT_URL"))
+    endpoint = checked_endpoint(None, access)
     session = access.session if access is not None else _session(*(os.environ.get(k) for k in _SESSION_ENV))
     return S3Access(session=session, endpoint_url=endpoint, options=store_options(None, access))
+
+
+#: Where an endpoint comes from, in botocore's order (the service's variable over the global one).
+_ENDPOINT_ENV = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
+
+
+def checked_endpoint(endpoint_url: str | None, access: S3Access | None) -> str | None:
+    """The endpoint a client uses: ``endpoint_url``, else the access's, else the first of
+    :data:`_ENDPOINT_ENV` that is set; None: AWS's own. InvalidConfigurationError names the
+    setting when it is not an ``http(s)://host[:port]`` URL.
+
+    SUBTLE: a variable set to the empty string is set (botocore reads it and fails with a bare
+    ``ValueError: Invalid endpoint:``), so it is refused here, naming it, not skipped."""
+    if endpoint_url is not None:
+        return _endpoint(endpoint_url, "endpoint_url")
+    if access is not None and access.endpoint_url is not None:
+        return _endpoint(access.endpoint_url, "the endpoint_url of the store's access (its connection)")
+    for var in _ENDPOINT_ENV:
+        if var in os.environ:
+            return _endpoint(os.environ[var], var)
+    return None
+
+
+def _endpoint(url: str, what: str) -> str:
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        ok = parts.scheme in ("http", "https") and bool(parts.hostname) and (parts.port or 0) >= 0
+    except ValueError:  # a port out of range or not a number
+        ok = False
+    if not ok:
+        raise InvalidConfigurationError(
+            f"{what}={url!r:.200} is not an S3 endpoint URL (http(s)://host[:port], e.g. http://127.0.0.1:9000); "
+            f"{'unset it to use AWS S3' if what.startswith('AWS_') else 'fix it'}", value=url[:200])
+    return url
 
 
 def make_client(endpoint_url: str | None = None, *, access: S3Access | None = None,
@@ -114,12 +149,11 @@ def make_client(endpoint_url: str | None = None, *, access: S3Access | None = No
     """A boto3 S3 client with botocore retries off and bounded timeouts.
 
     Credentials and endpoint: ``access``, else the one set by :func:`using_s3_access`,
-    else the standard AWS environment. Timeouts and pool: ``options``, else the access's,
-    else :meth:`StoreOptions.from_env`.
+    else the standard AWS environment (a bad endpoint: :func:`checked_endpoint`). Timeouts and
+    pool: ``options``, else the access's, else :meth:`StoreOptions.from_env`.
     """
     access = access or _ACCESS.get()
-    endpoint = (endpoint_url or (access.endpoint_url if access else None) or os.environ.get("AWS_ENDPOINT_URL_S3")
-                or os.environ.get("AWS_ENDPOINT_URL"))
+    endpoint = checked_endpoint(endpoint_url, access)
     opts = store_options(options, access)
     config = Config(
         retries={"total_max_attempts": 1},
@@ -234,6 +268,32 @@ class S3Blob:
             raise self._fail(e, f"GET {key!r}", write=False) from e
         except Exception as e:
             raise self._fail(e, f"GET {key!r}", write=False) from e
+
+    def get_source_range(self, key: str, start: int, end: int, *, expect: SourceVersion) -> bytes | None:
+        """A ranged GET (``If-Match`` the listed ETag when known; the object's total size checked):
+        ConditionFailedError if the object is no longer the one listed."""
+        k = check_source_key(key)
+        full = f"{self.prefix}/{k}" if self.prefix else k
+        if end <= start:
+            return b""
+        cond = {"IfMatch": expect.identity} if expect.identity else {}
+        try:
+            r = self.client.get_object(Bucket=self.bucket, Key=full, Range=f"bytes={start}-{end - 1}", **cond)
+            total = str(r.get("ContentRange", "")).rpartition("/")[2]
+            if total.isdigit() and int(total) != expect.size:
+                raise ConditionFailedError(f"GET {key!r} on {self.url}: {total} bytes, listed as {expect.size}")
+            return bytes(r["Body"].read())
+        except bexc.ClientError as e:
+            status, code = _status(e)
+            if status == 404 and code != "NoSuchBucket":
+                return None
+            if status == 416:
+                return b""
+            raise self._fail(e, f"GET {key!r} (range)", write=False) from e
+        except ConditionFailedError:
+            raise
+        except Exception as e:
+            raise self._fail(e, f"GET {key!r} (range)", write=False) from e
 
     def _put(self, key: str, data: bytes, what: str, **cond: str) -> str:
         self._check_writable()

@@ -1,0 +1,129 @@
+"""The file schemas ``schema_mode="add_columns"``'s mint checks, from the mint's own listing.
+
+The mint lists the landing zone once (:meth:`shardsink.sources.landing.LandingSource.prepare_chain`)
+and, next to its descriptions' plans, writes the schema of every file that listing found:
+``landing/plans/<first desc_id>.schemas.json`` (a cache under the plans' prefix, deleted by GC
+after its grace period; :mod:`shardsink.sources.landing_layout`). The evolution step that
+follows in the same mint (:func:`shardsink.sinks.evolve.evolve_for_source`) reads it instead of
+listing the zone a second time. A missing or foreign one (a mint that crashed before writing
+it, another source) costs that second listing and a join with the index, never a wrong schema.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import msgspec
+import pyarrow as pa
+
+from shardsink.core.roots import RootObjects
+from shardsink.sources.landing_files import LandingFile, MalformedInputError, read_file_schema
+from shardsink.sources.landing_index import Indexed, decode_schema, plan_key, refresh
+
+log = logging.getLogger("shardsink.sources")
+
+SCHEMAS_FORMAT = "shardsink.landing-schemas/1"
+
+
+class FileSchema(msgspec.Struct, frozen=True, array_like=True):
+    """One listed file: its format and schema fingerprint ("": it could not be indexed)."""
+
+    key: str
+    fmt: str
+    schema: str
+
+
+class ChainSchemas(msgspec.Struct, frozen=True, kw_only=True):
+    format: str = SCHEMAS_FORMAT
+    desc_id: str
+    root: str
+    time_column: str
+    #: fingerprint -> base64 Arrow IPC schema (those the files use).
+    schemas: dict[str, str]
+    files: list[FileSchema]
+
+
+def schemas_key(desc_id: str) -> str:
+    return plan_key(desc_id).removesuffix(".json") + ".schemas.json"
+
+
+def put_chain_schemas(shard_url: str, indexed: Indexed, *, desc_id: str, root: str, time_column: str,
+                      listing: Sequence[LandingFile]) -> None:
+    """Record the schema of every file of the mint's ``listing`` (see the module docstring)."""
+    files = []
+    for f in listing:
+        e = indexed.entries.get(f.key)
+        files.append(FileSchema(f.key, f.key.lower().rsplit(".", 1)[-1], e.schema if e is not None else ""))
+    used = {f.schema for f in files if f.schema}
+    doc = ChainSchemas(desc_id=desc_id, root=root, time_column=time_column,
+                       schemas={k: v for k, v in indexed.schemas.items() if k in used}, files=files)
+    RootObjects(shard_url).put(schemas_key(desc_id), msgspec.json.encode(doc))
+
+
+def _get_chain_schemas(shard_url: str, *, desc_id: str, root: str, time_column: str) -> ChainSchemas | None:
+    store = RootObjects(shard_url)
+    data = store.get(schemas_key(desc_id))
+    if data is None:
+        return None
+    try:
+        doc = msgspec.json.decode(data, type=ChainSchemas)
+    except (msgspec.DecodeError, msgspec.ValidationError) as e:
+        log.warning("%s is unreadable (%s): listing the landing zone instead", store.where(schemas_key(desc_id)), e)
+        return None
+    if doc.format != SCHEMAS_FORMAT or (doc.desc_id, doc.root, doc.time_column) != (desc_id, root, time_column):
+        return None
+    return doc
+
+
+def indexed_schemas(src: Any, shard_url: str, schema: pa.Schema | None, *, desc_id: str | None = None
+                    ) -> Iterator[tuple[str, pa.Schema]]:
+    """:meth:`shardsink.sources.landing.LandingSource.file_schemas` from the mint's listing
+    (``desc_id``: the chain's first description) or, without it, from one listing joined with
+    the index of ``shard_url``. A file whose columns (as pinned by ``schema``) equal an earlier
+    file's is not yielded again: it could not change the target schema, nor fail first."""
+    doc = _get_chain_schemas(shard_url, desc_id=desc_id, root=src.root, time_column=src.time_column) \
+        if desc_id is not None else None
+    if doc is not None:
+        files, schemas = [(f.key, f.fmt, f.schema) for f in doc.files], doc.schemas
+    else:
+        listing = src.files()
+        # Read-only: the mint indexed the zone just before (prepare_chain); a check that refuses
+        # must leave the shard as it was, and one that passes has nothing new to record.
+        idx = refresh(src.blob(), shard_url, root=src.root, time_column=src.time_column, listing=listing,
+                      write=False)
+        schemas = idx.schemas
+        files = [(f.key, f.key.lower().rsplit(".", 1)[-1], e.schema if (e := idx.entries.get(f.key)) else "")
+                 for f in listing]
+    blob, seen = src.blob(), set()
+    for key, fmt, fp in files:
+        where = f"{src.root}/{key}"
+        fs = _pinned(decode_schema(schemas[fp]), fmt, schema) if fp and fp in schemas else None
+        if fs is not None:
+            same = fs.serialize().to_pybytes()
+            if same in seen:
+                continue
+            seen.add(same)
+        else:
+            fs = read_file_schema(blob, key, schema, where=where)
+        if src.time_column not in fs.names:
+            raise MalformedInputError(f"{where} has no event-time column {src.time_column!r} (columns: {fs.names})")
+        yield where, fs.remove(fs.get_field_index(src.time_column))
+
+
+def _pinned(inferred: pa.Schema, fmt: str, schema: pa.Schema | None) -> pa.Schema | None:
+    """The schema a pinned read of a CSV / JSONL file gives (``schema``'s types for the columns
+    it names), from the types inferred when it was indexed; None when they differ (a pinned
+    read may fail: the caller reads the file). A Parquet file's schema is its footer's."""
+    if fmt == "parquet" or schema is None:
+        return inferred
+    pins = {c.name: c.type for c in schema}
+    for c in inferred:
+        if c.name in pins and c.type != pins[c.name] and not pa.types.is_null(c.type):
+            return None
+    if fmt == "csv":
+        return pa.schema([pa.field(c.name, pins.get(c.name, c.type)) for c in inferred])
+    # JSONL read with an explicit schema: its columns first (absent ones as nulls), then the rest.
+    return pa.schema([*(pa.field(c.name, c.type) for c in schema),
+                      *(c for c in inferred if c.name not in pins)])

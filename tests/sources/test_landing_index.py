@@ -1,0 +1,162 @@
+"""The landed-file index and bounded-memory reads (no Spark): built from footers once, a cache that
+survives crashes, stale entries and deletion, and reads that refuse a file changed since listing."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+from shardsink import hooks
+from shardsink.core.roots import RootObjects
+from shardsink.core.updates import TIME
+from shardsink.sources import LandingSource, MalformedInputError
+from shardsink.sources.landing import read_landing_file
+from shardsink.sources.landing_index import IndexEntry, get_plan, make_plan, refresh
+from shardsink.sources.landing_layout import INDEX_KEY
+from shardsink.sources.landing_read import stream_rows
+from shardsink.storage.retry import RetryingBlob
+from shardsink_dev.synthetic import SCHEMA, land_file, landing_table
+
+DAY = 86_400_000
+
+
+@pytest.fixture(params=["local", "s3"])
+def where(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, str]:
+    """(landing root, shard url)."""
+    if request.param == "local":
+        return str(tmp_path / "landing"), (tmp_path / "shard").as_uri()
+    request.getfixturevalue("moto")
+    n = time.monotonic_ns()
+    return f"s3://shardsink-test/landing-{n}", f"s3://shardsink-test/shard-{n}"
+
+
+def _land_days(root: str, days: int, fmt: str = "parquet") -> None:
+    for d in range(days):
+        land_file(root, f"day{d}/a.{fmt}", landing_table(d * DAY, (d + 1) * DAY, 30, seed=d))
+
+
+def _index(src: LandingSource, shard: str) -> dict[str, IndexEntry]:
+    return refresh(src.blob(), shard, root=src.root, time_column=src.time_column, listing=src.files()).entries
+
+
+def test_index_is_built_once_from_footers_and_plans_read_only_the_window(where: tuple[str, str]) -> None:
+    root, shard = where
+    _land_days(root, 4)
+    land_file(root, "day1/b.csv", landing_table(DAY, 2 * DAY, 10, seed=9))
+    src = LandingSource(root)
+    blob = RetryingBlob(src.blob())
+    entries = _index(src, shard)
+    e = entries["day2/a.parquet"]
+    t = read_landing_file(blob, next(f for f in src.files() if f.key == "day2/a.parquet"), SCHEMA, "event_time")
+    assert (e.rows, e.tmin, e.tmax) == (30, pc.min(t[TIME]).as_py(), pc.max(t[TIME]).as_py())
+    assert entries["day1/b.csv"].rows == 10 and entries["day1/b.csv"].fmt == "csv"
+    before = blob.requests
+    again = refresh(blob, shard, root=src.root, time_column="event_time", listing=src.files()).entries
+    assert again == entries and blob.requests == before, "an unchanged zone reads no landed file again"
+    land_file(root, "day9/a.parquet", landing_table(9 * DAY, 10 * DAY, 30, seed=9))
+    seen = dict(blob.requests_by_kind)
+    refresh(blob, shard, root=src.root, time_column="event_time", listing=src.files())
+    new = {k: v - seen.get(k, 0) for k, v in blob.requests_by_kind.items() if v != seen.get(k, 0)}
+    assert new == {("get_range", "day9"): 1}, "a new Parquet file: its footer only"
+    listing = src.files()
+    idx = refresh(blob, shard, root=src.root, time_column="event_time", listing=listing)
+    plan = make_plan(idx, desc_id="d1", lower=2 * DAY, upper=3 * DAY, root=src.root, time_column="event_time",
+                     listing=listing)
+    assert [r.key for r in plan.read] == ["day2/a.parquet"]
+    assert sorted(o.key for o in plan.older) == ["day0/a.parquet", "day1/a.parquet", "day1/b.csv"]
+
+
+def test_index_faults_crash_while_written_garbage_deleted_and_stale_entries(tmp_path: Path) -> None:
+    root, shard = str(tmp_path / "landing"), (tmp_path / "shard").as_uri()
+    _land_days(root, 2)
+    src = LandingSource(root)
+    store = RootObjects(shard)
+
+    def crash(**_: object) -> None:
+        raise RuntimeError("killed while writing the index")
+
+    remove = hooks.register("landing.index_put", crash)
+    try:
+        with pytest.raises(RuntimeError):
+            _index(src, shard)
+    finally:
+        remove()
+    assert store.get(INDEX_KEY) is None, "a crash before the put leaves no index"
+    good = _index(src, shard)
+    store.put(INDEX_KEY, (store.get(INDEX_KEY) or b"")[:37])  # a torn document (a store without atomic puts)
+    assert _index(src, shard) == good, "an unreadable index is rebuilt, never trusted"
+    (tmp_path / "shard" / INDEX_KEY).unlink()  # deleted mid-life: a re-scan
+    assert _index(src, shard) == good
+    # Stale: the file was re-landed with other rows after it was indexed.
+    path = Path(root) / "day0/a.parquet"
+    land_file(root, "day0/a.parquet", landing_table(5 * DAY, 6 * DAY, 7, seed=3))
+    os.utime(path, (path.stat().st_atime + 5, path.stat().st_mtime + 5))
+    e = _index(src, shard)["day0/a.parquet"]
+    assert (e.rows, e.tmin is not None and e.tmin >= 5 * DAY) == (7, True)
+    assert e.first_seen == path.stat().st_mtime, "a re-landed file appeared when it was re-landed"
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "csv", "jsonl"])
+def test_streamed_rows_equal_the_whole_read_and_prune_row_groups(tmp_path: Path, fmt: str) -> None:
+    root = str(tmp_path)
+    t = landing_table(0, 10 * DAY, 5_000, seed=1).sort_by("event_time")
+    if fmt == "parquet":
+        pq.write_table(t, tmp_path / "a.parquet", row_group_size=500)
+    else:
+        land_file(root, f"a.{fmt}", t)
+    src = LandingSource(root)
+    f = src.files()[0]
+    window = (3 * DAY, 4 * DAY)
+    whole = read_landing_file(src.blob(), f, SCHEMA, "event_time")
+    want = whole.filter(pc.and_(pc.greater_equal(whole[TIME], window[0]), pc.less(whole[TIME], window[1])))
+    blob = RetryingBlob(src.blob())
+    blocks = list(stream_rows(blob, f, SCHEMA, "event_time", root=root, window=window))
+    got = pa.concat_tables(blocks) if blocks else want.schema.empty_table()
+    assert sorted(got.to_pylist(), key=repr) == sorted(want.to_pylist(), key=repr) and want.num_rows > 0
+    if fmt == "parquet":
+        assert pq.ParquetFile(tmp_path / "a.parquet").metadata.num_row_groups == 10
+        assert blob.requests <= 3, "the footer and the (at most 2) row groups holding the window, no others"
+
+
+def test_a_file_changed_after_listing_is_refused_not_half_read(where: tuple[str, str]) -> None:
+    root, _ = where
+    land_file(root, "a.parquet", landing_table(0, DAY, 50, seed=1))
+    src = LandingSource(root)
+    f = src.files()[0]
+    time.sleep(0.01)
+    land_file(root, "a.parquet", landing_table(0, DAY, 60, seed=2))  # rewritten in place
+    with pytest.raises(MalformedInputError, match="changed or disappeared since it was listed"):
+        list(stream_rows(src.blob(), f, SCHEMA, "event_time", root=root, window=(0, DAY)))
+
+
+def test_plans_are_for_their_description_only(tmp_path: Path) -> None:
+    root, shard = str(tmp_path / "landing"), (tmp_path / "shard").as_uri()
+    _land_days(root, 2)
+    src = LandingSource(root)
+    src.prepare_chain(shard, [type("D", (), {"desc_id": "d-1", "lower": 0, "upper": DAY})()])
+    assert get_plan(shard, desc_id="d-1", lower=0, upper=DAY, root=src.root, time_column="event_time") is not None
+    assert get_plan(shard, desc_id="d-1", lower=0, upper=2 * DAY, root=src.root, time_column="event_time") is None
+    assert get_plan(shard, desc_id="d-2", lower=0, upper=DAY, root=src.root, time_column="event_time") is None
+
+
+def test_add_columns_schemas_from_the_index_equal_the_files(where: tuple[str, str]) -> None:
+    root, shard = where
+    _land_days(root, 2)
+    for fmt in ("csv", "jsonl"):
+        land_file(root, f"x/b.{fmt}", landing_table(0, DAY, 5, seed=4))
+    src = LandingSource(root)
+    read = [(w, s.to_string()) for w, s in src.file_schemas(SCHEMA)]
+    indexed = [(w, s.to_string()) for w, s in src.file_schemas(SCHEMA, shard_url=shard)]
+    # Each distinct schema once (a repeat cannot change the target nor fail first), named by its first file.
+    assert set(indexed) <= set(read) and {s for _, s in indexed} == {s for _, s in read}
+    assert [w for w, _ in indexed] == [next(w for w, s in read if s == s2) for _, s2 in indexed]
+    # The add_columns step after the mint: the same, from the mint's own listing (no second listing).
+    src.prepare_chain(shard, [type("D", (), {"desc_id": "d-1", "lower": 0, "upper": DAY})()])
+    src.files = lambda **_: pytest.fail("the zone was listed a second time")  # type: ignore[method-assign]
+    assert [(w, s.to_string()) for w, s in src.file_schemas(SCHEMA, shard_url=shard, desc_id="d-1")] == indexed
