@@ -14,13 +14,14 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from airflow.sdk import DAG
 from airflow.sdk.exceptions import TaskDeferred
 from support import SCHEMA
 
 from shardsink import Shard
-from shardsink.airflow.gates import retry_gate, wait_for_earlier_intervals
+from shardsink.airflow.gates import far_behind, retry_gate, wait_for_earlier_intervals
 from shardsink.airflow.results import AppendReport
 from shardsink.airflow.settings import IngestSettings
 from shardsink.airflow.triggers import RESUME_METHOD, EarlierIntervalsTrigger
@@ -111,3 +112,61 @@ def test_a_wait_for_earlier_intervals_is_bounded(shard: Shard) -> None:
     with pytest.raises(TaskDeferred) as d:
         wait_for_earlier_intervals(_settings(shard.url), shard.info(), 20, _context(shard))
     assert d.value.timeout is not None and d.value.timeout.total_seconds() == 2 * 300 + 5 * 7.0 + 60
+
+
+DAY_MS = 86_400_000
+
+
+def _ms(*ymd: int) -> int:
+    return int(datetime(*ymd, tzinfo=UTC).timestamp() * 1000)  # type: ignore[misc]
+
+
+def test_a_new_shard_far_behind_the_run_is_warned_about_naming_the_fix(tmp_path: Path) -> None:
+    """Issue 35: a shard created at a start_date long before the data (2024-01-01, data of 2025-03).
+    The warning names both fixes with this run's values; nothing is refused (a backward backfill
+    over real history starts the same way)."""
+    new = Shard.create((tmp_path / "new").as_uri(), SCHEMA, upper=_ms(2024, 1, 1))
+    settings = IngestSettings(dag_id="d", shard_url=new.url, source_spec={}, writers=1, max_span=DAY_MS,
+                              max_attempts=3, initial_upper=_ms(2024, 1, 1), max_chain=16)
+    run = (_ms(2025, 3, 1), _ms(2025, 3, 2))
+    warning = far_behind(settings, new.info(), run)
+    assert warning is not None
+    assert f"new shard {new.url} starts at upper {_ms(2024, 1, 1)} (2024-01-01T00:00:00+00:00), 425 batches" in warning
+    assert "start_date=datetime(2025, 3, 1, tzinfo=UTC)" in warning
+    assert f"ShardOptions(initial_upper={_ms(2025, 3, 1)})" in warning and "max_chain (16)" in warning
+    assert f"shardsink drop {new.url} --yes" in warning
+    # Within max_chain batches, or without max_span (one batch covers any gap): nothing to say.
+    assert far_behind(settings, new.info(), (_ms(2024, 1, 17), _ms(2024, 1, 18))) is None
+    assert far_behind(settings, new.info(), (_ms(2024, 1, 18), _ms(2024, 1, 19))) is not None  # 17 batches
+    wide = IngestSettings(dag_id="d", shard_url=new.url, source_spec={}, writers=1, max_span=None, max_attempts=3,
+                          initial_upper=0, max_chain=16)
+    assert far_behind(wide, new.info(), run) is None
+    assert far_behind(settings, new.info(), (None, None)) is None  # a manual run without an interval
+    # A shard that holds a batch is catching up on purpose (a paused DAG): no warning.
+    new.append(pa.table({"k": ["a"], "n": [1], "_time": [_ms(2024, 1, 1)], "_diff": [1]}),
+               lower=_ms(2024, 1, 1), upper=_ms(2024, 1, 2))
+    assert far_behind(settings, new.info(), run) is None
+
+
+def test_the_mint_logs_and_pushes_the_warning_before_it_waits(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from shardsink.airflow.tasks import mint_task
+    from shardsink.sources import LandingSource
+    from shardsink_dev.synthetic import publish_watermark
+
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    publish_watermark(str(landing), _ms(2025, 3, 1) + DAY_MS // 2)  # not covering the interval: no mint ahead
+    url = (tmp_path / "shard").as_uri()
+    settings = IngestSettings(dag_id="d", shard_url=url, source_spec=LandingSource(str(landing)).spec(), writers=1,
+                              max_span=DAY_MS, max_attempts=3, initial_upper=_ms(2024, 1, 1))
+    Shard.create(url, SCHEMA, upper=settings.initial_upper)  # as the first mint creates it
+    context = _context(Shard(url))
+    pushed: dict[str, Any] = {}
+    context["ti"].xcom_push = lambda key, value: pushed.__setitem__(key, value)
+    context["dag_run"] = SimpleNamespace(start_date=datetime.now(UTC), run_id="manual__now", conf={}, dag_id="d")
+    context.update(params={}, data_interval_start=datetime(2025, 3, 1, tzinfo=UTC),
+                   data_interval_end=datetime(2025, 3, 2, tzinfo=UTC))
+    with caplog.at_level("WARNING", logger="shardsink.airflow"), pytest.raises(TaskDeferred):
+        mint_task(settings, 1, context)  # then waits for the earlier intervals' runs
+    assert "start_date=datetime(2025, 3, 1, tzinfo=UTC)" in pushed["warning"]
+    assert pushed["warning"] in caplog.text

@@ -96,3 +96,43 @@ def test_killed_write_and_lost_ack_are_retried_without_duplicates(af: Env, tmp_p
     assert_no_leaks(af.shard_url)
     events = af.asset_events()
     assert len(events) == 1 and events[0]["seqno"] == 1 and events[0]["rows"] == 400
+
+
+@pytest.mark.timeout(1200)
+def test_a_later_run_mints_ahead_stages_and_commits_in_its_turn(
+        af: Env, tmp_path: Path, airflow_template: Path) -> None:
+    """Issue 34 under real Airflow: run A (interval Jan 2) starts while the shard's upper is Jan 1. It
+    mints its own interval at once (no mint wait), stages it, and its append waits its turn
+    DEFERRED (the TurnTrigger, run inline by ``dags test``), naming the description it waits
+    behind. Run B (interval Jan 1) then commits; A's append is handed back and commits right
+    after. Both green; each day exactly once; A's XCom and log carry its timeline."""
+    generate(af.landing, start=START, days=2, files_per_day=2, rows_per_file=100)
+    home_b = tmp_path / "ah-b"
+    home_b.mkdir()
+    shutil.copy(airflow_template, home_b / "airflow.db")
+    env = {"SHARDSINK_WRITERS": "1", "SHARDSINK_POKE_S": "1", "SHARDSINK_CATCH_UP_AFTER_S": "600"}
+    log_a = tmp_path / "run-a.log"
+    run_a = af.popen_dags_test("2024-01-03", log=log_a, extra=env)
+    staging = Path(af.root / "shards" / "events" / "staging")
+    try:
+        _wait_for(lambda: "Pausing task as DEFERRED" in log_a.read_text(errors="replace")
+                  or run_a.poll() is not None, 900, "run A's append to defer")
+        assert run_a.poll() is None, log_a.read_text()[-6000:]
+        a_descs = [p.name for p in staging.iterdir()]
+        assert len(a_descs) == 1 and Shard.open(af.shard_url).info().upper == START  # staged, not committed
+        ok(af.dags_test("2024-01-02", home=home_b, extra=env))
+        run_a.wait(timeout=300)
+    finally:
+        if run_a.poll() is None:
+            run_a.kill()
+    out_a = log_a.read_text()
+    assert run_a.returncode == 0, out_a[-6000:]
+    assert f"[{START + DAY}, {START + 2 * DAY}) for 1 writer slots (attempt 1 of 5); minted ahead" in out_a
+    assert "earlier intervals are not covered yet" not in out_a  # the mint did not wait
+    assert "waiting for the shard's upper" in out_a and "it waits behind no description staged" in out_a
+    assert "'status': 'reached'" in out_a and "timeline: minted at" in out_a
+    shard = Shard.open(af.shard_url)
+    assert [(c.lower, c.upper, c.desc_id) for _, c in reversed(shard.log(limit=10)) if c.kind == "append"][-1] == \
+        (START + DAY, START + 2 * DAY, a_descs[0])
+    assert_exactly_once(af.shard_url, af.landing, START, START + 2 * DAY)
+    assert_no_leaks(af.shard_url)

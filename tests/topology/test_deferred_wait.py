@@ -7,15 +7,17 @@ in local mode on the Celery workers (connection ``spark_local``: one JVM per job
 executors): nothing here is about where Spark runs (test_production_shape.py is).
 
 One DAG (and shard) per scenario, all three backfills at once, each over as few days as show
-its case: two (backwards, the newest day's run waits for the older one), three with one
-active run backwards (alone, the newest day's run catches up a middle day too, not only the
-first). The fourth case, forwards at the default concurrency, is the production shape's
-10-day backfill (test_production_shape.py: its later days' mints defer and keep try 1).
+its case: two (backwards, the newest day's run mints ahead and its append waits for the older
+one), three with one active run backwards (alone, the newest day's run catches up a middle day
+too, not only the first). The fourth case, forwards at the default concurrency, is the
+production shape's 10-day backfill (test_production_shape.py: its later days stage in
+parallel and their appends wait their turn, deferred).
 Every run must be green, each shard must cover every interval exactly once (one commit per
 day, the source read directly), and no mint may have needed a second try. With one active
 run backwards (the issue's case, which failed 4 of 5 runs when the mint rescheduled itself),
-the newest day runs alone first: its mint must defer, be handed back by the triggerer after
-the catch-up time without progress in the same try, and commit every day itself.
+the newest day runs alone first: it mints ahead (issue 34), its append must defer, be handed
+back by the triggerer after the catch-up time without progress in the same try and give its
+turn up (nobody works at the upper); its attempt 2 then commits every day itself.
 """
 
 from __future__ import annotations
@@ -63,8 +65,8 @@ for dag_id, (shard, landing, days, catch_up_s) in {scenarios!r}.items():
 '''
 
 
-def _mint_log(topology: Topology, dag_id: str, run_id: str) -> str:
-    return topology.task_log(dag_id, run_id, "attempt_1.mint")
+def _log(topology: Topology, dag_id: str, run_id: str, task_id: str = "attempt_1.mint") -> str:
+    return topology.task_log(dag_id, run_id, task_id)
 
 
 @pytest.mark.timeout(1500)
@@ -102,19 +104,22 @@ def test_backfills_in_both_orders_at_any_concurrency_defer_and_cover_every_inter
         mints = [ti for ti in topology.task_instances(dag_id) if ti["task_id"].endswith(".mint")]
         assert all(ti["try_number"] == 1 for ti in mints if ti["state"] == "success"), \
             [(ti["dag_run_id"], ti["task_id"], ti["try_number"]) for ti in mints]
-        deferred[dag_id] = sum("deferred to the triggerer" in _mint_log(topology, dag_id, r["dag_run_id"])
-                               for r in runs[dag_id])
-    print(f"runs whose attempt_1.mint deferred: {dict(deferred)}")
+        deferred[dag_id] = sum("deferred to the triggerer" in _log(topology, dag_id, r["dag_run_id"], task)
+                               for r in runs[dag_id] for task in ("attempt_1.mint", "attempt_1.append"))
+    print(f"runs whose attempt_1 mint or append deferred: {dict(deferred)}")
     # Backwards, the newest day's run is scheduled first, whatever the concurrency: it must wait.
     assert deferred["dw_bwd_default"] >= 1 and deferred["dw_bwd_one"] >= 1, deferred
 
-    # One active run backwards: the newest day ran alone first, deferred, was handed back in the
-    # same try after the catch-up time without progress, and committed every day itself.
+    # One active run backwards: the newest day ran alone first, minted ahead, its append deferred,
+    # was handed back in the same try after the catch-up time without progress and gave its turn
+    # up; its attempt 2 committed every day itself.
     newest = max(runs["dw_bwd_one"], key=lambda r: r["logical_date"])["dag_run_id"]
-    log = _mint_log(topology, "dw_bwd_one", newest)
-    for line in ("deferred to the triggerer", "Pausing task as DEFERRED", "'status': 'catch_up'",
-                 "resumed after a deferred wait", "this run catches up from upper"):
+    assert "minted ahead of the shard's upper" in _log(topology, "dw_bwd_one", newest)
+    log = _log(topology, "dw_bwd_one", newest, "attempt_1.append")
+    for line in ("deferred to the triggerer", "Pausing task as DEFERRED", "'status': 'idle'",
+                 "resumed after a deferred wait", "gave its turn up"):
         assert line in log, (newest, line)
+    assert "this run catches up from upper" in _log(topology, "dw_bwd_one", newest, "attempt_2.mint")
     writers = {c.writer for _, c in Shard.open(spec["dw_bwd_one"][0]).log(limit=100) if c.kind == "append"}
     assert writers == {f"airflow:dw_bwd_one/{newest}"}
     mint = _ti(topology.task_instances("dw_bwd_one"), newest, "attempt_1.mint")

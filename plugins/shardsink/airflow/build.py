@@ -18,6 +18,7 @@ from airflow.sdk import DAG, Asset, CronDataIntervalTimetable, DeltaDataInterval
 from shardsink.airflow.attempts import MakeWrite, MintBody, attempt_groups
 from shardsink.airflow.options import AttemptOptions, ShardOptions, SparkOptions
 from shardsink.airflow.settings import IngestSettings
+from shardsink.errors import InvalidUsageError
 
 
 def _millis(span: timedelta | int | None) -> int | None:
@@ -46,6 +47,27 @@ def timetable(schedule: Any) -> Any:
     return schedule
 
 
+def checked_start_date(factory: str, dag_id: str, start_date: object) -> datetime:
+    """``start_date`` of a ``factory(dag_id=...)`` call, in UTC as the DAG will hold it (a naive
+    one is in Airflow's ``default_timezone``, as Airflow reads it), or InvalidUsageError naming it.
+
+    Required: it is the start of the DAG's first interval and the initial upper of the shard
+    the first run creates. A silent default would start the shard wherever the default lies,
+    and every later run would then wait for, and catch up, the empty intervals in between.
+    """
+    if start_date is None:
+        raise InvalidUsageError(
+            f"{factory}(dag_id={dag_id!r}) needs start_date=: the start of its first interval and the initial "
+            "upper of the shard it creates; give the first day of your data, e.g. "
+            "start_date=datetime(2025, 1, 1, tzinfo=UTC)", value="start_date")
+    if not isinstance(start_date, datetime):
+        raise InvalidUsageError(f"{factory}(dag_id={dag_id!r}): start_date must be a datetime, got "
+                                f"{type(start_date).__name__} {start_date!r:.60}", value=repr(start_date)[:60])
+    from airflow.sdk import timezone
+
+    return timezone.convert_to_utc(start_date)
+
+
 def sink_settings(*, dag_id: str, url: str, spec: dict[str, Any], writers: int, start_date: datetime,
                   shard: ShardOptions, attempts: AttemptOptions) -> IngestSettings:
     """The settings every task of the DAG shares (range-checked by :class:`IngestSettings`)."""
@@ -64,6 +86,7 @@ def sink_settings(*, dag_id: str, url: str, spec: dict[str, Any], writers: int, 
         max_chain=attempts.max_chain,
         catch_up_after=attempts.catch_up_after.total_seconds(),
         poke_interval=attempts.poke_interval.total_seconds(),
+        max_append_wait=attempts.max_append_wait.total_seconds(),
     )
 
 

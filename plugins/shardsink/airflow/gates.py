@@ -136,6 +136,62 @@ def wait_for_earlier_intervals(settings: IngestSettings, info: ShardInfo, interv
     log.info("no progress on %s for %.0fs: this run catches up from upper %s itself", info.url, idle, info.upper)
 
 
+def ahead_from(info: ShardInfo, interval: tuple[int | None, int | None], *, watermark: int | None, attempt: int,
+               corrects: tuple[int, int] | None, dry_run: bool, reclocked: bool, catch_up_after: float = 300.0
+               ) -> int | None:
+    """Where this run mints ahead (its interval's start), or None: mint from the shard's upper.
+
+    **Mint ahead**: a backfill's run whose interval starts past the shard's upper does not wait
+    for the earlier runs; it mints ``[start, end)`` at once when the source covers it (watermark
+    at or past the interval's end), stages it, and its append waits its turn
+    (:mod:`shardsink.airflow.append_wait`). Caught up (the upper at or past the start) the mint
+    is today's, from the upper. Only attempt 1 mints ahead (a later attempt follows a loss or a
+    turn given up: it catches up from the upper); never a correction (it lands at the upper), a
+    dry run, a reclocked source (its offsets are bound to times from the upper on), nor with
+    ``catch_up_after`` 0 (the DAG asks its runs never to wait for earlier ones: each catches up
+    from the upper at once). ``info``: the head as the mint read it (no read here).
+    """
+    start, end = interval
+    if attempt != 1 or corrects is not None or dry_run or reclocked or start is None or end is None \
+            or catch_up_after <= 0:
+        return None
+    if info.upper is None or info.upper >= start or watermark is None or watermark < end:
+        return None
+    return start
+
+
+def far_behind(settings: IngestSettings, info: ShardInfo, interval: tuple[int | None, int | None]) -> str | None:
+    """Why a NEW shard (no batch committed yet) far behind this run's interval is likely a
+    mistake, naming the fix; None when it is not.
+
+    Far: the gap from the shard's upper to the interval's start takes more than ``max_chain``
+    batches of ``max_span`` (without a ``max_span`` one batch covers any gap). Typically
+    ``start_date`` (the shard's initial upper) lies long before the data: the run then waits
+    for earlier runs that never come (``catch_up_after``) and writes the empty batches in
+    between, ``max_chain`` per attempt. Not refused: a backfill run backwards over real history
+    starts the same way. ``info``: the head as the mint read it (no read here).
+    """
+    start, span = interval[0], settings.max_span
+    if start is None or span is None or info.upper is None or info.stats.batches or info.upper >= start:
+        return None
+    batches = -(-(start - info.upper) // span)
+    if batches <= settings.max_chain:
+        return None
+    day = datetime.fromtimestamp(start / 1000, UTC)
+    return (f"new shard {info.url} starts at upper {info.upper} ({_iso(info.upper)}), {batches} batches of "
+            f"{timedelta(milliseconds=span)} before this run's interval start {start} ({_iso(start)}), more than "
+            f"max_chain ({settings.max_chain}): this run may wait up to {settings.catch_up_after:.0f}s for earlier "
+            f"runs, then writes the batches in between, {settings.max_chain} per attempt (one Spark job per writer "
+            "slot each). If the data begins later, start the shard at it: "
+            f"set the DAG's start_date=datetime({day.year}, {day.month}, {day.day}, tzinfo=UTC) or "
+            f"ShardOptions(initial_upper={start}), and drop this shard, which holds no batch yet "
+            f"(shardsink drop {info.url} --yes), so that the next run creates it there")
+
+
+def _iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="seconds")
+
+
 def covered(settings: IngestSettings, context: dict[str, Any], target: int | None, *, upper: int | None) -> bool:
     return target is not None and upper is not None and upper >= target
 

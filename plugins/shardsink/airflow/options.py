@@ -89,7 +89,9 @@ class AttemptOptions:
     every task (a retried task never duplicates data). Ingest runs only: an attempt
     commits at most ``max_chain`` descriptions; a run behind an uncovered earlier
     interval waits up to ``catch_up_after`` without shard progress before catching up
-    itself, looking again every ``poke_interval`` (holding no worker slot).
+    itself, looking again every ``poke_interval`` (holding no worker slot). A backfill's later
+    runs mint and stage ahead; each append then waits its turn (deferred, the same pokes) at
+    most ``max_append_wait``, then fails naming the description and run it waits behind.
     """
 
     max_attempts: int = 5
@@ -100,6 +102,7 @@ class AttemptOptions:
     max_chain: int = 16
     catch_up_after: timedelta = timedelta(minutes=5)
     poke_interval: timedelta = timedelta(seconds=15)
+    max_append_wait: timedelta = timedelta(hours=24)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> AttemptOptions:
@@ -127,4 +130,5 @@ ATTEMPT_ENV = {
     "backoff_cap": "SHARDSINK_RETRY_BACKOFF_CAP", "task_retries": "SHARDSINK_TASK_RETRIES",
     "task_retry_delay": "SHARDSINK_TASK_RETRY_DELAY_S", "max_chain": "SHARDSINK_MAX_CHAIN",
     "catch_up_after": "SHARDSINK_CATCH_UP_AFTER_S", "poke_interval": "SHARDSINK_POKE_S",
+    "max_append_wait": "SHARDSINK_MAX_APPEND_WAIT_S",
 }

@@ -55,6 +55,15 @@ class AppendReport(msgspec.Struct, frozen=True, kw_only=True):
     lost: tuple[str, ...] = ()
     upper: int | None = None
     retry_at: float | None = None
+    #: The timeline (epoch s): the mint, the writes done (the append's first start), the commit;
+    #: ``waited_for``: the description (and run) a description minted ahead waited behind.
+    minted_at: float | None = None
+    staged_at: float | None = None
+    waited_for: str | None = None
+    committed_at: float | None = None
+    #: The attempt gave its turn up (its descriptions, minted ahead, were left StillPossible: a
+    #: later attempt of the run deletes what they staged once its commits pass them).
+    gave_up: bool = False
 
 
 class RunReport(msgspec.Struct, frozen=True, kw_only=True):

@@ -45,6 +45,9 @@ class IngestSettings:
     catch_up_after: float = 300.0
     poke_interval: float = 15.0
     sample_rows: int = 5
+    #: How long an append minted ahead may wait for its turn (the shard's upper reaching its lower)
+    #: before its task fails, naming the description it waits behind (seconds, > 0).
+    max_append_wait: float = 86400.0
 
     def __post_init__(self) -> None:
         """Range-check every time, duration and count (a DAG file with a bad one fails to parse, naming it)."""
@@ -57,7 +60,8 @@ class IngestSettings:
             ck.check_duration_ms(self.max_span, what="max_span")
         for what, value, positive in (("backoff_base", self.backoff_base, False), ("backoff_cap", self.backoff_cap,
                                       False), ("catch_up_after", self.catch_up_after, False),
-                                      ("poke_interval", self.poke_interval, True)):
+                                      ("poke_interval", self.poke_interval, True),
+                                      ("max_append_wait", self.max_append_wait, True)):
             ck.check_seconds(value, what=what, positive=positive)
 
     @property

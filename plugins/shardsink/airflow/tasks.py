@@ -20,10 +20,13 @@ from typing import Any, NoReturn
 
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
+from shardsink.airflow.append_wait import wait_turn
 from shardsink.airflow.failures import for_airflow
 from shardsink.airflow.gates import (
+    ahead_from,
     covered,
     defer_until,
+    far_behind,
     nothing_to_do,
     retry_gate,
     skip_rest,
@@ -49,11 +52,13 @@ from shardsink.errors import (
     ShardsinkError,
     UpperMismatchError,
 )
+from shardsink.reclock.source import Reclocked
 from shardsink.sinks.description import Description, NoOp, descriptions, to_builtins
 from shardsink.sinks.ingest import (
     LostRaceError,
     Seen,
     append_chain,
+    cleanup,
     open_with_info,
     read_watermark,
 )
@@ -71,7 +76,9 @@ def mint_task(settings: IngestSettings, attempt: int, context: dict[str, Any], *
 
     The run's **target** is ``min(interval end, watermark)``: the run is green only once the
     shard's upper reaches it (the ``report`` task checks). A covered target is a quick no-op.
-    A run behind an uncovered earlier interval waits (deferred to the triggerer) for it, then catches up.
+    A run behind an uncovered earlier interval waits (deferred to the triggerer) for it, then catches up;
+    a NEW shard far behind the run's interval is warned about first, naming the fix (log and
+    XCom ``warning``, :func:`shardsink.airflow.gates.far_behind`).
     Re-processing (``reprocess_from``/``reprocess_to`` or ``reprocess``) puts the correction
     into the first description; ``dry_run`` computes and reports, then ends the run. Reads the
     shard's head once and the source's watermark once; the gates and the chain decide from them.
@@ -96,6 +103,9 @@ def mint_task(settings: IngestSettings, attempt: int, context: dict[str, Any], *
         if failure is e:
             raise
         raise failure from e
+    if (warning := far_behind(settings, info, opts.interval)) is not None:
+        log.warning("%s", warning)
+        context["ti"].xcom_push(key="warning", value=warning)
     corrects = None if corrected else opts.corrects
     if corrects is not None:
         try:
@@ -104,13 +114,16 @@ def mint_task(settings: IngestSettings, attempt: int, context: dict[str, Any], *
             raise AirflowFailException(f"{type(e).__name__}: {e}") from e
     wm = read_watermark(source)
     target = None if wm is None else min(b for b in (wm, interval_end) if b is not None)
-    if corrects is None and not opts.dry_run and start is not None and wm is not None:
+    ahead = ahead_from(info, opts.interval, watermark=wm, attempt=attempt, corrects=corrects, dry_run=opts.dry_run,
+                       reclocked=isinstance(source, Reclocked), catch_up_after=settings.catch_up_after)
+    if ahead is None and corrects is None and not opts.dry_run and start is not None and wm is not None:
         # Only the part of the earlier intervals the source can fill is worth waiting for: a
         # run whose target is covered already (or whose interval lies past the watermark
         # and the shard reached it) ends at once.
         wait_for_earlier_intervals(settings, info, min(start, wm), context)
     out = mint_chain(shard, source, interval_end=interval_end, max_span=settings.max_span, max_chain=settings.max_chain,
-                     dag_id=settings.dag_id, run_id=run_id, attempt=attempt, corrects=corrects, seen=Seen(info, wm))
+                     dag_id=settings.dag_id, run_id=run_id, attempt=attempt, corrects=corrects, seen=Seen(info, wm),
+                     prepare=not opts.dry_run, ahead_from=ahead)
     push_plan(context, Plan(target=target, watermark=wm, interval_end=interval_end, corrects=corrects,
                             dry_run=opts.dry_run))
     if isinstance(out, NoOp):
@@ -124,10 +137,13 @@ def mint_task(settings: IngestSettings, attempt: int, context: dict[str, Any], *
     if opts.dry_run:
         dry_run_report(context, settings, lambda spark: _dry_ingest(spark, source, shard, out, settings,
                                                                     schema_mode=schema_mode))
+    context["ti"].xcom_push(key="minted_at", value=time.time())
     for d in out:
-        log.info("minted description %s [%d, %d)%s for %d writer slots (attempt %d of %d)", d.desc_id, d.lower,
+        log.info("minted description %s [%d, %d)%s for %d writer slots (attempt %d of %d)%s", d.desc_id, d.lower,
                  d.upper, f" correcting [{d.corrects[0]}, {d.corrects[1]})" if d.corrects else "", settings.writers,
-                 attempt, settings.max_attempts)
+                 attempt, settings.max_attempts,
+                 f"; minted ahead of the shard's upper {info.upper}: it stages now and commits in its turn"
+                 if ahead is not None else "")
     return list(to_builtins(out))
 
 
@@ -180,17 +196,22 @@ def append_task(settings: IngestSettings, attempt: int, descs: list[dict[str, An
 
     Reads: the first description's fate is the task's one head read; each later one's fate is
     the version that committed the one before it (:func:`shardsink.sinks.ingest.append_chain`).
+    A description minted ahead of the upper waits its turn first, deferred
+    (:func:`shardsink.airflow.append_wait.wait_turn`). The report also carries the timeline:
+    ``minted_at``, ``staged_at`` (the writes done), ``waited_for`` and ``committed_at``.
     """
     if not descs:
         raise AirflowSkipException("no description was minted for this attempt; nothing to append")
     chain = descriptions(descs, what=f"XCom descriptions of attempt_{attempt}.mint")
-    shard = Shard(settings.shard_url)  # no read here: the first fate read is the head read
+    shard = Shard(settings.shard_url)
     writer = run_writer(context, dag_id=settings.dag_id)
     done: list[CommitRecord] = []
     lost: list[str] = []
     upper: int | None = None
     try:
-        for d, r in append_chain(shard, chain, settings.writers, writer=writer):
+        first = shard.fate(chain[0].desc_id, chain[0].lower)  # the task's one head read
+        waited = wait_turn(settings, shard, chain[0], first, attempt, context)  # minted ahead: wait its turn
+        for d, r in append_chain(shard, chain, settings.writers, writer=writer, first=first):
             if isinstance(r, UpperMismatchError):
                 upper = r.current
                 lost.append(_lost(d, r))
@@ -205,10 +226,17 @@ def append_task(settings: IngestSettings, attempt: int, descs: list[dict[str, An
     except (CorruptionError, ShardClosedError) as e:
         raise AirflowFailException(str(e)) from e
     if done:
+        settle_given_up(shard, context, attempt)
         ensure_retention(shard, settings.retention, writer=writer)
         after_commit(settings.source_spec, shard.url)  # reclocked sources publish their resumption frontier
+    minted_at = context["ti"].xcom_pull(task_ids=f"attempt_{attempt}.mint", key="minted_at")
     result = AppendReport(shard=shard.url, committed=tuple(done), lost=tuple(lost), upper=upper,
-                          retry_at=time.time() + settings.backoff(attempt + 1) if lost else None)
+                          retry_at=time.time() + settings.backoff(attempt + 1) if lost else None,
+                          minted_at=minted_at if isinstance(minted_at, int | float) else None,
+                          staged_at=waited["staged_at"], waited_for=waited["waited_for"],
+                          committed_at=time.time() if done else None)
+    log.info("timeline: minted at %s, staged at %s, waited for %s, committed at %s", result.minted_at,
+             result.staged_at, result.waited_for or "nothing", result.committed_at)
     out: dict[str, Any] = to_builtins(result)
     context["ti"].xcom_push(key="return_value", value=out)
     if done:
@@ -224,6 +252,24 @@ def append_task(settings: IngestSettings, attempt: int, descs: list[dict[str, An
             plan.corrects and not any(c.corrects for c in done)):
         skip_rest(context, settings.writers)
     return out
+
+
+def settle_given_up(shard: Shard, context: dict[str, Any], attempt: int) -> None:
+    """Delete what this run's earlier attempts staged ahead and gave their turn up on, now that
+    this attempt committed (through the fate primitive: only what can never commit goes; one
+    still possible, or any failure, is left to GC and logged)."""
+    for k, rep in enumerate(earlier_appends(context, attempt), start=1):
+        if not rep.gave_up:
+            continue
+        got = context["ti"].xcom_pull(task_ids=f"attempt_{k}.mint")
+        for d in descriptions(got or [], what=f"XCom descriptions of attempt_{k}.mint"):
+            try:
+                gone = cleanup(shard, d)
+            except ShardsinkError as e:  # DeleteRefusedError: still possible; else: GC's, later
+                log.info("description %s of attempt %d left to GC: %s", d.desc_id, k, e)
+                continue
+            log.info("description %s of attempt %d (its turn given up) can never commit: deleted its %d staged "
+                     "objects", d.desc_id, k, gone)
 
 
 def report_task(settings: IngestSettings, context: dict[str, Any]) -> dict[str, Any]:

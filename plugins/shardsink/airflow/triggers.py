@@ -1,4 +1,5 @@
-"""The deferred wait of a sink run's mint: :class:`EarlierIntervalsTrigger`, run by Airflow's triggerer.
+"""The deferred waits of a sink run, run by Airflow's triggerer: its mint's
+(:class:`EarlierIntervalsTrigger`) and an append minted ahead waiting its turn (:class:`TurnTrigger`).
 
 A run whose earlier intervals are not covered yet waits for their runs instead of racing
 them (:func:`shardsink.airflow.gates.wait_for_earlier_intervals`). It waits the way Airflow
@@ -130,3 +131,84 @@ class EarlierIntervalsTrigger(BaseTrigger):
                 return
             left = self.catch_up_after - idle_seconds(info, self.run_started, now)
             await asyncio.sleep(max(0.0, min(self.poke_interval, left)))
+
+
+class TurnTrigger(BaseTrigger):
+    """Fires once an append minted ahead may go on: the shard's upper reached ``lower`` (its
+    description's), or the wait is over. Reads the shard's head every ``poke_interval`` (one read
+    per poke, in a thread). Events (each carries ``waiting_since``, so a re-deferred wait keeps
+    counting from its start):
+
+    * ``reached``: the upper is at or past ``lower`` (the task settles its fate from its own read);
+    * ``ready``: the shard was closed;
+    * ``timeout``: ``deadline`` (epoch s: the wait's start plus ``max_append_wait``) passed;
+    * ``idle``: ``catch_up_after`` is given and neither the wait's start nor the shard's last
+      commit is within it (the task then looks who, if anyone, it waits behind);
+    * ``unreadable``: a read failed after the store's own retry policy.
+    """
+
+    def __init__(self, *, shard_url: str, lower: int, poke_interval: float, waiting_since: float, deadline: float,
+                 catch_up_after: float | None = None, behind: str | None = None,
+                 aws_conn_id: str | None = None) -> None:
+        super().__init__()
+        if behind is not None and not isinstance(behind, str):
+            raise InvalidUsageError(f"behind {behind!r} is not a description line", value=repr(behind)[:80])
+        if not isinstance(shard_url, str) or not shard_url:
+            raise InvalidUsageError(f"shard_url {shard_url!r} is not a shard URL", value=shard_url)
+        if aws_conn_id is not None and (not isinstance(aws_conn_id, str) or not aws_conn_id):
+            raise InvalidUsageError(f"aws_conn_id {aws_conn_id!r} is not a connection id", value=aws_conn_id)
+        self.shard_url = shard_url
+        self.lower = ck.check_time(lower, what="lower")
+        self.poke_interval = ck.check_seconds(poke_interval, what="poke_interval", positive=True)
+        self.waiting_since = _epoch_seconds(waiting_since, what="waiting_since")
+        self.deadline = _epoch_seconds(deadline, what="deadline")
+        if self.deadline < self.waiting_since:
+            raise InvalidUsageError(f"deadline {deadline!r} is before waiting_since {waiting_since!r}", value=deadline)
+        self.catch_up_after = None if catch_up_after is None else ck.check_seconds(catch_up_after,
+                                                                                   what="catch_up_after")
+        self.behind = None if behind is None else behind[:500]
+        self.aws_conn_id = aws_conn_id
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (f"{type(self).__module__}.{type(self).__qualname__}",
+                {"shard_url": self.shard_url, "lower": self.lower, "poke_interval": self.poke_interval,
+                 "waiting_since": self.waiting_since, "deadline": self.deadline,
+                 "catch_up_after": self.catch_up_after, "behind": self.behind, "aws_conn_id": self.aws_conn_id})
+
+    def _read(self) -> ShardInfo:
+        from shardsink.airflow.credentials import store_access
+        from shardsink.core.shard import Shard
+
+        with store_access(self.aws_conn_id):
+            return Shard(self.shard_url).info()
+
+    def decide(self, info: ShardInfo, now: float) -> dict[str, Any] | None:
+        """The event's payload if waiting ends at ``now`` with the shard at ``info``, else None."""
+        base = {"lower": self.lower, "upper": info.upper, "waiting_since": self.waiting_since, "behind": self.behind}
+        if info.upper is None:
+            return {"status": "ready", "reason": "the shard is closed", **base}
+        if info.upper >= self.lower:
+            return {"status": "reached", **base}
+        if now >= self.deadline:
+            return {"status": "timeout", **base}
+        if self.catch_up_after is not None:
+            idle = idle_seconds(info, self.waiting_since, now)
+            if idle >= self.catch_up_after:
+                return {"status": "idle", "idle_s": round(idle, 3), "last_commit_at": info.last_commit.at, **base}
+        return None
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        while True:
+            try:
+                info = await asyncio.to_thread(self._read)
+            except Exception as e:  # any failure hands the task back (it re-reads under its own retries)
+                yield TriggerEvent({"status": "unreadable", "error": f"{type(e).__name__}: {str(e)[:300]}",
+                                    "lower": self.lower, "waiting_since": self.waiting_since, "behind": self.behind})
+                return
+            now = time.time()
+            payload = self.decide(info, now)
+            if payload is not None:
+                self.log.info("shard %s: %s; handing the task back", self.shard_url, payload)
+                yield TriggerEvent(payload)
+                return
+            await asyncio.sleep(max(0.0, min(self.poke_interval, self.deadline - now)))

@@ -106,3 +106,14 @@ def make_desc_id(dag_id: str, run_id: str, attempt: int) -> str:
     dag = _UNSAFE.sub("-", dag_id).strip("-.")[:40] or "dag"
     run = _UNSAFE.sub("-", run_id).strip("-.")[:60] or "run"
     return f"{dag}-{run}-a{attempt}-{uuid.uuid4().hex[:8]}"
+
+
+def run_of(desc_id: str, dag_id: str) -> str | None:
+    """The DAG run slug a description id minted by :func:`make_desc_id` for ``dag_id`` names (the
+    run id with unsafe characters replaced, at most 60 of them); None if the id is not that DAG's."""
+    dag = _UNSAFE.sub("-", dag_id).strip("-.")[:40] or "dag"
+    if not desc_id.startswith(f"{dag}-"):
+        return None
+    rest = desc_id[len(dag) + 1:]
+    cut = rest.rfind("-a")
+    return rest[:cut] if cut > 0 else None

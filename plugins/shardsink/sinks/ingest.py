@@ -135,6 +135,8 @@ def mint_chain(
     attempt: int,
     corrects: tuple[int, int] | None = None,
     seen: Seen | None = None,
+    prepare: bool = True,
+    ahead_from: int | None = None,
 ) -> list[Description] | NoOp:
     """The consecutive descriptions that bring the shard's upper to the run's **target**
     ``min(watermark, interval end)``: ``[u0, u1), [u1, u2), ...`` from the shard's upper,
@@ -148,10 +150,27 @@ def mint_chain(
     rows at those times are ingested in the same description so none is skipped).
     NoOp (with a reason naming all inputs) when there is nothing to write. ``seen``: the shard's
     head and the source's watermark as the caller already read them (else read here, once each).
+    A source with ``prepare_chain(shard_url, descriptions)`` is called with the chain minted,
+    before it is returned (the landing zone lists once and writes each description's file plan);
+    ``prepare=False`` (a dry run, which writes nothing) skips that.
+
+    ``ahead_from`` (**mint ahead**, a backfill's later interval): when past the shard's upper, the
+    chain starts there instead, and its descriptions commit once the upper reaches their lower
+    (the append waits its turn). The caller checks the source covers the interval; never with
+    ``corrects`` (a correction lands at the upper) nor for a reclocked source (its bindings are
+    minted from the upper). At or below the upper it is ignored: the caught-up mint is the same
+    chain with ``ahead_from`` = the upper.
     """
     if max_chain < 1:
         raise InvalidUsageError(f"max_chain {max_chain} must be at least 1")
     lower = seen.info.upper if seen is not None else shard.info().upper
+    if ahead_from is not None and lower is not None and ahead_from > lower:
+        if corrects is not None or isinstance(source, Reclocked):
+            raise InvalidUsageError(f"cannot mint ahead from {ahead_from} (shard upper {lower}) "
+                                    f"{'with a correction' if corrects else 'for a reclocked source'}; nothing minted",
+                                    value=str(ahead_from))
+        ck.check_time(ahead_from, what="ahead_from")
+        lower = ahead_from
     wm = source_progress(shard, source, lower=lower, interval_end=interval_end, max_span=max_span, seen=seen)
     if lower is None:
         return NoOp(f"shard {shard.url} is closed; nothing can be appended", None, wm, interval_end)
@@ -174,6 +193,9 @@ def mint_chain(
             f"max span {max_span})",
             lower, wm, interval_end,
         )
+    plan = getattr(source, "prepare_chain", None) if prepare else None
+    if plan is not None:  # a source that plans its descriptions' reads (the landing zone's file plans)
+        plan(shard.url, out)
     return out
 
 
@@ -205,7 +227,11 @@ def cleanup(shard: Shard, desc: Description, *, decided: Committed | CannotCommi
     """Delete what ``desc`` staged and its fate lets go (:func:`shardsink.core.fate.delete_staged`):
     its manifests, and its parts unless its committed batch references them. Returns objects deleted.
     ``decided``: a final fate already decided from a state version (no second read).
+    A description id (a ``str``) is refused: the lower the fate is decided at comes with the description.
     """
+    if not isinstance(desc, Description):
+        raise InvalidUsageError(f"cleanup takes the Description (its id and lower), not {type(desc).__name__} "
+                                f"{desc!r:.120}; nothing deleted", value=repr(desc)[:120])
     return shard.writer().delete_staged(desc.desc_id, desc.lower, decided=decided).total
 
 
@@ -241,7 +267,8 @@ def append_from_manifests(shard: Shard, desc: Description, slots: int, *, writer
     if fate.upper != desc.lower:
         raise UpperMismatchError(
             f"description {desc.desc_id} [{desc.lower}, {desc.upper}) starts above the upper {fate.upper} of "
-            f"{shard.url}; it was not committed and nothing was deleted (was the shard re-created?)",
+            f"{shard.url}: its turn has not come (an earlier interval is not committed yet); it was not "
+            "committed and nothing was deleted (it may still commit once the upper reaches its lower)",
             expected=desc.lower, current=fate.upper,
         )
     try:
@@ -282,17 +309,19 @@ def append_from_manifests(shard: Shard, desc: Description, slots: int, *, writer
     return result
 
 
-def append_chain(shard: Shard, chain: Sequence[Description], slots: int, *, writer: str | None = None
-                 ) -> Iterator[tuple[Description, AppendResult | UpperMismatchError]]:
+def append_chain(shard: Shard, chain: Sequence[Description], slots: int, *, writer: str | None = None,
+                 first: Fate | None = None) -> Iterator[tuple[Description, AppendResult | UpperMismatchError]]:
     """Append a mint's chain in order (:func:`append_from_manifests`; a correcting description
     has one manifest slot), yielding each description with its result or the UpperMismatchError
     that lost it (a :class:`LostRaceError` once its staged objects were deleted); the next one
     still commits if its lower is the upper. A description that follows one just committed takes
-    its fate from that commit's version (:func:`next_in_chain`): no read. Other errors propagate.
+    its fate from that commit's version (:func:`next_in_chain`): no read. ``first``: the first
+    description's fate as the caller already read it (e.g. to see whether its turn has come).
+    Other errors propagate.
     """
     prev: AppendResult | None = None
-    for d in chain:
-        fate = next_in_chain(prev, d) if prev is not None else None
+    for i, d in enumerate(chain):
+        fate = next_in_chain(prev, d) if prev is not None else (first if i == 0 else None)
         try:
             prev = append_from_manifests(shard, d, 1 if d.corrects else slots, writer=writer, fate=fate)
         except UpperMismatchError as e:

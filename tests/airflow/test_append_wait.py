@@ -1,0 +1,236 @@
+"""Issue 34, the Airflow side: a run whose interval starts past the shard's upper mints ahead (its
+own interval, at once, when the source covers it), and its append waits its turn DEFERRED to a
+:class:`TurnTrigger` (no worker slot, one head read per poke); past ``max_append_wait`` it fails
+naming the description and run it waits behind; with nobody working at the upper it gives its
+turn up (the next attempt catches up). Real local shards, a real ``@shard_task`` operator, and the
+trigger's ``run()`` for real in asyncio. The library guarantees (StillPossible, GC, verify, killed
+appends in processes) are in tests/sinks/test_ahead_appends.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from airflow.sdk import DAG
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException, TaskDeferred
+from support import SCHEMA, rows_for, table_of
+
+from shardsink import Shard
+from shardsink.airflow.append_wait import wait_turn
+from shardsink.airflow.gates import ahead_from
+from shardsink.airflow.options import AttemptOptions
+from shardsink.airflow.settings import IngestSettings
+from shardsink.airflow.triggers import RESUME_METHOD, EarlierIntervalsTrigger, TurnTrigger
+from shardsink.core.fate import StillPossible
+from shardsink.errors import InvalidUsageError
+from shardsink.provider.operators import shard_task
+from shardsink.sinks.description import Description, make_desc_id
+from shardsink.sinks.staging import write_manifest
+
+DAY_MS = 86_400_000
+
+
+def _ms(y: int, m: int, d: int) -> int:
+    return int(datetime(y, m, d, tzinfo=UTC).timestamp() * 1000)
+
+
+def _settings(url: str, **kw: Any) -> IngestSettings:
+    args: dict[str, Any] = {"dag_id": "d", "shard_url": url, "source_spec": {}, "writers": 1, "max_span": None,
+                            "max_attempts": 3, "initial_upper": 0, "catch_up_after": 300, "poke_interval": 7.0}
+    return IngestSettings(**{**args, **kw})
+
+
+def _context(url: str, role: str = "append") -> dict[str, Any]:
+    with DAG("ahead", schedule=None):
+        @shard_task(task_id=role, shard_role=role, shard_url=url)
+        def body() -> None:
+            return None
+
+        op = body().operator
+    pushed: dict[str, Any] = {}
+    return {"task": op, "pushed": pushed,
+            "dag_run": SimpleNamespace(start_date=datetime.now(UTC), run_id="backfill__2025-03-02", conf={},
+                                       dag_id="d"),
+            "ti": SimpleNamespace(xcom_push=lambda key, value: pushed.__setitem__(key, value),
+                                  xcom_pull=lambda task_ids, key="return_value": None)}
+
+
+def _resume(context: dict[str, Any], event: dict[str, Any]) -> None:
+    """As the triggerer hands the task back: ``resume_after_wait`` keeps the event."""
+    context["task"].execute = lambda ctx: None
+    getattr(context["task"], RESUME_METHOD)({}, event)
+
+
+def _stage(shard: Shard, d: Description) -> None:
+    staged = shard.stage(table_of(rows_for(d.desc_id, d.lower, d.upper)), lower=d.lower, upper=d.upper,
+                         desc_id=d.desc_id)
+    write_manifest(shard, d, slot=0, slots=1, parts=staged.parts)
+
+
+def test_a_run_past_the_upper_mints_its_own_interval_at_once_when_the_source_covers_it(tmp_path: Path) -> None:
+    from shardsink.airflow.tasks import mint_task
+    from shardsink.sources import LandingSource
+    from shardsink_dev.synthetic import publish_watermark
+
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    publish_watermark(str(landing), _ms(2025, 3, 3))
+    url = (tmp_path / "shard").as_uri()
+    settings = _settings(url, source_spec=LandingSource(str(landing)).spec(), max_span=DAY_MS,
+                         initial_upper=_ms(2025, 3, 1))
+    Shard.create(url, SCHEMA, upper=settings.initial_upper)
+    context = _context(url, "mint")
+    context.update(params={}, data_interval_start=datetime(2025, 3, 2, tzinfo=UTC),
+                   data_interval_end=datetime(2025, 3, 3, tzinfo=UTC))
+    out = [Description.decode(d) for d in mint_task(settings, 1, context)]
+    assert [(d.lower, d.upper) for d in out] == [(_ms(2025, 3, 2), _ms(2025, 3, 3))]  # no wait, no gap minted
+    assert isinstance(context["pushed"]["minted_at"], float)
+    assert Shard(url).info().upper == _ms(2025, 3, 1)  # minting commits nothing
+    # A later attempt follows a loss or a turn given up: it never mints ahead, it waits (then catches up).
+    with pytest.raises(TaskDeferred) as d:
+        mint_task(settings, 2, context)
+    assert isinstance(d.value.trigger, EarlierIntervalsTrigger)
+
+
+def test_ahead_only_where_the_source_covers_the_interval_and_nothing_lands_at_the_upper(tmp_path: Path) -> None:
+    shard = Shard.create((tmp_path / "s").as_uri(), SCHEMA, upper=100)
+    info, run = shard.info(), (200, 300)
+    assert ahead_from(info, run, watermark=300, attempt=1, corrects=None, dry_run=False, reclocked=False) == 200
+    assert ahead_from(info, run, watermark=299, attempt=1, corrects=None, dry_run=False, reclocked=False) is None
+    assert ahead_from(info, (100, 300), watermark=300, attempt=1, corrects=None, dry_run=False,
+                      reclocked=False) is None  # caught up: today's mint, from the upper
+    for kw in ({"attempt": 2}, {"corrects": (0, 50)}, {"dry_run": True}, {"reclocked": True},
+               {"catch_up_after": 0}):
+        args: dict[str, Any] = {"watermark": 300, "attempt": 1, "corrects": None, "dry_run": False,
+                                "reclocked": False, **kw}
+        assert ahead_from(info, run, **args) is None, kw
+
+
+def test_an_ahead_append_defers_its_turn_and_names_who_it_waits_behind(tmp_path: Path) -> None:
+    shard = Shard.create((tmp_path / "s").as_uri(), SCHEMA, upper=0)
+    settings = _settings(shard.url)
+    earlier = Description(make_desc_id("d", "backfill__2025-03-01", 1), 0, 10, 1)
+    _stage(shard, earlier)
+    mine = Description(make_desc_id("d", "backfill__2025-03-02", 1), 10, 20, 1)
+    context = _context(shard.url)
+    fate = shard.fate(mine.desc_id, mine.lower)
+    assert fate == StillPossible(0)
+    with pytest.raises(TaskDeferred) as d:
+        wait_turn(settings, shard, mine, fate, 1, context)
+    trigger = d.value.trigger
+    assert isinstance(trigger, TurnTrigger) and d.value.method_name == RESUME_METHOD
+    kw = trigger.serialize()[1]
+    assert kw["lower"] == 10 and kw["catch_up_after"] == 300 and kw["deadline"] == kw["waiting_since"] + 86400
+    assert f"description {earlier.desc_id} [0, 10) of DAG run 'backfill__2025-03-01' (d)" in kw["behind"]
+    assert context["pushed"]["waiting"]["behind"] == kw["behind"]
+    # Its turn came (the triggerer says so; the task's own read decides): the wait is reported.
+    shard.append(table_of(rows_for("e", 0, 10)), lower=0, upper=10, desc_id=earlier.desc_id)
+    _resume(context, {"status": "reached", "lower": 10, "upper": 10, "waiting_since": kw["waiting_since"],
+                      "behind": kw["behind"]})
+    waited = wait_turn(settings, shard, mine, shard.fate(mine.desc_id, mine.lower), 1, context)
+    assert waited == {"staged_at": kw["waiting_since"], "waited_for": kw["behind"]}
+
+
+def test_a_wait_past_max_append_wait_fails_naming_the_description_and_run_behind(tmp_path: Path) -> None:
+    shard = Shard.create((tmp_path / "s").as_uri(), SCHEMA, upper=0)
+    settings = _settings(shard.url, max_append_wait=60)
+    stuck = Description(make_desc_id("d", "backfill__2025-03-01", 1), 0, 10, 1)
+    _stage(shard, stuck)
+    mine = Description(make_desc_id("d", "backfill__2025-03-02", 1), 10, 20, 1)
+    _stage(shard, mine)
+    context = _context(shard.url)
+    _resume(context, {"status": "timeout", "lower": 10, "upper": 0, "waiting_since": time.time() - 61})
+    with pytest.raises(AirflowFailException) as e:
+        wait_turn(settings, shard, mine, shard.fate(mine.desc_id, mine.lower), 1, context)
+    assert "max_append_wait 60s" in str(e.value) and stuck.desc_id in str(e.value)
+    assert "'backfill__2025-03-01'" in str(e.value) and "Nothing was deleted" in str(e.value)
+    assert isinstance(shard.fate(mine.desc_id, mine.lower), StillPossible)
+    assert len(shard.admin().list_staged(mine.desc_id)) == 2  # its part and manifest stay
+    for bad in (0, -1, float("nan"), float("inf")):
+        with pytest.raises(InvalidUsageError, match="max_append_wait"):
+            _settings(shard.url, max_append_wait=bad)
+    assert AttemptOptions.from_env({"SHARDSINK_MAX_APPEND_WAIT_S": "120"}).max_append_wait == timedelta(seconds=120)
+
+
+def test_an_idle_wait_with_nobody_at_the_upper_gives_its_turn_up(tmp_path: Path) -> None:
+    """``--run-backwards`` at one active run: the earlier runs cannot start while this one waits."""
+    shard = Shard.create((tmp_path / "s").as_uri(), SCHEMA, upper=0)
+    mine = Description(make_desc_id("d", "backfill__2025-03-02", 1), 10, 20, 1)
+    idle = {"status": "idle", "lower": 10, "upper": 0, "waiting_since": time.time() - 400, "idle_s": 400}
+    for attempt, raised in ((1, AirflowSkipException), (3, AirflowFailException)):
+        context = _context(shard.url)
+        _resume(context, idle)
+        with pytest.raises(raised, match="gave its turn up"):
+            wait_turn(_settings(shard.url), shard, mine, shard.fate(mine.desc_id, mine.lower), attempt, context)
+        assert context["pushed"]["return_value"]["lost"] and context["pushed"]["return_value"]["upper"] == 0
+    # Someone is at the upper: keep waiting, no more idle hand-backs (until max_append_wait).
+    _stage(shard, Description(make_desc_id("d", "backfill__2025-03-01", 1), 0, 10, 1))
+    context = _context(shard.url)
+    _resume(context, idle)
+    with pytest.raises(TaskDeferred) as d:
+        wait_turn(_settings(shard.url), shard, mine, shard.fate(mine.desc_id, mine.lower), 1, context)
+    assert d.value.trigger.serialize()[1]["catch_up_after"] is None
+
+
+def _run(trigger: TurnTrigger, timeout: float = 30) -> list[dict[str, Any]]:
+    async def collect() -> list[dict[str, Any]]:
+        return [e.payload async for e in trigger.run()]
+
+    return asyncio.run(asyncio.wait_for(collect(), timeout))
+
+
+def test_the_turn_trigger_hands_back_when_the_upper_reaches_the_lower_or_the_deadline(tmp_path: Path) -> None:
+    shard = Shard.create((tmp_path / "s").as_uri(), SCHEMA, upper=0)
+    now = time.time()
+    args: dict[str, Any] = {"shard_url": shard.url, "lower": 20, "poke_interval": 0.05, "waiting_since": now,
+                            "deadline": now + 60, "behind": "x"}
+    seen: list[int | None] = []
+
+    def writer() -> None:
+        for lo in (0, 10):
+            time.sleep(0.3)
+            shard.append(table_of(rows_for(f"d{lo}", lo, lo + 10)), lower=lo, upper=lo + 10, desc_id=f"d{lo}")
+            seen.append(shard.info().upper)
+
+    t = threading.Thread(target=writer, daemon=True)
+    t.start()
+    events = _run(TurnTrigger(**args))
+    t.join()
+    assert seen == [10, 20]  # it kept waiting at 10
+    assert events == [{"status": "reached", "lower": 20, "upper": 20, "waiting_since": now, "behind": "x"}]
+    assert _run(TurnTrigger(**{**args, "lower": 30, "deadline": time.time() + 0.3}))[0]["status"] == "timeout"
+    got = _run(TurnTrigger(**{**args, "lower": 30, "catch_up_after": 0.2}))[0]
+    assert got["status"] == "idle"
+    for bad in ({"lower": -1}, {"poke_interval": 0}, {"deadline": now - 1}, {"shard_url": ""},
+                {"waiting_since": float("nan")}, {"behind": 3}):
+        with pytest.raises(InvalidUsageError):
+            TurnTrigger(**{**args, **bad})
+    kind, kwargs = TurnTrigger(**args).serialize()
+    assert kind == "shardsink.airflow.triggers.TurnTrigger" and TurnTrigger(**kwargs).serialize() == (kind, kwargs)
+
+
+def test_what_a_given_up_turn_staged_goes_once_the_catch_up_passes_it(tmp_path: Path) -> None:
+    from shardsink.airflow.results import AppendReport
+    from shardsink.airflow.tasks import settle_given_up
+    from shardsink.sinks.description import to_builtins
+
+    shard = Shard.create((tmp_path / "s").as_uri(), SCHEMA, upper=0)
+    ahead = Description(make_desc_id("d", "backfill__2025-03-02", 1), 10, 20, 1)
+    _stage(shard, ahead)
+    xcoms = {"attempt_1.append": to_builtins(AppendReport(shard=shard.url, lost=("gave its turn up",), upper=0,
+                                                          gave_up=True)),
+             "attempt_1.mint": [to_builtins(ahead)]}
+    context = _context(shard.url)
+    context["ti"].xcom_pull = lambda task_ids, key="return_value": xcoms.get(task_ids)
+    settle_given_up(shard, context, 2)  # still possible: refused, kept
+    assert len(shard.admin().list_staged(ahead.desc_id)) == 2
+    shard.append(table_of(rows_for("c", 0, 20)), lower=0, upper=20, desc_id="catch-up")  # attempt 2's commit
+    settle_given_up(shard, context, 2)
+    assert shard.admin().list_staged(ahead.desc_id) == []
