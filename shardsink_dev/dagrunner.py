@@ -21,8 +21,10 @@ whose such variables (:func:`start_level`) differ from the ones this process sta
 with is refused (exit code 90); the caller starts another runner for them.
 
 Protocol: one JSON object per line on stdin, ``{"argv": [...], "env": {...}, "log": path}``
-with argv the words after ``airflow``; one JSON line back on the original stdout,
-``{"rc": exit_code}``. End of input ends the process.
+with argv the words after ``airflow`` (and ``"parse_only": true`` to only parse them with
+Airflow's parser: exit code 2 and argparse's message for a bad command, 0 otherwise;
+``"err": path`` to send stderr there instead of to ``log``); one
+JSON line back on the original stdout, ``{"rc": exit_code}``. End of input ends the process.
 """
 
 from __future__ import annotations
@@ -57,10 +59,11 @@ def _exit_code(e: SystemExit) -> int:
     return 1
 
 
-def _run(parser: Any, argv: list[str]) -> int:
+def _run(parser: Any, argv: list[str], *, parse_only: bool = False) -> int:
     try:
         args = parser.parse_args(argv)
-        args.func(args)
+        if not parse_only:
+            args.func(args)
     except SystemExit as e:
         return _exit_code(e)
     except BaseException:
@@ -84,8 +87,12 @@ def _serve(parser: Any, started_with: dict[str, str], reply: TextIO) -> None:
             os.dup2(fd, 1)
             os.dup2(fd, 2)
             os.close(fd)
+            if req.get("err"):  # stderr apart (a command whose stdout is data, e.g. `-o json`)
+                fd = os.open(req["err"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                os.dup2(fd, 2)
+                os.close(fd)
             try:
-                rc = _run(parser, req["argv"])
+                rc = _run(parser, req["argv"], parse_only=bool(req.get("parse_only")))
             finally:
                 sys.stdout.flush()
                 sys.stderr.flush()
@@ -126,10 +133,14 @@ class _Runner:
                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True,
                                          start_new_session=True)
 
-    def run(self, argv: list[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess[str]:
+    def run(self, argv: list[str], env: dict[str, str], timeout: float, *, parse_only: bool = False,
+            split: bool = False) -> subprocess.CompletedProcess[str]:
         assert self.proc.stdin is not None and self.proc.stdout is not None
-        log = self.home / f"dags-test-{next(_SEQ)}.log"
-        self.proc.stdin.write(json.dumps({"argv": argv, "env": env, "log": str(log)}) + "\n")
+        n = next(_SEQ)
+        log = self.home / f"dags-test-{n}.log"
+        err = self.home / f"dags-test-{n}.err" if split else None
+        self.proc.stdin.write(json.dumps({"argv": argv, "env": env, "log": str(log), "parse_only": parse_only,
+                                          "err": str(err) if err else None}) + "\n")
         self.proc.stdin.flush()
         ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
         line = self.proc.stdout.readline() if ready else ""
@@ -139,10 +150,11 @@ class _Runner:
             raise subprocess.TimeoutExpired(["airflow", *argv], timeout, output=out)
         if not line:
             self.kill()
-            err = (self.home / "dagrunner.err").read_text(errors="replace")
-            raise RuntimeError(f"the dags test runner died: {out[-3000:]}{err[-3000:]}")
+            died = (self.home / "dagrunner.err").read_text(errors="replace")
+            raise RuntimeError(f"the dags test runner died: {out[-3000:]}{died[-3000:]}")
         rc = json.loads(line)["rc"]
-        return subprocess.CompletedProcess(["airflow", *argv], rc, stdout=out, stderr="")
+        stderr = err.read_text(errors="replace") if err is not None and err.exists() else ""
+        return subprocess.CompletedProcess(["airflow", *argv], rc, stdout=out, stderr=stderr)
 
     def kill(self) -> None:
         with contextlib.suppress(ProcessLookupError):
@@ -163,12 +175,19 @@ def dags_test(env: dict[str, str], dag_id: str, logical_date: str, *, conf: dict
               timeout: float = 400) -> subprocess.CompletedProcess[str]:
     """``airflow dags test DAG_ID LOGICAL_DATE [-c CONF]`` under ``env``, on a warm runner."""
     argv = ["dags", "test", dag_id, logical_date] + ([] if conf is None else ["-c", json.dumps(conf)])
+    return airflow(env, argv, timeout=timeout)
+
+
+def airflow(env: dict[str, str], argv: list[str], *, timeout: float = 400, parse_only: bool = False,
+            split: bool = False) -> subprocess.CompletedProcess[str]:
+    """``airflow ARGV...`` under ``env``, on a warm runner (``parse_only``: only Airflow's parser
+    runs; ``split``: stderr apart from stdout, else both are ``stdout``)."""
     key = tuple(sorted(start_level(env).items()))
     runner = _RUNNERS.get(key)
     if runner is None or runner.proc.poll() is not None:
         runner = _RUNNERS[key] = _Runner(env)
     try:
-        return runner.run(argv, env, timeout)
+        return runner.run(argv, env, timeout, parse_only=parse_only, split=split)
     except BaseException:
         _RUNNERS.pop(key, None)
         runner.kill()

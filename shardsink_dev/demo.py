@@ -55,6 +55,7 @@ def _env(repo: Path, home: Path, demo: Path) -> dict[str, str]:
         "SHARDSINK_LANDING": str(demo / "landing"),
         "SHARDSINK_SHARD": (demo / "shards" / "events").as_uri(),
         "SHARDSINK_VIEW": (demo / "shards" / "events_per_user_day").as_uri(),
+        "SHARDSINK_START": START.date().isoformat(),  # the example DAGs' start_date: the synthetic data's first day
     })
     env.setdefault("AIRFLOW_CONN_SPARK_DEFAULT", '{"conn_type":"spark","host":"local[2]"}')
     return env

@@ -8,6 +8,7 @@ check for literal secrets always runs.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -172,15 +173,91 @@ def test_example_dag_is_wired_to_minio_and_spark(config: dict[str, Any]) -> None
 
 
 @needs_compose
-def test_compose_sets_only_settings_the_example_dag_reads(config: dict[str, Any]) -> None:
-    dag_file = ROOT / "dags" / "example_ingest.py"
-    if not dag_file.exists():
-        pytest.skip("dags/example_ingest.py is not there yet")
-    read = set(re.findall(r"""["'](SHARDSINK_[A-Z0-9_]+)["']""", dag_file.read_text()))
+def test_compose_sets_only_settings_the_example_dags_read(config: dict[str, Any]) -> None:
+    read = {v for f in sorted((ROOT / "dags").glob("example_*.py"))
+            for v in re.findall(r"""["'](SHARDSINK_[A-Z0-9_]+)["']""", f.read_text())}
     env = config["services"]["airflow-scheduler"]["environment"]
     set_here = {k for k in env if k.startswith("SHARDSINK_")}
-    assert set_here <= read, f"compose sets {sorted(set_here - read)}, which dags/example_ingest.py never reads"
-    assert {"SHARDSINK_SHARD", "SHARDSINK_LANDING"} <= set_here
+    assert set_here <= read, f"compose sets {sorted(set_here - read)}, which no dags/example_*.py reads"
+    assert {"SHARDSINK_SHARD", "SHARDSINK_LANDING", "SHARDSINK_VIEW", "SHARDSINK_ARRIVALS_SHARD"} <= set_here
+
+
+#: Run under compose's environment: every DAG of dags/ as parsed, and what each one writes, reads
+#: and maintains (one JSON line). The shards a write task writes are its shard_url and, for a
+#: reclocked source, its remap shard.
+_DAG_SETTINGS = """
+import json, os
+from airflow.dag_processing.dagbag import DagBag
+
+bag = DagBag(dag_folder=os.environ["AIRFLOW__CORE__DAGS_FOLDER"])
+out = {"errors": {k: str(v)[-2000:] for k, v in bag.import_errors.items()}, "dags": {}}
+for dag_id, dag in sorted(bag.dags.items()):
+    got = out["dags"][dag_id] = {"writes": [], "reads": [], "sources": [], "brokers": [], "maintains": []}
+    if "maintain" in dag.task_dict:
+        got["maintains"] = list(dag.get_task("maintain").op_kwargs_expand_input.value["url"])
+    write = dag.task_dict.get("attempt_1.write")
+    if write is None:
+        continue
+    kw = write.partial_kwargs
+    got["writes"].append(kw["shard_url"])
+    spec = kw.get("source_spec") or {}
+    if spec.get("remap"):
+        got["writes"].append(spec["remap"])
+    got["sources"] += [spec["root"]] if spec.get("root") else []
+    got["brokers"] += [spec["bootstrap"]] if spec.get("bootstrap") else []
+    got["reads"] += [i["url"] for i in (kw.get("view_spec") or {}).get("inputs", {}).values()]
+print("DAG_SETTINGS " + json.dumps(out))
+"""
+
+
+@needs_compose
+def test_every_example_dag_points_at_the_stacks_own_services_and_no_two_writers_share_a_shard(
+        config: dict[str, Any], tmp_path: Path) -> None:
+    """Issue 35: each example DAG, parsed with the environment compose gives the DAG processor, writes
+    and reads only shards in the stack's MinIO bucket and lands from it; no shard has two writers
+    (example_arrivals once wrote the ingest shard); no DAG falls back to a container-local folder
+    or to 127.0.0.1; example_kafka is left out (the stack runs no Kafka)."""
+    s = config["services"]
+    bucket = f"s3://{s['minio-init']['environment']['SHARDSINK_BUCKET']}/"
+    compose_env = s["airflow-dag-processor"]["environment"]
+    assert compose_env["AWS_ENDPOINT_URL"] == "http://minio:9000"
+    def settings(name: str) -> dict[str, str]:
+        return {k: v for k, v in s[name]["environment"].items() if k.startswith("SHARDSINK_")}
+
+    # The DAG files are parsed by the DAG processor and again by every task: one reading.
+    assert settings("airflow-scheduler") == settings("airflow-worker") == settings("airflow-dag-processor")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "SHARDSINK", "AWS_"))}
+    env.update({k: str(v) for k, v in compose_env.items() if k.startswith("SHARDSINK_")})
+    env.update({"AIRFLOW_HOME": str(tmp_path), "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
+                "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "PYTHONWARNINGS": "ignore"})
+    r = subprocess.run([sys.executable, "-c", _DAG_SETTINGS], capture_output=True, text=True, env=env, timeout=300)
+    line = next((ln for ln in r.stdout.splitlines() if ln.startswith("DAG_SETTINGS ")), None)
+    assert r.returncode == 0 and line is not None, (r.stdout + r.stderr)[-4000:]
+    got = json.loads(line.removeprefix("DAG_SETTINGS "))
+    assert not got["errors"], got["errors"]
+    dags = got["dags"]
+    assert sorted(dags) == ["example_arrivals", "example_ingest", "example_maintenance", "example_view"]
+
+    urls = [(d, what, u) for d, g in dags.items() for what in ("writes", "reads", "sources", "maintains")
+            for u in g[what]]
+    outside = [(d, what, u) for d, what, u in urls if not u.startswith(bucket)]
+    assert not outside, f"settings outside the stack's bucket {bucket} (a local fallback?): {outside}"
+    assert not [b for g in dags.values() for b in g["brokers"]], "a DAG reads a broker this stack does not run"
+
+    writers: dict[str, list[str]] = {}
+    for d, g in dags.items():
+        for u in g["writes"]:
+            writers.setdefault(u.rstrip("/"), []).append(d)
+    shared = {u: ds for u, ds in writers.items() if len(ds) > 1}
+    assert not shared, f"shards with more than one writer DAG: {shared}"
+    ingest = dags["example_ingest"]["writes"][0]
+    assert ingest == compose_env["SHARDSINK_SHARD"] and dags["example_ingest"]["sources"] == [
+        compose_env["SHARDSINK_LANDING"]]
+    assert dags["example_view"]["reads"] == [ingest]
+    assert dags["example_view"]["writes"] == [compose_env["SHARDSINK_VIEW"]]
+    assert dags["example_arrivals"]["writes"] == [compose_env["SHARDSINK_ARRIVALS_SHARD"],
+                                                  compose_env["SHARDSINK_ARRIVALS_SHARD"] + "-remap"]
+    assert sorted(dags["example_maintenance"]["maintains"]) == sorted([ingest, compose_env["SHARDSINK_VIEW"]])
 
 
 @needs_compose

@@ -3,7 +3,8 @@
 Exit codes: 0 success (including *already committed*), 1 any other failure,
 2 invalid usage or bad input (nothing written), 3 upper mismatch (nothing appended;
 stderr names the current upper), 4 ``verify`` found problems (each names its object),
-5 a description's fate is unknown (its evidence is older than the retained history).
+5 a description's fate is unknown (its evidence is older than the retained history),
+130 interrupted (Ctrl-C). ``gc --desc`` and ``drop`` live in :mod:`shardsink.cli_admin`.
 """
 
 from __future__ import annotations
@@ -14,15 +15,17 @@ import json
 import logging
 import os
 import sys
+import time
 import traceback
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 import pyarrow as pa
 
-from shardsink import cli_schema
+from shardsink import cli_admin, cli_schema
 from shardsink import io as sio
 from shardsink.cli_args import build_parser
+from shardsink.core.commits import Commit
 from shardsink.core.shard import Shard
 from shardsink.core.state_codec import schema_to_json
 from shardsink.core.updates import DIFF, TIME, user_schema
@@ -54,9 +57,8 @@ def inspect_json(shard: Shard) -> dict[str, Any]:
     }
 
 
-def _commit_json(c: Any) -> dict[str, Any]:
-    return {"at": c.at, "kind": c.kind, "desc_id": c.desc_id, "lower": c.lower, "upper": c.upper,
-            "rows": c.rows, "writer": c.writer, **({"props": dict(c.props)} if c.props else {})}
+def _commit_json(c: Commit) -> dict[str, Any]:
+    return c.to_json()
 
 
 def _compact(shard: Shard, args: argparse.Namespace) -> int:
@@ -122,6 +124,7 @@ def _inspect(shard: Shard, args: argparse.Namespace) -> int:
     rc = reclock_info(shard)
     if rc is not None:
         d["reclock"] = rc
+    d["staged_waiting"] = _staged_waiting(shard, d["upper"])
     if args.leaks:
         d["leaked_parts"] = [
             {"key": o.key, "bytes": o.size, "modified": o.modified}
@@ -142,28 +145,52 @@ def _inspect(shard: Shard, args: argparse.Namespace) -> int:
                     ["source health", f"{h.get('status')} at {h.get('at')}" + (
                         f": {h['error']}" if h.get("error") else "")]]
             print(_table(rows, ["reclock", "value"]))
+        if d["staged_waiting"]:
+            print()
+            print(f"{len(d['staged_waiting'])} descriptions staged at or ahead of the upper, waiting for their turn:")
+            print(_table([[w["desc_id"], w["lower"], w["upper"], f"{w['staged_slots']}/{w['slots']}", w["turn"]]
+                          for w in d["staged_waiting"]], ["description", "lower", "upper", "slots", "turn"]))
         if args.leaks:
             print()
             leaks = d["leaked_parts"]
-            print(f"{len(leaks)} leaked parts (unreferenced, older than {args.grace:g} s)")
+            print(f"{len(leaks)} leaked parts (unreferenced, older than {args.grace:g} s; younger ones and each "
+                  "description's fate: `shardsink verify`)")
             if leaks:
-                print(_table([[x["key"], x["bytes"]] for x in leaks], ["key", "bytes"]))
+                now = time.time()
+                print(_table([[x["key"], x["bytes"], f"{now - x['modified']:.0f}"] for x in leaks],
+                             ["key", "bytes", "age_s"]))
     return 0
 
 
+def _staged_waiting(shard: Shard, upper: int | None) -> list[dict[str, object]]:
+    """Descriptions staged at or ahead of ``upper`` (a backfill's runs waiting to append in order;
+    :mod:`shardsink.sinks.waiting`): one listing of ``staging/``, one manifest read each."""
+    from shardsink.sinks.waiting import staged_descriptions
+
+    if upper is None:
+        return []
+    return [{"desc_id": s.desc_id, "lower": s.lower, "upper": s.upper, "staged_slots": s.staged_slots,
+             "slots": s.slots, "turn": "next" if s.lower == upper else "waiting"}
+            for s in staged_descriptions(shard) if s.lower >= upper]
+
+
 def _log(shard: Shard, args: argparse.Namespace) -> int:
-    entries = [{"seqno": s, **_commit_json(c)} for s, c in shard.log(limit=args.limit)]
+    commits = shard.log(limit=args.limit)
+    entries = [{"seqno": s, **_commit_json(c)} for s, c in commits]
     if args.json:
         print(json.dumps(entries, indent=2))
     else:
-        cols = ["seqno", "at", "kind", "desc_id", "lower", "upper", "rows", "writer"]
-        print(_table([[e[c] for c in cols] for e in entries], cols))
+        cols = ["seqno", "at", "kind", "what", "writer"]
+        print(_table([[s, c.at, c.kind, c.describe(), c.writer] for s, c in commits], cols))
     return 0
 
 
 def _gc(shard: Shard, args: argparse.Namespace) -> int:
     from shardsink.maintenance.gc import collect
     from shardsink.maintenance.gc_types import GcOptions
+
+    if args.desc is not None:
+        return cli_admin.gc_desc(shard, args)
 
     report = collect(shard, GcOptions(grace_s=args.grace, dry_run=args.dry_run))
     if args.json:
@@ -185,17 +212,19 @@ def _gc(shard: Shard, args: argparse.Namespace) -> int:
 def _verify(shard: Shard, args: argparse.Namespace) -> int:
     from shardsink.maintenance.verify import EXIT_PROBLEMS, verify
 
-    vr = verify(shard)
+    vr = verify(shard, grace_s=args.grace)
     if args.json:
         print(json.dumps(vr.to_dict(), indent=2))
     else:
         state = "ok" if vr.ok else f"{len(vr.problems)} problems"
         print(f"{vr.url}: {state}; versions {vr.oldest}..{vr.head} ({vr.versions}), {vr.parts} referenced parts, "
-              f"{len(vr.leaks)} leaked objects")
+              f"{len(vr.leaks)} leaked objects, {len(vr.in_flight)} in flight")
         for p in vr.problems:
             print(f"PROBLEM {p.object}: {p.message}")
         for x in vr.leaks:
-            print(f"leak    {x.object} ({x.kind}, {x.bytes} bytes, {x.age_s:.0f} s old)")
+            print(f"leak      {x.object} ({x.kind}, {x.bytes} bytes, {x.age_s:.0f} s old)")
+        for f in vr.in_flight:
+            print(f"in flight {f.object} ({f.kind}, {f.bytes} bytes, {f.age_s:.0f} s old): {f.why}")
     return 0 if vr.ok else EXIT_PROBLEMS
 
 
@@ -250,6 +279,7 @@ _COMMANDS: dict[str, Callable[[Shard, argparse.Namespace], int]] = {
     "schema": cli_schema.run,
     "snapshot": _read,
     "changes": _read,
+    "drop": cli_admin.drop,
 }
 
 

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TypeVar
 
-from shardsink import cli_schema
+from shardsink import cli_admin, cli_schema
 from shardsink.core import checks as ck
 from shardsink.errors import InvalidUsageError
 
@@ -71,6 +71,11 @@ def parse_writer(text: str) -> str:
     return _checked(lambda: ck.check_writer(text))
 
 
+def parse_desc_id(text: str) -> str:
+    """A description id: one key segment (:func:`shardsink.core.checks.check_desc_id`)."""
+    return _checked(lambda: ck.check_desc_id(text))
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="shardsink", description="Exactly-once batch persistence into shards.")
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -110,10 +115,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="never delete objects younger than this (in-flight writers); default 1h")
     g.add_argument("--dry-run", action="store_true", help="report what would be deleted; change nothing")
     g.add_argument("--json", action="store_true")
+    g.add_argument("--desc", default=None, metavar="DESC_ID", type=parse_desc_id,
+                   help="only what this description staged, as its fate allows, whatever its age: refused while it "
+                        "may still commit (exit 2) or when its fate is unknown (exit 5)")
 
     vf = sub.add_parser("verify", help="check state chain, parts and multiplicities; list leaked objects")
     vf.add_argument("url")
     vf.add_argument("--json", action="store_true")
+    vf.add_argument("--grace", type=parse_duration, default=3600.0, metavar="DURATION",
+                    help="a Spark _temporary/ file younger than this is in flight, not leaked; default 1h")
 
     cp = sub.add_parser("compact", help="merge batches (size-tiered), advancing since by retention and leases first")
     cp.add_argument("url")
@@ -121,6 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--json", action="store_true")
 
     cli_schema.add_parser(sub)
+    cli_admin.add_parsers(sub)
 
     rt = sub.add_parser("retention", help="show or set the shard's time-travel window (e.g. 7d, 12h, none)")
     rt.add_argument("url")

@@ -3,18 +3,19 @@
 Every error the library raises derives from :class:`ShardsinkError`. The class says
 what to do; the message says what happened and names the offending value.
 
-================================  ==============================================
-class                             what the caller does
-================================  ==============================================
-:class:`InvalidUsageError`        fix the call or the input; nothing was written
-:class:`UpperMismatchError`       mint a fresh description from ``current`` upper
-:class:`UnknownOutcomeError`      re-read state before deciding anything
-:class:`FateUnknownError`         check the data by hand; never re-send blindly (exit 5)
-:class:`StorageError`             retry later (the request definitely failed)
-:class:`UnsafeStoreError`         use a store that honours conditional writes
-:class:`CorruptionError`          stop and page a human; never guess
-:class:`LeaseLostError`           re-run the read: its frontier may have moved under it
-================================  ==============================================
+==================================  ==============================================
+class                               what the caller does
+==================================  ==============================================
+:class:`InvalidUsageError`          fix the call or the input; nothing was written
+:class:`InvalidConfigurationError`  fix the named setting (connection, variable); not retried
+:class:`UpperMismatchError`         mint a fresh description from ``current`` upper
+:class:`UnknownOutcomeError`        re-read state before deciding anything
+:class:`FateUnknownError`           check the data by hand; never re-send blindly (exit 5)
+:class:`StorageError`               retry later (the request definitely failed)
+:class:`UnsafeStoreError`           use a store that honours conditional writes
+:class:`CorruptionError`            stop and page a human; never guess
+:class:`LeaseLostError`             re-run the read: its frontier may have moved under it
+==================================  ==============================================
 """
 
 from __future__ import annotations
@@ -40,6 +41,11 @@ class InvalidUsageError(ShardsinkError):
     """Bad bounds, bad input, schema mismatch, bad URL: nothing was written."""
 
     exit_code = 2
+
+
+class InvalidConfigurationError(InvalidUsageError):
+    """A deployment setting is missing or wrong (an Airflow connection, an environment variable);
+    the message names it. Found before anything is written; retrying cannot help."""
 
 
 class ShardNotFoundError(InvalidUsageError):

@@ -6,14 +6,18 @@ import subprocess
 import textwrap
 from pathlib import Path
 
-from af_helpers import DAY, START, VENV_BIN, Env, assert_exactly_once, assert_no_leaks, ok
+from af_helpers import DAY, REPO, START, VENV_BIN, Env, assert_exactly_once, assert_no_leaks, ok
 
 from shardsink import Shard
 from shardsink_dev.synthetic import generate, publish_watermark
 
 
 def test_every_dag_file_imports_cleanly(af: Env) -> None:
-    script = textwrap.dedent("""
+    """Every DAG file of dags/, and the DAG template a new user copies (docs/templates/), as written:
+    the template's DAG starts at its start_date and writes where it says."""
+    template = REPO / "docs" / "templates" / "my_ingest_dag.py"
+    script = textwrap.dedent(f"""
+        from datetime import UTC, datetime
         from airflow.dag_processing.dagbag import DagBag
         bag = DagBag()
         assert not bag.import_errors, bag.import_errors
@@ -22,10 +26,16 @@ def test_every_dag_file_imports_cleanly(af: Env) -> None:
         ids = sorted(t.task_id for t in d.tasks)
         assert "attempt_1.mint" in ids and "attempt_5.append" in ids, ids
         print("DAGS", sorted(bag.dags))
+        mine = DagBag(dag_folder={str(template)!r})
+        assert not mine.import_errors, mine.import_errors
+        t = mine.dags["my_dataset_ingest"]
+        assert t.start_date == datetime(2025, 1, 1, tzinfo=UTC), t.start_date
+        assert t.get_task("attempt_1.write").partial_kwargs["shard_url"] == "s3://my-bucket/shards/my_dataset"
+        print("TEMPLATE", t.dag_id)
     """)
     out = ok(subprocess.run([str(VENV_BIN / "python"), "-c", script], env=af.env, capture_output=True, text=True,
                             timeout=120))
-    assert "example_ingest" in out
+    assert "example_ingest" in out and "TEMPLATE my_dataset_ingest" in out
 
 
 def test_runs_ingest_exactly_once_and_rerun_changes_nothing(af: Env) -> None:

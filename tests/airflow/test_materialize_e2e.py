@@ -208,11 +208,12 @@ def test_s3_unchanged_rerun_writes_nothing_then_changes_and_a_foreign_append_are
 
 BAD_DAGS = '''
 import os
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from shardsink.airflow.view_factory import view_dag
 from shardsink.sinks.materialize import ViewInput, view
 
-common = dict(output_url={out!r}, task_retries=0, max_attempts=1, task_retry_delay=timedelta(seconds=1))
+common = dict(output_url={out!r}, task_retries=0, max_attempts=1, task_retry_delay=timedelta(seconds=1),
+              start_date=datetime(2024, 1, 1, tzinfo=UTC))
 view_dag(dag_id="changed_view", schedule=None, view=view(
     inputs={{"events": ViewInput({src!r}, mode="updates")}},
     sql="SELECT user, to_date(timestamp_millis(_time)) AS day, count(*) * 1.0 AS events, 1 AS extra "
@@ -272,7 +273,7 @@ def test_schema_change_and_missing_input_fail_clearly_output_unchanged_and_a_gai
     ok(_dags_test(af, "growing_view", "2024-02-01"))
     assert view.schema.names == ["user", "day", "events", "spent"] and view.schema.field("spent").type == pa.int64()
     assert [e.id for e in view.schema_history()] == [0, 1]
-    assert [(c.kind, dict(c.props).get("change")) for _, c in view.log(limit=3)] == [
+    assert [(c.kind, getattr(c, "change", None)) for _, c in view.log(limit=3)] == [
         ("append", None), ("schema", "add spent:int64"), ("append", None)]
     per: Counter[tuple[str, date]] = Counter()
     spent: Counter[tuple[str, date]] = Counter()

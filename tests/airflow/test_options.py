@@ -7,6 +7,7 @@ DAG processor stores them (task ids, trigger rules, every operator argument).
 from __future__ import annotations
 
 import dataclasses
+import re
 import warnings
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -227,3 +228,57 @@ def test_part_order_reaches_the_write_jobs_request_and_views_keep_sorted_parts(t
         _ingest(tmp_path, shard=ShardOptions(part_order="shuffled"))  # type: ignore[arg-type]
     with pytest.raises(InvalidUsageError, match="sorted parts"):
         _view(tmp_path, shard=ShardOptions(part_order="unordered"))
+
+
+def test_start_date_is_required_and_read_as_airflow_reads_it(tmp_path: Path) -> None:
+    """Issue 35: no silent 2024-01-01. A missing start_date fails the parse naming the setting; a
+    naive one is in Airflow's default timezone (UTC here), as the DAG reads it, so the new
+    shard's initial upper is the DAG's first interval start."""
+    from shardsink.airflow.build import checked_start_date
+
+    source = LandingSource(str(tmp_path / "landing"), time_column="event_time")
+    with pytest.raises(InvalidUsageError, match=r"ingest_dag\(dag_id='mine'\) needs start_date=: .*first day of"):
+        ingest_dag(dag_id="mine", shard_url=(tmp_path / "shard").as_uri(), source=source)
+    with pytest.raises(InvalidUsageError, match=r"view_dag\(dag_id='v'\) needs start_date="):
+        view_dag(dag_id="v", output_url=(tmp_path / "out").as_uri(), schedule=None,
+                 view=view(inputs={"events": (tmp_path / "shard").as_uri()}, sql="SELECT * FROM events"))
+    with pytest.raises(InvalidUsageError, match="start_date must be a datetime, got str '2025-03-01'"):
+        ingest_dag(dag_id="mine", shard_url=(tmp_path / "shard").as_uri(), source=source,
+                   start_date="2025-03-01")  # type: ignore[arg-type]
+    naive = checked_start_date("ingest_dag", "mine", datetime(2025, 3, 1))
+    assert naive == datetime(2025, 3, 1, tzinfo=UTC)
+    dag = ingest_dag(dag_id="mine", shard_url=(tmp_path / "shard").as_uri(), source=source,
+                     start_date=datetime(2025, 3, 1))
+    assert dag.start_date == naive
+
+
+def _calls(text: str, name: str) -> list[str]:
+    """The argument text of every ``name(...)`` call in ``text`` (balanced parentheses)."""
+    out = []
+    for m in re.finditer(rf"\b{name}\(", text):
+        depth, i = 1, m.end()
+        while depth and i < len(text):
+            depth += {"(": 1, ")": -1}.get(text[i], 0)
+            i += 1
+        out.append(text[m.end():i - 1])
+    return out
+
+
+def test_no_document_shows_a_deprecated_flat_keyword() -> None:
+    """Issue 35: docs teach the option objects (``shard=ShardOptions(aws_conn_id=...)``), never the
+    flat keywords that warn; checked in every Markdown file, code blocks and prose alike."""
+    from shardsink.airflow.deprecated import INGEST_ALIASES, VIEW_ALIASES
+
+    root = Path(__file__).resolve().parents[2]
+    docs = [root / "README.md", *sorted((root / "docs").rglob("*.md"))]
+    found = []
+    for doc in docs:
+        text = doc.read_text()
+        for name, aliases in (("ingest_dag", INGEST_ALIASES), ("view_dag", VIEW_ALIASES)):
+            for args in _calls(text, name):
+                top = args
+                while (inner := re.sub(r"\([^()]*\)", "", top)) != top:  # keywords at depth 1 only
+                    top = inner
+                found += [f"{doc.relative_to(root)}: {name}({k}=...)" for k in re.findall(r"\b(\w+)\s*=", top)
+                          if k in aliases]
+    assert not found, f"deprecated flat keywords in the docs: {found}"

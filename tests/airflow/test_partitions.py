@@ -35,6 +35,7 @@ from shardsink.sources import LandingSource
 
 HOUR = 3_600_000
 DAY = 24 * HOUR
+START = datetime(2024, 1, 1, tzinfo=UTC)
 
 
 def ms(*args: int, tz: Any = UTC) -> int:
@@ -119,7 +120,7 @@ def _context(dag: Any, key: str | None, **extra: Any) -> dict[str, Any]:
 
 def test_a_partitioned_ingest_run_covers_the_interval_its_key_names(tmp_path: Path) -> None:
     dag = ingest_dag(dag_id="pt_ingest", shard_url=(tmp_path / "shard").as_uri(), schedule=daily_partitions(),
-                     source=LandingSource(str(tmp_path / "landing"), time_column="event_time"))
+                     start_date=START, source=LandingSource(str(tmp_path / "landing"), time_column="event_time"))
     # A data interval the run may carry does not matter: the key names the interval.
     ctx = _context(dag, "2024-01-02", data_interval_start=datetime(2030, 1, 1, tzinfo=UTC),
                    data_interval_end=datetime(2030, 1, 2, tzinfo=UTC))
@@ -127,7 +128,7 @@ def test_a_partitioned_ingest_run_covers_the_interval_its_key_names(tmp_path: Pa
     assert interval_of({**ctx, "partition_key": "2024-01-03"}) == (ms(2024, 1, 3), ms(2024, 1, 4))
     with pytest.raises(InvalidUsageError, match="'2024-01-02T00'"):
         run_options(_context(dag, "2024-01-02T00"))  # the mints fail on it before anything is written
-    plain = ingest_dag(dag_id="plain", shard_url=(tmp_path / "shard").as_uri(), schedule="@daily",
+    plain = ingest_dag(dag_id="plain", shard_url=(tmp_path / "shard").as_uri(), schedule="@daily", start_date=START,
                        source=LandingSource(str(tmp_path / "landing"), time_column="event_time"))
     ctx = _context(plain, None, data_interval_start=datetime(2024, 1, 2, tzinfo=UTC),
                    data_interval_end=datetime(2024, 1, 3, tzinfo=UTC))
@@ -138,6 +139,7 @@ def test_a_partitioned_ingest_run_covers_the_interval_its_key_names(tmp_path: Pa
 
 def test_a_partitioned_view_run_covers_the_interval_its_key_names(tmp_path: Path) -> None:
     dag = view_dag(dag_id="pt_view", output_url=(tmp_path / "out").as_uri(), schedule=InputPartitions(),
+                   start_date=START,
                    view=view(inputs={"events": (tmp_path / "shard").as_uri()}, sql="SELECT * FROM events"))
     assert type(dag.timetable).__name__ == "PartitionedAssetTimetable"
     assert interval_of(_context(dag, "2024-01-05")) == (ms(2024, 1, 5), ms(2024, 1, 6))
@@ -149,7 +151,7 @@ def test_a_partitioned_view_run_covers_the_interval_its_key_names(tmp_path: Path
 ])
 def test_an_ingest_dag_whose_keys_name_no_interval_fails_to_parse(tmp_path: Path, schedule: Any, match: str) -> None:
     with pytest.raises(InvalidUsageError, match=match):
-        ingest_dag(dag_id="bad", shard_url=(tmp_path / "shard").as_uri(), schedule=schedule,
+        ingest_dag(dag_id="bad", shard_url=(tmp_path / "shard").as_uri(), schedule=schedule, start_date=START,
                    source=LandingSource(str(tmp_path / "landing"), time_column="event_time"))
 
 

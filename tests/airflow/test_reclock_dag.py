@@ -27,9 +27,9 @@ def dags_test(af: Env, day: str, *, home: Path | None = None, dag: str = "exampl
 def test_arrivals_dag_ingests_each_file_once_and_a_fresh_metadata_db_loses_nothing(
         af: Env, airflow_template: Path, tmp_path: Path) -> None:
     af.env.update({"SHARDSINK_ARRIVALS": str(af.root / "arrivals"), "SHARDSINK_WRITERS": "1",
-                   "SHARDSINK_SHARD": (af.root / "shards" / "arrivals").as_uri(), "SHARDSINK_SETTLE_S": "0",
-                   "SHARDSINK_COLUMNS": json.dumps(COLUMNS)})
-    arrivals = af.env["SHARDSINK_ARRIVALS"]
+                   "SHARDSINK_ARRIVALS_SHARD": (af.root / "shards" / "arrivals").as_uri(),
+                   "SHARDSINK_ARRIVALS_SETTLE_S": "0", "SHARDSINK_ARRIVALS_COLUMNS": json.dumps(COLUMNS)})
+    arrivals, shard_url = af.env["SHARDSINK_ARRIVALS"], af.env["SHARDSINK_ARRIVALS_SHARD"]
     ids = land(arrivals, "x/1.parquet", range(0, 40)) + land(arrivals, "x/2.jsonl", range(40, 60))
     dags_test(af, "2024-01-02")  # covers [Jan 1, Jan 2): binds both files at Jan 2 - 1 ms
 
@@ -41,14 +41,14 @@ def test_arrivals_dag_ingests_each_file_once_and_a_fresh_metadata_db_loses_nothi
     assert "nothing to do" in out and "Spark-Submit cmd" not in out
     ids += land(arrivals, "y/3.csv", range(60, 75))
     dags_test(af, "2024-01-03", home=fresh)
-    assert_exactly_once(af.shard_url, ids)
-    assert_no_leaks(af.shard_url)
-    t = times_of(af.shard_url)
+    assert_exactly_once(shard_url, ids)
+    assert_no_leaks(shard_url)
+    t = times_of(shard_url)
     assert {t[i] for i in range(60)} == {START + DAY - 1} and {t[i] for i in range(60, 75)} == {START + 2 * DAY - 1}
 
     # The operator's view: inspect names the remap shard and the source frontier; remap lists bindings.
     cli = str(VENV_BIN / "shardsink")
-    r = subprocess.run([cli, "inspect", af.shard_url, "--json"], capture_output=True, text=True, env=af.env,
+    r = subprocess.run([cli, "inspect", shard_url, "--json"], capture_output=True, text=True, env=af.env,
                        timeout=120)
     ok(r)
     rc = json.loads(r.stdout)["reclock"]
@@ -68,7 +68,7 @@ def test_kafka_dag_reads_bound_offsets_on_executors_and_commits_group_offsets(af
         topic = create_topic(bootstrap, 2)
         shard = (af.root / "shards" / "kafka").as_uri()
         af.env.update({"SHARDSINK_KAFKA_BOOTSTRAP": bootstrap, "SHARDSINK_KAFKA_TOPIC": topic,
-                       "SHARDSINK_KAFKA_SHARD": shard, "SHARDSINK_COLUMNS": json.dumps(COLUMNS)})
+                       "SHARDSINK_KAFKA_SHARD": shard, "SHARDSINK_KAFKA_COLUMNS": json.dumps(COLUMNS)})
         ids = produce(bootstrap, topic, range(0, 60), partitions=2)
         dags_test(af, "2024-01-02", dag="example_kafka")
         assert_exactly_once(shard, ids)

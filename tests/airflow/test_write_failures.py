@@ -10,10 +10,15 @@ real spark-submit, the job's outcome record read back by the write operator.
 
 from __future__ import annotations
 
+import os
+import sys
 import time
+from pathlib import Path
+from types import SimpleNamespace
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pytest
 from af_helpers import DAY, START, Env, assert_exactly_once, assert_no_leaks, ok
 from support.faultproxy import fault_proxy
 
@@ -21,6 +26,7 @@ from shardsink import Shard
 from shardsink.core.schema import SchemaChange
 from shardsink.errors import ShardNotFoundError
 from shardsink.maintenance import set_retention
+from shardsink.sources.landing import slot_of
 from shardsink.storage.retry import STORAGE
 from shardsink_dev.dagrunner import dags_test
 from shardsink_dev.synthetic import SCHEMA, generate, land_file, landing_table, publish_watermark
@@ -41,9 +47,11 @@ def test_late_file_fails_the_write_at_once_naming_the_file_and_value(af: Env) ->
     file lands, then maintenance commits on top of the seals: a retention change, the example
     maintenance DAG's pass (since advance, compaction of the two appends), and two schema changes
     (add then drop a column). None of them seals times, so the file stays late: refused whole,
-    naming it, nothing of it committed (never its day-2 rows without its day-1 rows). One writer
-    slot: the failure is the job's, not a slot's."""
-    af.env["SHARDSINK_WRITERS"] = "1"
+    naming it, nothing of it committed (never its day-2 rows without its day-1 rows).
+
+    Two writer slots, a late file in each one's share: whichever slot runs first fails for good and
+    records it (:mod:`shardsink.sinks.cancel`); the other, run after it (``dags test`` runs them in
+    turn), is cancelled without starting a JVM (issue 35). One spark-submit in all."""
     generate(af.landing, start=START, days=1, files_per_day=1, rows_per_file=50, watermark=START + DAY)
     shard = Shard.create(af.shard_url, SCHEMA, upper=START)
     def one(t: int) -> pa.Table:
@@ -55,7 +63,10 @@ def test_late_file_fails_the_write_at_once_naming_the_file_and_value(af: Env) ->
     late = landing_table(START, START + 2 * DAY, 10, seed=99)  # lands after day 1 was sealed
     tmin = pc.min(late["event_time"]).as_py()
     assert tmin < START + DAY and pc.max(late["event_time"]).as_py() >= START + DAY
-    land_file(af.landing, "day=000/late-0.csv", late)
+    lates = {slot_of(k, 2): k for k in (f"day=000/late-{i}.csv" for i in range(20))}  # one in each slot's share
+    assert sorted(lates) == [0, 1]
+    for key in lates.values():
+        land_file(af.landing, key, late)
     land_file(af.landing, "day=001/events-0.csv", landing_table(START + DAY, START + 2 * DAY, 20, seed=5))
     publish_watermark(af.landing, START + 2 * DAY)
     set_retention(shard, "1h")
@@ -68,11 +79,14 @@ def test_late_file_fails_the_write_at_once_naming_the_file_and_value(af: Env) ->
     before = shard.info()
 
     out = _failed(af.dags_test("2024-01-03"))  # task_retries is 2: an invalid input must not use them
-    assert out.count(SUBMIT) == 1, "the write was retried (or never ran)"
+    assert out.count(SUBMIT) == 1, "the write was retried, or its sibling slot started a JVM"
     assert out.count("write job failed: InvalidUsageError (LateDataError)") == 1
     assert "invalid input, not retried: InvalidUsageError: LateDataError: late file" in out
-    assert f"{af.landing}/day=000/late-0.csv" in out and f"[value: {tmin}]" in out
+    failed = next(slot for slot, key in lates.items() if f"{af.landing}/{key}" in out)
+    assert f"[value: {tmin}]" in out
     assert "commit seqno 1 " in out  # the append that sealed its earliest time, not maintenance
+    assert out.count(f"cancelled, not retried: slot {failed} of description ") == 1, "the sibling was not cancelled"
+    assert f"this attempt cannot commit; slot {1 - failed} stops its Spark application" in out
     info = Shard.open(af.shard_url).info()
     assert (info.seqno, info.upper, info.stats) == (before.seqno, START + DAY, before.stats)
 
@@ -89,8 +103,10 @@ def test_storage_error_in_the_write_job_is_retried_and_commits_once(af: Env, mot
         # Every try of the store's retry policy of one landing GET (by a Spark executor) gets a
         # 503: a single transient 503 is absorbed inside the job (tests/storage/test_retry.py),
         # this many fail it with a StorageError, which the Airflow task retries.
+        # nth=2: the mint's one read of the new file (it indexes it) goes through; every try of
+        # the write job's read gets the 503.
         rule = proxy.add("status_before_forward", method="GET", key=r"landing/day=000/events-1\.csv$", status=503,
-                         code="SlowDown", times=STORAGE.attempts)
+                         code="SlowDown", nth=2, times=STORAGE.attempts)
         af.env["AWS_ENDPOINT_URL"] = proxy.url
         out = ok(af.dags_test("2024-01-02"))
     assert rule.fired == STORAGE.attempts
@@ -120,3 +136,95 @@ def test_missing_input_part_fails_the_view_write_at_once_as_corruption(af: Env) 
     except ShardNotFoundError:
         return  # the first write creates the output: nothing was created
     assert view.info().seqno == 0
+
+
+BLOCKING_APP = """
+import os, sys, time
+from pyspark.sql import SparkSession
+
+started = os.environ["BLOCKING_APP_STARTED"]
+
+
+def hold(rows):
+    with open(started + ".worker.tmp", "w") as f:
+        f.write(str(os.getpid()))
+    os.replace(started + ".worker.tmp", started + ".worker")
+    time.sleep(3600)  # the workload: a write that does not end by itself
+    yield from rows
+
+
+spark = SparkSession.builder.getOrCreate()
+with open(started + ".driver.tmp", "w") as f:
+    f.write(str(os.getpid()))
+os.replace(started + ".driver.tmp", started + ".driver")
+spark.sparkContext.parallelize([0], 1).mapPartitions(hold).collect()
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_a_slot_failing_for_good_kills_its_running_siblings_spark_application(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 35: the write slots are separate Airflow tasks, so a failed slot cannot stop its siblings
+    in-process; it records its final failure in the shard's store and every running slot polls for
+    it. Here the real write operator runs a real spark-submit (local[1]) whose executor task never
+    ends; once a sibling records its failure, the operator kills the application: its task fails
+    without retries naming the sibling's failure, and its JVM, Python driver and Python worker are
+    gone (not left running, as before)."""
+    import threading
+
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from shardsink.airflow.reprocess import IngestWriteOperator
+    from shardsink.sinks.cancel import SlotCancels
+    from shardsink.sinks.description import Description, to_builtins
+    from shardsink.sources import LandingSource
+    from shardsink_dev import jvm
+
+    url = Shard.create((tmp_path / "shard").as_uri(), SCHEMA, upper=START).url
+    app, started = tmp_path / "blocking_app.py", tmp_path / "started"
+    app.write_text(BLOCKING_APP)
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_LOCAL1", '{"conn_type": "spark", "host": "local[1]"}')
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    desc = Description(desc_id="cancel-e2e-a1-00000001", lower=START, upper=START + DAY, attempt=1)
+    op = IngestWriteOperator(task_id="write", shard_url=url, source_spec=LandingSource(str(tmp_path)).spec(), slots=2,
+                             slot=0, desc=to_builtins(desc), application=str(app), conn_id="spark_local1",
+                             conf={"spark.ui.enabled": "false"}, cancel_poll=0.2,
+                             env_vars={"BLOCKING_APP_STARTED": str(started), "SPARK_SUBMIT_OPTS": jvm.submit_opts(),
+                                       "SPARK_LAUNCHER_OPTS": jvm.launcher_opts()})
+    context = {"dag_run": SimpleNamespace(clear_number=0, run_id="r"), "ti": SimpleNamespace(try_number=1, max_tries=2)}
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            op.execute(context)
+        except BaseException as e:
+            raised.append(e)
+
+    slot0 = threading.Thread(target=run)
+    slot0.start()
+    deadline = time.monotonic() + 300
+    while not (Path(f"{started}.driver").exists() and Path(f"{started}.worker").exists()):
+        assert slot0.is_alive() and time.monotonic() < deadline, f"the application never started: {raised}"
+        time.sleep(0.1)
+    pids = {"jvm": op._hook._submit_sp.pid, "driver": int(Path(f"{started}.driver").read_text()),
+            "worker": int(Path(f"{started}.worker").read_text())}
+    assert all(_alive(p) for p in pids.values())
+
+    SlotCancels(url, desc.desc_id, generation=0).record(1, "InvalidUsageError: LateDataError: late file x")  # slot 1
+    slot0.join(timeout=120)
+    assert not slot0.is_alive(), "the running slot was not cancelled"
+    assert len(raised) == 1 and isinstance(raised[0], AirflowFailException), raised
+    assert str(raised[0]).startswith(f"cancelled, not retried: slot 1 of description {desc.desc_id} failed for good")
+    assert str(raised[0]).endswith("Slot 1: InvalidUsageError: LateDataError: late file x")
+    deadline = time.monotonic() + 60
+    while any(_alive(p) for p in pids.values()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not [name for name, p in pids.items() if _alive(p)], f"left running: {pids}"
+    assert SlotCancels(url, desc.desc_id, generation=0).failure().slot == 1  # the cause stays the sibling's

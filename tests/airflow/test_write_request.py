@@ -1,15 +1,20 @@
 """The write operators build their job's command line with the one request encoder: what the
 application decodes is exactly the description, slot and typed spec the task was given.
 
-No scheduler, no Spark: the operators are only constructed and asked for their arguments.
+No scheduler, no Spark: the operators are only constructed and asked for their arguments (and
+their spark-submit hook, whose configuration they check).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from shardsink.airflow.reprocess import IngestWriteOperator
 from shardsink.airflow.view import ViewWriteOperator
+from shardsink.errors import InvalidConfigurationError
 from shardsink.sinks.description import Description, to_builtins
 from shardsink.sources import LandingSource, source_spec
 from shardsink.spark.request import (
@@ -74,3 +79,42 @@ def test_the_ingest_operator_passes_the_version_it_decided_at_so_the_job_reads_n
     assert done2 is None and head2.seqno == head.seqno
     by2 = alone.blob.requests_by_kind  # type: ignore[attr-defined]
     assert sum(n for (method, kind), n in by2.items() if kind == "state" and method == "get") == 1
+
+
+def test_a_missing_spark_connection_or_a_yarn_master_without_its_conf_fails_at_once_naming_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 35: the Spark provider falls back to ``--master yarn`` without a connection, and a
+    ``yarn`` master needs HADOOP_CONF_DIR or YARN_CONF_DIR. Both are configuration errors: the
+    write task fails when it builds the hook (before spark-submit starts) with an
+    AirflowFailException (no Airflow retries), naming the setting; the real provider hook
+    resolves the real connections (``AIRFLOW_CONN_*``)."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    for var in ("AIRFLOW_CONN_SPARK_DEFAULT", "HADOOP_CONF_DIR", "YARN_CONF_DIR"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_YARN", '{"conn_type": "spark", "host": "yarn"}')
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_LOCAL", '{"conn_type": "spark", "host": "local[2]"}')
+    spec = LandingSource(str(tmp_path / "landing")).spec()
+
+    def hook(conn_id: str, env: dict[str, str] | None = None) -> Any:
+        return IngestWriteOperator(task_id="write", shard_url="s3://b/shard", source_spec=spec, slots=1, slot=0,
+                                   desc=to_builtins(DESC), application="app.py", conn_id=conn_id,
+                                   env_vars=env)._get_hook()
+
+    with pytest.raises(AirflowFailException, match=r"^invalid configuration, not retried: InvalidConfigurationError: "
+                       r"Spark connection 'spark_default' is not defined .* falls back to --master yarn\. .*"
+                       r"AIRFLOW_CONN_SPARK_DEFAULT='\{\"conn_type\": \"spark\", \"host\": \"local\[2\]\"\}'") as e:
+        hook("spark_default")
+    assert isinstance(e.value.__cause__, InvalidConfigurationError) and e.value.__cause__.value == "spark_default"
+    with pytest.raises(AirflowFailException, match=r"Spark connection 'spark_yarn' has master 'yarn', but neither "
+                                                   r"HADOOP_CONF_DIR nor YARN_CONF_DIR is set"):
+        hook("spark_yarn")
+    assert hook("spark_yarn", {"HADOOP_CONF_DIR": str(tmp_path)})._connection["master"] == "yarn"
+    monkeypatch.setenv("YARN_CONF_DIR", str(tmp_path))
+    assert hook("spark_yarn")._is_yarn
+    assert hook("spark_local")._connection["master"] == "local[2]"
+    # Decided before spark-submit: the task raises it as is (no "no outcome record" retry path).
+    op = IngestWriteOperator(task_id="write", shard_url="s3://b/shard", source_spec=spec, slots=1, slot=0,
+                             desc=to_builtins(DESC), application="app.py")
+    failed = AirflowFailException("invalid configuration, not retried: ...")
+    assert op._failure(str(tmp_path / "no-outcome.json"), failed) is failed

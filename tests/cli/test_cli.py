@@ -23,7 +23,7 @@ from shardsink import Shard
 _SCRIPT = Path(sys.executable).with_name("shardsink")
 SHARDSINK = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "shardsink"]
 INSPECT_KEYS = {"seqno", "upper", "since", "batches", "parts", "rows", "bytes", "schema"}
-LOG_KEYS = {"seqno", "at", "desc_id", "lower", "upper", "rows", "writer"}
+LOG_KEYS = {"seqno", "at", "kind", "writer", "nonce"}  # and each kind's own fields
 
 
 @dataclass
@@ -246,8 +246,18 @@ def test_jsonl_and_parquet_inputs_with_and_without_diff_and_iso_bounds(
 
 def test_inspect_json_reports_the_state_and_upper_null_after_close(cli: Cli, shard_url: str) -> None:
     filled_by_library(shard_url)
+    from shardsink.sinks.description import Description
+    from shardsink.sinks.staging import write_manifest
+
+    ahead = Description("backfill-day-4", 30, 40, 1)  # a backfill's later day, staged ahead of the upper
+    staged = Shard.open(shard_url).stage(pa.table({"k": ["a"], "v": [1], "_time": [30], "_diff": [1]}),
+                                         lower=30, upper=40, desc_id=ahead.desc_id)
+    write_manifest(Shard.open(shard_url), ahead, slot=0, slots=2, parts=staged.parts)
     d = cli.inspect(shard_url)
     assert d.keys() >= INSPECT_KEYS
+    assert d["staged_waiting"] == [{"desc_id": "backfill-day-4", "lower": 30, "upper": 40, "staged_slots": 1,
+                                    "slots": 2, "turn": "waiting"}]
+    assert "1 descriptions staged at or ahead of the upper" in cli.ok("inspect", shard_url)
     assert (d["seqno"], d["upper"], d["since"], d["batches"], d["parts"], d["rows"]) == (2, 20, 0, 2, 2, 5)
     assert d["bytes"] > 0
     assert d["schema"] == [{"name": "k", "type": "string", "nullable": True},
@@ -260,6 +270,7 @@ def test_inspect_json_reports_the_state_and_upper_null_after_close(cli: Cli, sha
         ("append", shard_url, "--lower", "20", "--upper", "30", "--input", str(cli.cwd / "late.csv")),
     )
     assert human.returncode == 0 and "upper" in human.stdout and "seqno" in human.stdout
+    assert "1 descriptions staged at or ahead of the upper" not in human.stdout  # closed: nothing waits
     d = json.loads(closed.stdout)
     assert (d["upper"], d["seqno"], d["closed"]) == (None, 3, True)
     assert refused.returncode == 2 and "closed" in refused.stderr
@@ -276,9 +287,10 @@ def test_log_json_lists_commits_newest_first_and_honours_limit(cli: Cli, shard_u
         (2, "d2", 10, 20, 2, "dag-b"),
         (1, "d1", 0, 10, 3, "dag-a"),
     ]
-    assert log[2]["seqno"] == 0 and log[2]["desc_id"] is None and len(log) == 3
+    assert (log[2]["seqno"], log[2]["kind"], log[2]["upper"]) == (0, "create", 0) and "desc_id" not in log[2]
+    assert len(log) == 3
     assert [e["seqno"] for e in json.loads(limited.stdout)] == [2]
-    assert human.returncode == 0 and "dag-b" in human.stdout
+    assert human.returncode == 0 and "dag-b" in human.stdout and "d2 [10, 20) 2 rows" in human.stdout
 
 
 # --- reads ------------------------------------------------------------------------------------------

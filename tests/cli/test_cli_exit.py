@@ -62,3 +62,22 @@ def test_every_exit_code_survives_the_hard_exit(tmp_path: Path) -> None:
     assert missing.returncode == 2, missing
     helped = subprocess.run([sys.executable, "-m", "shardsink", "--help"], capture_output=True, text=True, timeout=120)
     assert helped.returncode == 0 and "usage:" in helped.stdout
+
+
+def test_an_empty_or_bad_aws_endpoint_url_is_a_clear_error_naming_it(tmp_path: Path) -> None:
+    """Issue 35: ``AWS_ENDPOINT_URL=`` (set, but empty) used to end in botocore's bare
+    ``ValueError: Invalid endpoint:`` traceback. It is a configuration error naming the
+    variable (exit 2), as is a URL without a scheme; the service's own variable is named
+    when it is the one used (botocore's order)."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_ENDPOINT_URL")}
+    schema_file = tmp_path / "schema.jsonl"
+    schema_file.write_text('{"k": "a"}\n')
+    for var, value in (("AWS_ENDPOINT_URL", ""), ("AWS_ENDPOINT_URL_S3", "minio:9000")):
+        out = subprocess.run([*SHARDSINK, "create", "s3://bucket/shards/x", "--schema-from", str(schema_file)],
+                             capture_output=True, text=True, timeout=120, env={**env, var: value})
+        assert out.returncode == 2, (out.returncode, out.stderr[-2000:])
+        assert out.stderr.startswith(f"shardsink: error: {var}={value!r} is not an S3 endpoint URL (http(s)://"), \
+            out.stderr[-2000:]
+        assert "Traceback" not in out.stderr and "unset it to use AWS S3" in out.stderr

@@ -94,6 +94,12 @@ def test_a_late_exact_retry_after_compaction_and_gc_is_already_committed(
     assert isinstance(shard.fate("empty", SPAN), ft.Unknown)
     assert shard.snapshot().sort_by("k").equals(before)
 
+    # `gc --desc` never deletes on an unknown fate: exit 5, the description's objects stay.
+    staged = shard.stage(rows(1), lower=SPAN, upper=2 * SPAN, desc_id="empty")
+    code, _, err = _cli(["gc", shard_url, "--desc", "empty"], capsys)
+    assert code == 5 and "is not known" in err and "nothing deleted" in err, err
+    assert {o.key for o in shard.blob.list("parts/empty/")} == {p.key for p in staged.parts}
+
 
 def test_the_exact_reported_sequence_with_default_windows(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Issue 17 item 3 as reported: D, then 450 more appends, compact, retention, GC past D."""

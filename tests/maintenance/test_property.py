@@ -10,8 +10,8 @@ Around every compaction, ``snapshot(t)`` for every ``t >= since`` (every time th
 matters: update times, since, upper - 1) and ``changes(a, b)`` for ``a >= since`` must be
 identical before and after, and equal the model.
 
-Comparing change feeds after since advanced (DESIGN.md: "times < since may have been
-compacted forward to since"): the shard reads every time ``t < since`` as ``since``, so
+Comparing change feeds after since advanced (times < since may have been compacted
+forward to since): the shard reads every time ``t < since`` as ``since``, so
 ``changes(a, b)`` is the model's updates with ``max(t, since)`` in ``[a, b)``,
 consolidated; for ``a > since`` that is just the updates in ``[a, b)``.
 """

@@ -46,7 +46,7 @@ def test_clean_shard_exits_0_with_the_json_shape(shard: Shard, capsys: pytest.Ca
     shard.stage(pa.table({"k": ["x"], "_time": [1]}), lower=0, upper=10, desc_id="leftover")
     code, out = _verify(shard.url, capsys)
     assert code == 0
-    assert set(out) == {"url", "ok", "head", "oldest", "versions", "parts", "problems", "leaks"}
+    assert set(out) == {"url", "ok", "head", "oldest", "versions", "parts", "problems", "leaks", "in_flight"}
     assert (out["ok"], out["head"], out["oldest"], out["versions"], out["parts"], out["problems"]) == (
         True, 5, 0, 6, 5, [])
     assert [(x["kind"], x["object"].split("/")[1]) for x in out["leaks"]] == [("part", "leftover")]

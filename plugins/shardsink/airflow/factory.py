@@ -30,12 +30,12 @@ backfill create``) and a manual run with a key (REST API ``partition_key``) too.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from airflow.sdk import DAG, Asset
 
-from shardsink.airflow.build import sink_dag, sink_settings, timetable, write_args
+from shardsink.airflow.build import checked_start_date, sink_dag, sink_settings, timetable, write_args
 from shardsink.airflow.deprecated import INGEST_ALIASES, with_flat_aliases
 from shardsink.airflow.evolving import evolving_mint_task
 from shardsink.airflow.options import AttemptOptions, SchemaMode, ShardOptions, SparkOptions, checked_schema_mode
@@ -69,7 +69,7 @@ def ingest_dag(
     source: Source,
     writers: int = 2,
     schedule: Any = "@daily",
-    start_date: datetime = datetime(2024, 1, 1, tzinfo=UTC),
+    start_date: datetime | None = None,
     spark: SparkOptions | None = None,
     shard: ShardOptions | None = None,
     attempts: AttemptOptions | None = None,
@@ -83,8 +83,12 @@ def ingest_dag(
     upper + max_span))`` of ``source`` to the shard at ``shard_url``, exactly once.
 
     ``writers`` spark-submit jobs stage the batch (slot i reads the source's slot i of N).
-    The shard is created on first use from the source's schema with upper
-    ``shard.initial_upper`` (default: ``start_date``). The option objects
+    ``start_date`` is required (InvalidUsageError naming it when missing): the start of the
+    first interval, and the upper a new shard starts at (the first day of your data). The shard
+    is created on first use from the source's schema with upper ``shard.initial_upper``
+    (default: ``start_date``); a run whose interval lies more than ``max_chain`` batches past a
+    new shard's upper says so in its mint's log and XCom (:func:`shardsink.airflow.gates.far_behind`),
+    naming both settings. The option objects
     (:mod:`shardsink.airflow.options`): ``spark`` how spark-submit runs, ``shard`` the
     shard's credentials (``aws_conn_id``), initial upper, ``max_span``, ``retention`` and
     ``part_order`` (default ``"unordered"``: stage parts without sorting them; ``"sorted"``),
@@ -109,6 +113,7 @@ def ingest_dag(
     """
     spark, shard, attempts = with_flat_aliases("ingest_dag", INGEST_ALIASES, dag_kwargs, spark=spark, shard=shard,
                                                attempts=attempts)
+    start_date = checked_start_date("ingest_dag", dag_id, start_date)
     if writers < 1 or attempts.max_attempts < 1:
         raise InvalidUsageError(f"writers ({writers}) and max_attempts ({attempts.max_attempts}) must be at least 1")
     url = str(parse_url(shard_url))

@@ -5,6 +5,8 @@ in its outcome record (:mod:`shardsink.outcome`), so both decide alike:
 
 * invalid input (late or malformed data, schema mismatch, bad arguments): fail now,
   no Airflow retries (retrying cannot fix the input); the message names the value;
+* invalid configuration (a missing Spark connection, a ``yarn`` master without its Hadoop
+  configuration, a bad ``AWS_ENDPOINT_URL``): fail now, naming the setting to fix;
 * corruption: fail now, loudly (stop and page a human; never guess);
 * a storage error that retrying cannot help (access denied, no such bucket): fail now;
 * a fate that is unknown (the evidence is older than the retained history): fail now,
@@ -17,12 +19,21 @@ from __future__ import annotations
 
 from airflow.sdk.exceptions import AirflowFailException
 
-from shardsink.errors import CorruptionError, FateUnknownError, InvalidUsageError, ShardsinkError, StorageError
+from shardsink.errors import (
+    CorruptionError,
+    FateUnknownError,
+    InvalidConfigurationError,
+    InvalidUsageError,
+    ShardsinkError,
+    StorageError,
+)
 
 
 def for_airflow(e: ShardsinkError) -> BaseException:
     """The exception the task should raise for ``e`` (module docstring); raise it ``from e``."""
     name = type(e).__name__
+    if isinstance(e, InvalidConfigurationError):
+        return AirflowFailException(f"invalid configuration, not retried: {name}: {e}")
     if isinstance(e, InvalidUsageError):
         return AirflowFailException(f"invalid input, not retried: {name}: {e}")
     if isinstance(e, CorruptionError):

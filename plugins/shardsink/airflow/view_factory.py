@@ -26,12 +26,12 @@ Scheduling (``schedule=``):
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Literal
 
 from airflow.sdk import DAG, AssetAny
 
-from shardsink.airflow.build import sink_dag, sink_settings, timetable, write_args
+from shardsink.airflow.build import checked_start_date, sink_dag, sink_settings, timetable, write_args
 from shardsink.airflow.deprecated import VIEW_ALIASES, with_flat_aliases
 from shardsink.airflow.factory import shard_asset
 from shardsink.airflow.options import AttemptOptions, ShardOptions, SparkOptions
@@ -63,7 +63,7 @@ def view_dag(
     output_url: str,
     view: View,
     schedule: Literal["inputs"] | InputPartitions | Any = "inputs",
-    start_date: datetime = datetime(2024, 1, 1, tzinfo=UTC),
+    start_date: datetime | None = None,
     spark: SparkOptions | None = None,
     shard: ShardOptions | None = None,
     attempts: AttemptOptions | None = None,
@@ -75,8 +75,9 @@ def view_dag(
     """Build the view DAG: each run makes the output shard at ``output_url`` hold ``view``'s
     contents as of its new upper - 1, writing only the difference.
 
-    The output shard is created by the first write from the query's schema with upper
-    ``shard.initial_upper`` (default: ``start_date``). A query that later gains a column or
+    ``start_date`` is required, as for ``ingest_dag``: the output shard is created by the first
+    write from the query's schema with upper ``shard.initial_upper`` (default: ``start_date``).
+    A query that later gains a column or
     widens a type evolves the output's schema (one full comparison); any other change fails
     its write without retries, naming the column and the ``shardsink schema`` command that
     fixes it, the shard unchanged (:mod:`shardsink.spark.view_schema`). The option
@@ -87,6 +88,7 @@ def view_dag(
     """
     spark, shard, attempts = with_flat_aliases("view_dag", VIEW_ALIASES, dag_kwargs, spark=spark, shard=shard,
                                                attempts=attempts)
+    start_date = checked_start_date("view_dag", dag_id, start_date)
     if attempts.max_attempts < 1:
         raise InvalidUsageError(f"max_attempts ({attempts.max_attempts}) must be at least 1")
     url = str(parse_url(output_url))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping, Sequence
+from contextlib import nullcontext
 from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
@@ -21,7 +22,9 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from shardsink.core.shard import Shard
 from shardsink.core.state import PartOrder
+from shardsink.errors import InvalidConfigurationError
 from shardsink.provider.operators import ShardTaskMixin
+from shardsink.sinks.cancel import POLL_S, SlotCancels, SlotFailure, cancelled_message
 from shardsink.sinks.description import Description
 from shardsink.sinks.ingest import Committed, committed
 from shardsink.spark.request import IngestWriteRequest, JobRequest, job_argv
@@ -42,6 +45,13 @@ class ShardWriteOperator(ShardTaskMixin, SparkSubmitOperator):
     (the JVM or driver died first): the spark-submit failure is raised as is (retried).
     The result file is local to the worker, so the driver must run there (client deploy
     mode); in cluster deploy mode no record arrives and every failure is retried.
+    Configuration errors (no Spark connection, ``yarn`` without its Hadoop configuration)
+    fail before spark-submit starts, without retries (:func:`spark_config_error`).
+
+    Sibling slots (``slots`` > 1) stop together: a slot whose failure is final records it
+    (:mod:`shardsink.sinks.cancel`); a slot that finds it before starting fails at once, and
+    one that finds it while running (looking every ``cancel_poll`` seconds) kills its
+    spark-submit and Spark application; both fail without retries, naming the cause.
 
     Credentials: ``aws_conn_id`` is resolved by the amazon provider's hook
     (:mod:`shardsink.airflow.credentials`); the committed check uses a client built from
@@ -57,7 +67,7 @@ class ShardWriteOperator(ShardTaskMixin, SparkSubmitOperator):
 
     def __init__(self, *, shard_url: str, source_spec: Mapping[str, Any] | SourceSpec, slots: int, desc: Any,
                  slot: int, aws_conn_id: str | None = None, part_order: PartOrder = "sorted",
-                 **kwargs: Any) -> None:
+                 cancel_poll: float = POLL_S, **kwargs: Any) -> None:
         from shardsink.spark import job_path
 
         if "application" not in kwargs:
@@ -72,6 +82,9 @@ class ShardWriteOperator(ShardTaskMixin, SparkSubmitOperator):
         self.aws_conn_id = aws_conn_id
         self.part_order: PartOrder = part_order  # how ingest slots stage parts (the request carries it)
         self._secret_env: dict[str, str] = {}
+        #: How often a running slot looks for a sibling's final failure (:mod:`shardsink.sinks.cancel`).
+        self.cancel_poll = cancel_poll
+        self._cancelled_by: SlotFailure | None = None
         #: The state version :meth:`committed_already` decided at (passed to the job: one read per task).
         self._decided_at: int | None = None
 
@@ -97,17 +110,31 @@ class ShardWriteOperator(ShardTaskMixin, SparkSubmitOperator):
         return job_argv(self.job_request(d))
 
     def _get_hook(self) -> Any:
-        """The provider's hook, with the connection's credentials added to spark-submit's environment."""
-        from shardsink.errors import InvalidUsageError
+        """The provider's hook, with the connection's credentials added to spark-submit's environment.
+
+        Configuration errors fail the task here, before spark-submit starts and without retries
+        (:class:`InvalidConfigurationError` naming the setting): see :func:`spark_config_error`."""
+        from airflow.providers.common.compat.sdk import AirflowNotFoundException
+
+        from shardsink.airflow.failures import for_airflow
 
         hook = super()._get_hook()
+        try:
+            hook.get_connection(self._conn_id)
+            found = True
+        except AirflowNotFoundException:
+            found = False
+        master = str(hook._connection.get("master"))
+        err = spark_config_error(self._conn_id, found=found, master=master, env={**os.environ, **(self.env_vars or {})})
+        if err is None and self._secret_env and (
+                hook._is_yarn or hook._is_kubernetes or hook._connection.get("deploy_mode") == "cluster"):
+            err = InvalidConfigurationError(
+                f"aws_conn_id {self.aws_conn_id!r} with Spark master {master!r}: credentials can only reach a local "
+                "or standalone client-mode spark-submit through its environment (YARN/Kubernetes would put them on "
+                "the command line); use instance roles there")
+        if err is not None:
+            raise for_airflow(err) from err
         if self._secret_env:
-            if hook._is_yarn or hook._is_kubernetes or hook._connection.get("deploy_mode") == "cluster":
-                raise AirflowFailException(str(InvalidUsageError(
-                    f"aws_conn_id {self.aws_conn_id!r} with Spark master {hook._connection.get('master')!r}: "
-                    "credentials can only reach a local or standalone client-mode spark-submit through its "
-                    "environment (YARN/Kubernetes would put them on the command line); use instance roles there"
-                )))
             # The hook hands _env_vars to Popen(env=...) in local/standalone client mode only.
             hook._env_vars = {**(hook._env_vars or {}), **self._secret_env}
         return hook
@@ -129,6 +156,11 @@ class ShardWriteOperator(ShardTaskMixin, SparkSubmitOperator):
                 self.log.info("description %s is already committed (seqno %d); slot %d has nothing to write",
                               d.desc_id, done.seqno, self.slot)
                 return
+            # The slots of d stop together (sinks.cancel); built here, it keeps the store access.
+            cancels = None if self.slots < 2 else SlotCancels(self.shard_url, d.desc_id,
+                                                              generation=_generation(context))
+            if cancels is not None and (failed := cancels.failure()) is not None:  # one failed before this started
+                raise AirflowFailException(cancelled_message(failed, self.slot))
             self._secret_env = access.spark_env(explicit=self.env_vars or {}) if access is not None else {}
         env = dict(self.env_vars or {})
         env.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -141,18 +173,38 @@ class ShardWriteOperator(ShardTaskMixin, SparkSubmitOperator):
             result = os.path.join(tmp, "outcome.json")  # per try: a fresh folder each execute
             self.application_args = [*self.job_args(d), "--result-path", result]  # one request, one record
             try:
-                super().execute(context)
+                with cancels.watching(self._cancel, every=self.cancel_poll) if cancels else nullcontext():
+                    super().execute(context)
             except Exception as e:
-                raise self._failure(result, e) from e
+                if self._cancelled_by is not None:
+                    raise AirflowFailException(cancelled_message(self._cancelled_by, self.slot)) from e
+                err = self._failure(result, e)
+                if cancels is not None and _final(err, context):
+                    cancels.record(self.slot, f"{type(err).__name__}: {err}")
+                raise err from e
             finally:
                 self._secret_env = {}
             self._report(result)
+
+    def _cancel(self, failed: SlotFailure) -> None:
+        """(The watching thread.) A sibling slot failed for good: kill this slot's spark-submit, and
+        with it its Spark application (the provider's ``on_kill``: the client-mode driver is that
+        process; YARN, Kubernetes and standalone cluster drivers are killed through their masters).
+        Called again at every look until the submit returns, in case it had not started yet."""
+        proc = getattr(self._hook, "_submit_sp", None)
+        if self._cancelled_by is None:
+            self.log.warning("%s", cancelled_message(failed, self.slot))
+        self._cancelled_by = failed
+        if proc is not None and proc.poll() is None:
+            self.on_kill()
 
     def _failure(self, result: str, spark_error: BaseException) -> BaseException:
         """What to raise after spark-submit failed: decided by the job's outcome record."""
         from shardsink.airflow.failures import for_airflow
         from shardsink.outcome import error_from_record, read_outcome
 
+        if isinstance(spark_error, AirflowFailException):  # decided before spark-submit started (_get_hook)
+            return spark_error
         outcome = read_outcome(result)
         if outcome is None or outcome.error is None:
             self.log.warning("the write job left no outcome record (it died before reporting); retrying if allowed")
@@ -171,3 +223,41 @@ class ShardWriteOperator(ShardTaskMixin, SparkSubmitOperator):
         outcome = read_outcome(result)
         if outcome is not None and outcome.ok:
             self.log.info("write job outcome: %s", outcome.summary)
+
+
+def _generation(context: Any) -> int:
+    """The DAG run's clear number: clearing the run's tasks starts a new generation of its slots."""
+    return int(getattr(context.get("dag_run"), "clear_number", 0) or 0)
+
+
+def _final(err: BaseException, context: Any) -> bool:
+    """Whether the task's failure with ``err`` is final: not retried (AirflowFailException) or its last try."""
+    if isinstance(err, AirflowFailException):
+        return True
+    ti = context.get("ti")
+    tries, most = getattr(ti, "try_number", None), getattr(ti, "max_tries", None)
+    return isinstance(tries, int) and isinstance(most, int) and tries > most
+
+
+def spark_config_error(conn_id: str, *, found: bool, master: str,
+                       env: Mapping[str, str]) -> InvalidConfigurationError | None:
+    """The configuration error that would make spark-submit fail for a setting, not a
+    transient cause (so retrying cannot help), naming the setting; None if there is none.
+
+    SUBTLE: the Spark provider silently falls back to ``--master yarn`` when the connection
+    ``conn_id`` does not exist, and spark-submit then fails only after starting a JVM, on
+    every retry. A ``yarn`` master needs ``HADOOP_CONF_DIR`` or ``YARN_CONF_DIR`` in
+    spark-submit's environment (``env``: the worker's, plus ``SparkOptions(env=...)``).
+    """
+    if not found:
+        return InvalidConfigurationError(
+            f"Spark connection {conn_id!r} is not defined (SparkOptions(conn_id=...), default 'spark_default'): "
+            "without it spark-submit falls back to --master yarn. Define it, e.g. "
+            f"AIRFLOW_CONN_{conn_id.upper()}='{{\"conn_type\": \"spark\", \"host\": \"local[2]\"}}' for Spark "
+            "on the worker itself, or host spark://HOST with port 7077 for a standalone cluster", value=conn_id)
+    if master.startswith("yarn") and not (env.get("HADOOP_CONF_DIR") or env.get("YARN_CONF_DIR")):
+        return InvalidConfigurationError(
+            f"Spark connection {conn_id!r} has master {master!r}, but neither HADOOP_CONF_DIR nor YARN_CONF_DIR is "
+            "set in the worker's environment or SparkOptions(env=...): spark-submit cannot find the YARN cluster. "
+            "Set one of them, or point the connection at another master (e.g. host local[2])", value=master)
+    return None

@@ -21,7 +21,8 @@ deleter of :mod:`shardsink.core.fate`, which re-derives the fate right before de
 state history only through :meth:`AdminHandle.delete_versions` /
 :meth:`AdminHandle.delete_rollup` (GC, below an anchored version); lease objects through
 :func:`shardsink.core.leases.expire`; root objects capabilities registered only through
-:meth:`AdminHandle.delete_registered`.
+:meth:`AdminHandle.delete_registered`; a whole closed shard only through
+:meth:`AdminHandle.drop_closed` (``shardsink drop``).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from shardsink.core import state as st
 from shardsink.core import state_codec as sc
 from shardsink.core import transitions as tr
 from shardsink.core.builder import BatchBuilder, PartOptions
-from shardsink.core.checks import check_desc_id
+from shardsink.core.checks import check_desc_id, check_writer
 from shardsink.core.commands import CompactCommand, RetentionCommand, SinceCommand
 from shardsink.core.machine import Machine
 from shardsink.errors import InvalidUsageError
@@ -167,18 +168,19 @@ class AdminHandle:
 
     # --- state: writes ----------------------------------------------------------------
 
-    def commit(self, command: MaintenanceCommand) -> st.Version | tr.Refusal:
+    def commit(self, command: MaintenanceCommand, *, writer: str | None = None) -> st.Version | tr.Refusal:
         """Commit a maintenance command by the one compare-and-set loop (``Machine.commit``).
 
         Returns the version written or the rule's refusal (nothing written). Raises
         UnknownOutcomeError when the outcome is unknown: re-read before deciding anything.
         Appends, closes and creates are refused here (InvalidUsageError): they go through
-        the shard handle, which settles their fate after a refusal.
+        the shard handle, which settles their fate after a refusal. ``writer``: the name the
+        commit carries (default: this host and process).
         """
-        if not isinstance(command, CompactCommand | SinceCommand | RetentionCommand):
+        if getattr(command, "family", None) != "maintenance":
             raise InvalidUsageError(f"the maintenance handle commits compaction, since and retention commands, "
                                     f"not {type(command).__name__}")
-        return self._m.commit(command)
+        return self._m.commit(command, writer=check_writer(writer) if writer is not None else None)
 
     def rollup_now(self) -> int | None:
         """Write a rollup of the head's batch list and move the hint to it (best effort).
@@ -235,6 +237,12 @@ class AdminHandle:
         """One listing of ``staging/``, each manifest with the id owning it."""
         return [StagedObject(o, staged_desc_id(o.key), "manifest") for o in self._m.blob.list(keys.STAGING_PREFIX)]
 
+    def list_staged(self, desc_id: str) -> list[StagedObject]:
+        """What ``desc_id`` staged: one listing of ``parts/<desc_id>/`` and one of ``staging/<desc_id>/``."""
+        parts_prefix, staging_prefix = keys.staged_prefixes(check_desc_id(desc_id))
+        return ([StagedObject(o, desc_id, "part") for o in self._m.blob.list(parts_prefix)]
+                + [StagedObject(o, desc_id, "manifest") for o in self._m.blob.list(staging_prefix)])
+
     def put_compaction_manifest(self, doc: mf.CompactionManifestDoc) -> str:
         """Write compaction ``doc.compaction_id``'s manifest of its inputs; returns its key.
         Written before any output part, so a crash leaves a manifest the sweep decides by."""
@@ -282,6 +290,89 @@ class AdminHandle:
                 raise InvalidUsageError(f"{key!r} is not a registered root object; not deleted", value=key[:300])
         self._m.blob.delete_many(list(doomed))
         return len(doomed)
+
+    # --- dropping the whole shard -------------------------------------------------------
+
+    def drop_closed(self) -> Dropped:
+        """Delete every object of the shard layout, the head's version last; the shard must be
+        CLOSED (its upper the empty frontier: no append can ever commit again), else
+        InvalidUsageError and nothing deleted. Objects outside the layout are left where they
+        are and named in :attr:`Dropped.left`.
+
+        Order: staged data, leases and registered root objects first, then rollups, the hint,
+        the versions oldest first, and the newest version alone. A crash at any point leaves
+        the closed newest version, so the shard is still recognisably one, and a second call
+        finishes the job.
+        HAZARD: the caller decides that nothing needs the shard any more (no live lease, its
+        writers stopped); readers of a dropped shard fail with CorruptionError.
+        """
+        head = self.head()
+        if head.header.upper is not None:
+            raise InvalidUsageError(f"{self.url} is not closed (upper {head.header.upper}); only a closed shard "
+                                    "is dropped: close it first, so that no writer can commit while it goes")
+        objs = self.list_objects()
+        first: list[str] = []
+        versions: list[tuple[int, str]] = []
+        rollups: list[str] = []
+        counts: dict[str, int] = dict.fromkeys(DROP_KINDS, 0)
+        part_bytes = 0
+        for o in objs:
+            kind = drop_kind(o.key)
+            if kind is None:
+                continue
+            counts[kind] += 1
+            if kind == "version":
+                versions.append((keys.version_seqno(o.key) or 0, o.key))
+            elif kind == "rollup":
+                rollups.append(o.key)
+            elif kind != "hint":
+                first.append(o.key)
+                part_bytes += o.size if kind == "part" else 0
+        self._m.blob.delete_many(first)
+        self._m.blob.delete_many(rollups)
+        if counts["hint"]:
+            self._m.blob.delete_many([keys.LATEST])
+        ordered = [k for _, k in sorted(versions)]
+        below = ordered[:-1]  # the newest alone, last: a multi-object delete has no order
+        for i in range(0, len(below), 1000):
+            self._m.blob.delete_many(below[i:i + 1000])
+        self._m.blob.delete_many(ordered[-1:])
+        return Dropped(counts, part_bytes, tuple(o.key for o in objs if drop_kind(o.key) is None))
+
+
+#: What :meth:`AdminHandle.drop_closed` counts, in the order it reports them.
+DROP_KINDS = ("version", "rollup", "hint", "part", "manifest", "lease", "root object")
+
+
+@dataclass(frozen=True)
+class Dropped:
+    """What :meth:`AdminHandle.drop_closed` deleted, by kind (:data:`DROP_KINDS`), and the
+    objects under the root it left because they are not of the shard layout."""
+
+    counts: dict[str, int]
+    part_bytes: int
+    left: tuple[str, ...]
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+
+def drop_kind(key: str) -> str | None:
+    """The kind of layout object ``key`` is (:data:`DROP_KINDS`), None outside the layout."""
+    if key == keys.LATEST:
+        return "hint"
+    if keys.version_seqno(key) is not None:
+        return "version"
+    if keys.rollup_seqno(key) is not None:
+        return "rollup"
+    if staged_desc_id(key) is not None:
+        return "manifest" if is_manifest(key) else "part"
+    if key.startswith(keys.LEASES_PREFIX):
+        return "lease"
+    if keys.is_registered_root(key):
+        return "root object"
+    return None
 
 
 def _part(p: st.PartMeta) -> st.PartMeta:

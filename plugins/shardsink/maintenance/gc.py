@@ -79,6 +79,8 @@ from shardsink.maintenance.gc_parts import collect_parts
 from shardsink.maintenance.gc_types import GcOptions, GcReport
 from shardsink.maintenance.gc_versions import collect_rollups, collect_versions
 from shardsink.maintenance.history import list_state
+from shardsink.sinks.cancel import CANCEL_PREFIX  # noqa: F401  (registers the slots' expiring failure markers)
+from shardsink.sources import landing_layout as _landing_layout  # noqa: F401  (registers the index and plans)
 
 log = logging.getLogger("shardsink.maintenance.gc")
 
@@ -133,7 +135,9 @@ def _collect_plans(admin: AdminHandle, *, cutoff: float, dry: bool, batch: int) 
     """Step 6: cache objects older than the grace period under the folders capabilities
     registered as expiring (:func:`shardsink.core.keys.register_root`): today reclock's read
     plans (``plans/`` in a remap shard's root), one per description; a writer slot that
-    finds its plan gone rebuilds the identical plan from the remap shard."""
+    finds its plan gone rebuilds the identical plan from the remap shard. Also the write
+    slots' failure markers (``cancel/``, :mod:`shardsink.sinks.cancel`): advisory, and only
+    read while their description's slots run."""
     old = [o.key for prefix in keys.expiring_prefixes() for o in admin.list_registered(prefix)
            if o.modified <= cutoff]
     if not dry:

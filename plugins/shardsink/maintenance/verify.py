@@ -11,7 +11,13 @@ Problems (each names its object; any problem makes ``shardsink verify`` exit 4):
   the state records;
 * a negative multiplicity as of ``since`` (the oldest readable time) or ``upper − 1``.
 
-Leaks (listed, not problems: GC removes them): unreferenced parts, staging manifests,
+In flight (listed apart, neither problems nor leaks): unreferenced parts and manifests of a
+description that may still commit (its writer may be running, or its append be retried),
+and, younger than the grace period, a Spark write's ``_temporary/`` files, a compaction's
+output and objects of a description whose lower nothing tells yet
+(:mod:`shardsink.maintenance.leftovers`).
+
+Leaks (listed, not problems: GC removes them): the other unreferenced parts and manifests,
 rollups below the oldest version, versions below an anchored version left by an
 interrupted GC (also below a gap: ``history.retained_start``), expired leases, and
 objects under no known prefix. Reclock's root objects (read plans under ``plans/``,
@@ -29,14 +35,19 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import shardsink.reclock.layout  # noqa: F401  (registers reclock's root objects: not leaks)
+from shardsink.core import checks as ck
 from shardsink.core import keys
 from shardsink.core import leases as ls
 from shardsink.core import state as st
-from shardsink.core.admin import AdminHandle
+from shardsink.core.admin import AdminHandle, StagedObject
 from shardsink.core.keys import LATEST, VERSIONS_PREFIX, rollup_key, version_key
 from shardsink.core.shard import Shard
 from shardsink.errors import CorruptionError, ShardsinkError
+from shardsink.maintenance.gc_types import DEFAULT_GRACE_S
 from shardsink.maintenance.history import Listing, batches_at, list_state, retained_start
+from shardsink.maintenance.leftovers import by_description, classify
+from shardsink.sinks.cancel import CANCEL_PREFIX  # noqa: F401  (registers the slots' failure markers: not leaks)
+from shardsink.sources import landing_layout as _landing_layout  # noqa: F401  (registers the index and plans)
 
 #: The exit code of ``shardsink verify`` when it finds problems.
 EXIT_PROBLEMS = 4
@@ -57,6 +68,17 @@ class Leak:
 
 
 @dataclass(frozen=True)
+class InFlight:
+    """A staged object that is not a leak (yet): ``why`` says what may still use it."""
+
+    object: str
+    kind: str  # part | manifest
+    bytes: int
+    age_s: float
+    why: str
+
+
+@dataclass(frozen=True)
 class VerifyReport:
     url: str
     head: int | None
@@ -65,6 +87,7 @@ class VerifyReport:
     parts: int
     problems: tuple[Problem, ...]
     leaks: tuple[Leak, ...]
+    in_flight: tuple[InFlight, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -74,12 +97,16 @@ class VerifyReport:
         return {
             "url": self.url, "ok": self.ok, "head": self.head, "oldest": self.oldest, "versions": self.versions,
             "parts": self.parts, "problems": [asdict(p) for p in self.problems],
-            "leaks": [asdict(x) for x in self.leaks],
+            "leaks": [asdict(x) for x in self.leaks], "in_flight": [asdict(x) for x in self.in_flight],
         }
 
 
-def verify(shard: Shard, *, check_rows: bool = True, now: float | None = None) -> VerifyReport:
-    """Run every check (module docstring). ``check_rows`` reads each part's footer (one GET each)."""
+def verify(shard: Shard, *, check_rows: bool = True, now: float | None = None,
+           grace_s: float = DEFAULT_GRACE_S) -> VerifyReport:
+    """Run every check (module docstring). ``check_rows`` reads each part's footer (one GET each).
+    ``grace_s``: how young a Spark ``_temporary/`` file (or a compaction's or an undecided
+    description's object) must be to count as in flight rather than leaked."""
+    ck.check_seconds(grace_s, what="grace period")
     t = time.time() if now is None else now
     m = shard.admin()
     problems: list[Problem] = []
@@ -127,13 +154,13 @@ def verify(shard: Shard, *, check_rows: bool = True, now: float | None = None) -
         if base > 0 and base not in listing.rollups:
             problems.append(Problem(rollup_key(base), f"missing; the head (version {head}) reads its batches from it"))
 
-    listed = {o.key: o.info for o in m.list_parts()}
+    listed_parts = m.list_parts()
+    listed = {o.key: o.info for o in listed_parts}
     _check_parts(m, refs, listed, problems, check_rows=check_rows)
-    for k, o in sorted(listed.items()):
-        if k not in refs:
-            leaks.append(Leak(k, "part", o.size, t - o.modified))
-    for staged in m.list_manifests():
-        leaks.append(Leak(staged.key, "manifest", staged.size, t - staged.modified))
+    loose = [o for o in listed_parts if o.key not in refs]
+    staged = _staged(m, loose, m.list_manifests(), head_version, now=t, grace_s=grace_s)
+    leaks += staged[0]
+    in_flight = staged[1]
     for x in ls.all_leases(shard):
         if x.expires_at + ls.CLOCK_SKEW_S < t:
             leaks.append(Leak(x.key, "lease", 0, t - x.expires_at))
@@ -143,7 +170,36 @@ def verify(shard: Shard, *, check_rows: bool = True, now: float | None = None) -
 
     if not any(p.object.startswith(keys.PARTS_PREFIX) for p in problems) and head in versions:
         _check_multiplicity(shard, versions[head].header, problems)
-    return VerifyReport(shard.url, head, oldest, len(versions), len(refs), tuple(problems), tuple(leaks))
+    return VerifyReport(shard.url, head, oldest, len(versions), len(refs), tuple(problems), tuple(leaks),
+                        tuple(in_flight))
+
+
+def _staged(m: AdminHandle, parts: list[StagedObject], manifests: list[StagedObject], head: st.Version | None, *,
+            now: float, grace_s: float) -> tuple[list[Leak], list[InFlight]]:
+    """Unreferenced ``parts`` and every manifest, as leaks or in flight (:mod:`.leftovers`).
+    Without a head (a problem reported already) every one is a leak."""
+    leaks: list[Leak] = []
+    flying: list[InFlight] = []
+    pg, stray = by_description(parts)
+    mg, stray_m = by_description(manifests)
+    for o in (*stray, *stray_m):
+        leaks.append(Leak(o.key, o.kind, o.size, now - o.modified))
+    for d in sorted(set(pg) | set(mg)):
+        if head is None:
+            leaks += [Leak(o.key, o.kind, o.size, now - o.modified) for o in (*pg.get(d, []), *mg.get(d, []))]
+            continue
+        try:
+            lo = classify(m, d, pg.get(d, []), mg.get(d, []), head_upper=head.header.upper, now=now, precise=False)
+        except ShardsinkError:  # its fate cannot be read (a broken history is reported as a problem)
+            leaks += [Leak(o.key, o.kind, o.size, now - o.modified) for o in (*pg.get(d, []), *mg.get(d, []))]
+            continue
+        for x in lo.objects:
+            why = lo.in_flight(x, grace_s=grace_s)
+            if why is None:
+                leaks.append(Leak(x.key, x.kind, x.bytes, x.age_s))
+            else:
+                flying.append(InFlight(x.key, x.kind, x.bytes, x.age_s, why))
+    return sorted(leaks, key=lambda x: x.object), flying
 
 
 def _decode_all(m: AdminHandle, oldest: int, head: int, listing: Listing,

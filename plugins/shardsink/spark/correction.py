@@ -1,6 +1,6 @@
 """The materialize sink's correction: ``desired - persisted``, as a distributed Spark plan.
 
-For the batch ``[lower, upper)`` of a self-correcting view (DESIGN.md, Materialize sink):
+For the batch ``[lower, upper)`` of a self-correcting view (docs/architecture.md, "The materialize sink"):
 
 * ``desired``: the view's full contents as of ``upper - 1`` (a DataFrame with exactly
   the output shard's user columns; each row counts once, or ``_count`` times if it has
