@@ -44,6 +44,13 @@ SLOTS = 2
 DAY = 10
 TEN_DAYS_S = 10 * 86_400
 
+@pytest.fixture
+def backend() -> str:
+    """Local only: the appends race on the store's objects, not its protocol; an S3 round
+    costs the suite CPU and covers nothing more."""
+    return "local"
+
+
 
 def _day(k: int, tag: str = "") -> Description:
     return Description(f"day{k}{tag}-{uuid.uuid4().hex[:8]}", k * DAY, (k + 1) * DAY, 1)
@@ -155,12 +162,14 @@ def test_the_append_of_day_k_killed_while_later_days_are_staged(shard_url: str, 
         _assert_waiting(shard, days[3:])
         assert _appends(shard_url, [days[2]]) == {days[2].desc_id: "committed"}  # the task's retry
         out = _appends(shard_url, [days[3]])
-    else:  # day 2 landed, its ack was lost: day 3's turn came, day 4 waits
-        assert out[days[4].desc_id] == "not_its_turn", out
-        _assert_waiting(shard, [days[4]])
+    else:  # day 2 landed, its ack was lost: day 3's turn came; day 4's came too if day 3 was first
+        assert out[days[4].desc_id] in ("not_its_turn", "committed"), out
+        if out[days[4].desc_id] == "not_its_turn":
+            _assert_waiting(shard, [days[4]])
         assert _appends(shard_url, [days[2]]) == {days[2].desc_id: "already_committed"}
     assert out[days[3].desc_id] == "committed", out
-    assert _appends(shard_url, [days[4]]) == {days[4].desc_id: "committed"}
+    if out.get(days[4].desc_id) != "committed":
+        assert _appends(shard_url, [days[4]]) == {days[4].desc_id: "committed"}
     _assert_settled(shard, blob, model, upper=5 * DAY)
 
 

@@ -49,6 +49,7 @@ from typing import Any, cast
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+import pytest
 from support import SCHEMA, Row, audit
 
 from shardsink import Shard, hooks
@@ -76,6 +77,14 @@ START = 1_704_067_200_000
 SPAN = 3_600_000
 FILES_PER_SLOT = 2  # the orphan pauses between its two tasks: it is still staging
 TIMEOUT = 120.0
+
+
+@pytest.fixture
+def backend() -> str:
+    """Local only: no ordering here depends on the store's protocol; an S3 round costs the
+    suite CPU and covers nothing more."""
+    return "local"
+
 
 
 # --- the write job's slot step, and the append, in a worker process ---------------------------

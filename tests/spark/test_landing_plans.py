@@ -144,6 +144,9 @@ def test_a_partitioned_zone_ingests_exactly_once_refusing_late_and_misplaced_fil
         _run(spark, shard_url, src, 4 * DAY)
     # A late file within the horizon (day 3's folder, landed after day 3 was sealed): refused from the index.
     src.blob().delete("dt=1970-01-04/a.parquet")
+    # S3's LastModified has whole seconds: the late file must land in a later second than the
+    # commit that sealed day 3 (a file landed within that second is the documented clock hazard).
+    time.sleep(1.1)
     land_file(root, "dt=1970-01-03/late.parquet", landing_table(2 * DAY, 3 * DAY, 5, seed=7))
     with pytest.raises(LateDataError, match=r"late file .*dt=1970-01-03/late\.parquet"):
         _run(spark, shard_url, src, 4 * DAY, tag="b")

@@ -107,8 +107,11 @@ def test_backfills_in_both_orders_at_any_concurrency_defer_and_cover_every_inter
         deferred[dag_id] = sum("deferred to the triggerer" in _log(topology, dag_id, r["dag_run_id"], task)
                                for r in runs[dag_id] for task in ("attempt_1.mint", "attempt_1.append"))
     print(f"runs whose attempt_1 mint or append deferred: {dict(deferred)}")
-    # Backwards, the newest day's run is scheduled first, whatever the concurrency: it must wait.
-    assert deferred["dw_bwd_default"] >= 1 and deferred["dw_bwd_one"] >= 1, deferred
+    # Backwards with one active run, the newest day's run is alone first: it must wait. At the
+    # default concurrency both days mint and stage at once (issue 34) and the newest day's append
+    # waits only if it gets there before the older day commits: a race, not a guarantee; that
+    # scenario's guarantees are the ones checked above (green, exactly once, in order, try 1).
+    assert deferred["dw_bwd_one"] >= 1, deferred
 
     # One active run backwards: the newest day ran alone first, minted ahead, its append deferred,
     # was handed back in the same try after the catch-up time without progress and gave its turn
