@@ -10,7 +10,7 @@ PY := $(VENV)/bin/python
 REQ_HASH := $(shell cat requirements.txt pyproject.toml 2>/dev/null | sha1sum | cut -c1-12)
 STAMP := $(VENV)/.installed-$(REQ_HASH)
 
-.PHONY: run ui test venv java chromium services lint bench clean
+.PHONY: run ui dev-env test venv java chromium services jq lint bench clean
 
 venv: $(STAMP)
 
@@ -68,16 +68,44 @@ services:
 	  fi; \
 	fi
 
+# The runbook test (tests/test_runbooks.py) runs the runbooks' commands as written; they use jq.
+jq:
+	@if ! command -v jq >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "jq not found: installing jq (the runbooks use it)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq jq >/dev/null; \
+	  else \
+	    echo "ERROR: jq is required by the runbooks (tests/test_runbooks.py) and was not found on PATH."; \
+	    echo "Install it (Debian/Ubuntu: sudo apt-get install jq; macOS: brew install jq) and re-run."; \
+	    exit 1; \
+	  fi; \
+	fi
+
 run: venv java
 	@PYTHONPATH=. $(PY) -m shardsink_dev.demo
+
+# The demo stack: the Airflow home and DAG folder of `make run` (shardsink_dev/demo.py), the UI
+# and your own DAGs (README, "Your own dataset"). DEV_HOME= / DEV_DAGS= choose others.
+DEV_HOME ?= $(CURDIR)/.airflow
+DEV_DAGS ?= $(CURDIR)/dags
+
+# The demo stack's environment as `export` lines: eval "$$(make -s dev-env)". Without the Spark
+# connection the Spark provider falls back to --master yarn.
+dev-env:
+	@echo "export AIRFLOW_HOME='$(DEV_HOME)'"
+	@echo "export AIRFLOW__DATABASE__SQL_ALCHEMY_CONN='sqlite:///$(DEV_HOME)/airflow.db'"
+	@echo "export AIRFLOW__CORE__DAGS_FOLDER='$(DEV_DAGS)'"
+	@echo "export AIRFLOW__CORE__LOAD_EXAMPLES=False"
+	@echo "export AIRFLOW_CONN_SPARK_DEFAULT='{\"conn_type\":\"spark\",\"host\":\"local[2]\"}'"
+	@echo "export PATH='$(CURDIR)/$(VENV)/bin':\"\$$PATH\""
 
 # The Airflow UI on the demo's Airflow home (after `make run`): Browse → Shards. Every user
 # is an admin (simple auth manager's all-admins mode): for a local demo only.
 ui: venv
-	@test -f .airflow/airflow.db || { echo "run 'make run' first (it creates the demo's Airflow home)"; exit 1; }
+	@test -f $(DEV_HOME)/airflow.db || { echo "run 'make run' first (it creates the demo's Airflow home)"; exit 1; }
 	@echo "Airflow UI: http://127.0.0.1:$${PORT:-8080}/plugin/shards  (Ctrl+C stops it)"
-	@AIRFLOW_HOME=$(CURDIR)/.airflow AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=sqlite:///$(CURDIR)/.airflow/airflow.db \
-	  AIRFLOW__CORE__DAGS_FOLDER=$(CURDIR)/dags AIRFLOW__CORE__LOAD_EXAMPLES=False \
+	@AIRFLOW_HOME=$(DEV_HOME) AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=sqlite:///$(DEV_HOME)/airflow.db \
+	  AIRFLOW__CORE__DAGS_FOLDER=$(DEV_DAGS) AIRFLOW__CORE__LOAD_EXAMPLES=False \
 	  AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS=True PYTHONWARNINGS=ignore \
 	  $(VENV)/bin/airflow api-server --port $${PORT:-8080} --workers 1
 
@@ -97,7 +125,7 @@ ui: venv
 # that every test JVM maps (shardsink_dev/jvm.py).
 AIRFLOW_GROUP := tests/topology tests/airflow/test_aws_connection.py tests/airflow/test_reclock_dag.py \
 	tests/airflow/test_evolving.py
-test: venv java chromium services
+test: venv java chromium services jq
 	@( $(PY) -m compileall -q -j 0 $(VENV)/lib >/dev/null 2>&1 || true ) & \
 	$(PY) -m shardsink_dev.jvm; rc=$$?; wait; exit $$rc
 	@rm -f .test-*.log .test-*.rc; \
