@@ -67,7 +67,61 @@ def _epoch_seconds(value: object, *, what: str) -> float:
     return float(value)
 
 
-class EarlierIntervalsTrigger(BaseTrigger):
+class _ShardPokeTrigger(BaseTrigger):
+    """What both waits share: one shard (and the connection its store is reached with), one
+    head read per poke in a thread, and a loop that hands the task back with the first payload
+    :meth:`decide` returns, or ``unreadable`` when a read fails.
+
+    SUBTLE: a failed read never fails the try from here: the task re-reads under its own retries.
+    """
+
+    def __init__(self, *, shard_url: str, aws_conn_id: str | None) -> None:
+        super().__init__()
+        if not isinstance(shard_url, str) or not shard_url:
+            raise InvalidUsageError(f"shard_url {shard_url!r} is not a shard URL", value=shard_url)
+        if aws_conn_id is not None and (not isinstance(aws_conn_id, str) or not aws_conn_id):
+            raise InvalidUsageError(f"aws_conn_id {aws_conn_id!r} is not a connection id", value=aws_conn_id)
+        self.shard_url = shard_url
+        self.aws_conn_id = aws_conn_id
+
+    def _read(self) -> ShardInfo:
+        """The shard's head (one read), with the connection's credentials if one is named. Runs in a thread."""
+        from shardsink.airflow.credentials import store_access
+        from shardsink.core.shard import Shard
+
+        with store_access(self.aws_conn_id):
+            return Shard(self.shard_url).info()
+
+    def decide(self, info: ShardInfo, now: float) -> dict[str, Any] | None:
+        """The event's payload if waiting ends at ``now`` with the shard at ``info``, else None."""
+        raise NotImplementedError
+
+    def _unreadable(self) -> dict[str, Any]:
+        """What an ``unreadable`` event carries besides the error."""
+        return {}
+
+    def _next_wait(self, info: ShardInfo, now: float) -> float:
+        """Seconds until the next poke (at most ``poke_interval``)."""
+        raise NotImplementedError
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        while True:
+            try:
+                info = await asyncio.to_thread(self._read)
+            except Exception as e:  # any failure (a missing connection too) hands the task back
+                yield TriggerEvent({"status": "unreadable", "error": f"{type(e).__name__}: {str(e)[:300]}",
+                                    **self._unreadable()})
+                return
+            now = time.time()
+            payload = self.decide(info, now)
+            if payload is not None:
+                self.log.info("shard %s: %s; handing the task back", self.shard_url, payload)
+                yield TriggerEvent(payload)
+                return
+            await asyncio.sleep(max(0.0, self._next_wait(info, now)))
+
+
+class EarlierIntervalsTrigger(_ShardPokeTrigger):
     """Fires once the shard at ``shard_url`` covers ``interval_start`` or has made no progress for
     ``catch_up_after`` seconds (module docstring); reads the shard's head every ``poke_interval``.
 
@@ -77,31 +131,17 @@ class EarlierIntervalsTrigger(BaseTrigger):
 
     def __init__(self, *, shard_url: str, interval_start: int, catch_up_after: float, poke_interval: float,
                  run_started: float | None = None, aws_conn_id: str | None = None) -> None:
-        super().__init__()
-        if not isinstance(shard_url, str) or not shard_url:
-            raise InvalidUsageError(f"shard_url {shard_url!r} is not a shard URL", value=shard_url)
-        if aws_conn_id is not None and (not isinstance(aws_conn_id, str) or not aws_conn_id):
-            raise InvalidUsageError(f"aws_conn_id {aws_conn_id!r} is not a connection id", value=aws_conn_id)
-        self.shard_url = shard_url
+        super().__init__(shard_url=shard_url, aws_conn_id=aws_conn_id)
         self.interval_start = ck.check_time(interval_start, what="interval_start")
         self.catch_up_after = ck.check_seconds(catch_up_after, what="catch_up_after")
         self.poke_interval = ck.check_seconds(poke_interval, what="poke_interval", positive=True)
         self.run_started = None if run_started is None else _epoch_seconds(run_started, what="run_started")
-        self.aws_conn_id = aws_conn_id
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (f"{type(self).__module__}.{type(self).__qualname__}",
                 {"shard_url": self.shard_url, "interval_start": self.interval_start,
                  "catch_up_after": self.catch_up_after, "poke_interval": self.poke_interval,
                  "run_started": self.run_started, "aws_conn_id": self.aws_conn_id})
-
-    def _read(self) -> ShardInfo:
-        """The shard's head (one read), with the connection's credentials if one is named. Runs in a thread."""
-        from shardsink.airflow.credentials import store_access
-        from shardsink.core.shard import Shard
-
-        with store_access(self.aws_conn_id):
-            return Shard(self.shard_url).info()
 
     def decide(self, info: ShardInfo, now: float) -> dict[str, Any] | None:
         """The event's payload if waiting ends at ``now`` with the shard at ``info``, else None."""
@@ -115,25 +155,11 @@ class EarlierIntervalsTrigger(BaseTrigger):
                     "idle_s": round(idle, 3), "last_commit_at": info.last_commit.at}
         return None
 
-    async def run(self) -> AsyncIterator[TriggerEvent]:
-        while True:
-            try:
-                info = await asyncio.to_thread(self._read)
-            except Exception as e:  # any failure (a missing connection too) hands the task back
-                # SUBTLE: never fail the try from here: the task re-reads under its own retries.
-                yield TriggerEvent({"status": "unreadable", "error": f"{type(e).__name__}: {str(e)[:300]}"})
-                return
-            now = time.time()
-            payload = self.decide(info, now)
-            if payload is not None:
-                self.log.info("shard %s: %s; handing the task back", self.shard_url, payload)
-                yield TriggerEvent(payload)
-                return
-            left = self.catch_up_after - idle_seconds(info, self.run_started, now)
-            await asyncio.sleep(max(0.0, min(self.poke_interval, left)))
+    def _next_wait(self, info: ShardInfo, now: float) -> float:
+        return min(self.poke_interval, self.catch_up_after - idle_seconds(info, self.run_started, now))
 
 
-class TurnTrigger(BaseTrigger):
+class TurnTrigger(_ShardPokeTrigger):
     """Fires once an append minted ahead may go on: the shard's upper reached ``lower`` (its
     description's), or the wait is over. Reads the shard's head every ``poke_interval`` (one read
     per poke, in a thread). Events (each carries ``waiting_since``, so a re-deferred wait keeps
@@ -150,14 +176,9 @@ class TurnTrigger(BaseTrigger):
     def __init__(self, *, shard_url: str, lower: int, poke_interval: float, waiting_since: float, deadline: float,
                  catch_up_after: float | None = None, behind: str | None = None,
                  aws_conn_id: str | None = None) -> None:
-        super().__init__()
         if behind is not None and not isinstance(behind, str):
             raise InvalidUsageError(f"behind {behind!r} is not a description line", value=repr(behind)[:80])
-        if not isinstance(shard_url, str) or not shard_url:
-            raise InvalidUsageError(f"shard_url {shard_url!r} is not a shard URL", value=shard_url)
-        if aws_conn_id is not None and (not isinstance(aws_conn_id, str) or not aws_conn_id):
-            raise InvalidUsageError(f"aws_conn_id {aws_conn_id!r} is not a connection id", value=aws_conn_id)
-        self.shard_url = shard_url
+        super().__init__(shard_url=shard_url, aws_conn_id=aws_conn_id)
         self.lower = ck.check_time(lower, what="lower")
         self.poke_interval = ck.check_seconds(poke_interval, what="poke_interval", positive=True)
         self.waiting_since = _epoch_seconds(waiting_since, what="waiting_since")
@@ -167,20 +188,12 @@ class TurnTrigger(BaseTrigger):
         self.catch_up_after = None if catch_up_after is None else ck.check_seconds(catch_up_after,
                                                                                    what="catch_up_after")
         self.behind = None if behind is None else behind[:500]
-        self.aws_conn_id = aws_conn_id
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (f"{type(self).__module__}.{type(self).__qualname__}",
                 {"shard_url": self.shard_url, "lower": self.lower, "poke_interval": self.poke_interval,
                  "waiting_since": self.waiting_since, "deadline": self.deadline,
                  "catch_up_after": self.catch_up_after, "behind": self.behind, "aws_conn_id": self.aws_conn_id})
-
-    def _read(self) -> ShardInfo:
-        from shardsink.airflow.credentials import store_access
-        from shardsink.core.shard import Shard
-
-        with store_access(self.aws_conn_id):
-            return Shard(self.shard_url).info()
 
     def decide(self, info: ShardInfo, now: float) -> dict[str, Any] | None:
         """The event's payload if waiting ends at ``now`` with the shard at ``info``, else None."""
@@ -197,18 +210,8 @@ class TurnTrigger(BaseTrigger):
                 return {"status": "idle", "idle_s": round(idle, 3), "last_commit_at": info.last_commit.at, **base}
         return None
 
-    async def run(self) -> AsyncIterator[TriggerEvent]:
-        while True:
-            try:
-                info = await asyncio.to_thread(self._read)
-            except Exception as e:  # any failure hands the task back (it re-reads under its own retries)
-                yield TriggerEvent({"status": "unreadable", "error": f"{type(e).__name__}: {str(e)[:300]}",
-                                    "lower": self.lower, "waiting_since": self.waiting_since, "behind": self.behind})
-                return
-            now = time.time()
-            payload = self.decide(info, now)
-            if payload is not None:
-                self.log.info("shard %s: %s; handing the task back", self.shard_url, payload)
-                yield TriggerEvent(payload)
-                return
-            await asyncio.sleep(max(0.0, min(self.poke_interval, self.deadline - now)))
+    def _unreadable(self) -> dict[str, Any]:
+        return {"lower": self.lower, "waiting_since": self.waiting_since, "behind": self.behind}
+
+    def _next_wait(self, info: ShardInfo, now: float) -> float:
+        return min(self.poke_interval, self.deadline - now)
