@@ -53,9 +53,7 @@ import pyarrow as pa
 from proc_cpu import rounds  # bench/ is on sys.path when run as a script
 
 from shardsink import Shard
-from shardsink.core.read import ReadHandle
 from shardsink.core.schema import SchemaChange
-from shardsink.spark import datasource as ds
 from shardsink.spark import native_read as nr
 from shardsink.spark.read import ShardReads
 from shardsink_dev.testing import local_spark
@@ -148,10 +146,8 @@ def readers(spark: Any, shards: dict[str, Shard], upper: int) -> tuple[dict[str,
 
 def scans(s: Shard) -> list[list[int]]:
     """The schema ids each native scan of a current-schema read of ``s`` covers."""
-    h = s.reader().head().header
-    batches = s.batches()
-    layout = ds.Layout.of(s.url, h, batches, ReadHandle.reader_schema(h, "current", 0))
-    return [g.ids for g in nr.scan_groups(layout, [p for b in batches for p in b.parts])]
+    plan = s.reader().plan()
+    return [g.ids for g in nr.scan_groups(plan, plan.parts)]
 
 
 def baseline(name: str) -> str:

@@ -26,7 +26,7 @@ def _same(a: pa.Table, b: pa.Table) -> None:
 
 def test_the_plan_projects_each_part_by_field_id_onto_the_current_schema(tmp_path: Any) -> None:
     s = evolved(f"file://{tmp_path}/s")
-    plan, lease = open_plan(s.url, "snapshot")
+    plan, lease = open_plan(s.url)
     try:
         assert plan.schema.names == ["k", "w", "y", "note"] and plan.schema.field("k").type == pa.int64()
         first = next(r for r in plan.parts if r.schema_id == 0)

@@ -19,7 +19,6 @@ from shardsink.core.schema import SchemaChange
 from shardsink.core.shard import Shard
 from shardsink.errors import CorruptionError
 from shardsink.maintenance.compact import compact_batches
-from shardsink.spark import datasource as ds
 from shardsink.spark import native_read as nr
 from shardsink.spark.read import ShardReads
 
@@ -55,13 +54,14 @@ def test_schema_ids_share_a_scan_unless_a_name_means_another_column_or_spark_can
     groups; integer widenings and renames to a fresh name do not. Dropped columns are not read."""
     s = ten_versions(f"file://{tmp_path}/ten")
     h = s.reader().head().header
-    batches = s.batches()
-    parts = [p for b in batches for p in b.parts]
-    groups = nr.scan_groups(ds.Layout.of(s.url, h, batches, h.schemas[-1]), parts)
+    plan = s.reader().plan(schema=h.schemas[-1].id)
+    assert len(plan.parts) == sum(len(b.parts) for b in s.batches())
+    groups = nr.scan_groups(plan, plan.parts)
     assert [g.ids for g in groups] == TEN_SCAN_GROUPS
     assert sorted(groups[0].columns) == ["d", "k", "n", "s", "v", "x"]  # f dropped: not read
     assert groups[0].columns["n"][1].simpleString() == "smallint", "the widest type the group holds"
-    old = nr.scan_groups(ds.Layout.of(s.url, h, batches, h.schemas[2]), parts)
+    older = s.reader().plan(schema=h.schemas[2].id)
+    old = nr.scan_groups(older, older.parts)
     assert all("s" not in g.columns or g.columns["s"][0] == h.schemas[2].fields[4].id for g in old)
 
 
@@ -80,9 +80,8 @@ def test_spark_promotes_every_widening_it_is_asked_to_exactly(spark: Any, tmp_pa
                       "f": pa.array([r[1] for r in row], s.schema.field("f").type),
                       "_time": [10 * i] * len(row), "_diff": [1] * len(row)})
         s.append(t, lower=10 * i, upper=10 * i + 10, desc_id=f"b{i}")
-    h = s.reader().head().header
-    groups = nr.scan_groups(ds.Layout.of(s.url, h, s.batches(), h.schemas[-1]), [p for b in s.batches()
-                                                                                    for p in b.parts])
+    plan = s.reader().plan()
+    groups = nr.scan_groups(plan, plan.parts)
     assert [g.ids for g in groups] == [[0, 1, 2, 3, 4]]
     key = "spark.sql.parquet.enableVectorizedReader"
     saved = spark.conf.get(key)

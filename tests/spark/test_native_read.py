@@ -12,9 +12,7 @@ from support.evolved_shard import CHANGES, SNAPSHOTS, evolved_shard, rows
 
 from shardsink.core.schema import SchemaChange
 from shardsink.core.shard import Shard
-from shardsink.core.state import PartMeta
 from shardsink.errors import InvalidUsageError
-from shardsink.spark import datasource as ds
 from shardsink.spark import native_read as nr
 from shardsink.spark.read import ShardReads
 
@@ -48,26 +46,25 @@ def test_a_part_whose_projection_leaves_out_one_of_its_columns_is_always_consoli
     s = evolved_shard(f"file://{tmp_path}/s")
     h = s.reader().head().header
     batches = s.batches()
-    parts = [p for b in batches for p in b.parts]
-    layout = ds.Layout.of(s.url, h, batches, h.schemas[-1])  # every older schema id holds a column now gone
-    alone, shared = nr.consolidation_split(layout, parts, 0, 60)
-    assert [p.key for p in alone] == [batches[-1].parts[0].key], "only the current schema's isolated part"
-    assert {p.key for p in shared} == {p.key for b in batches[:-1] for p in b.parts}
-    assert all(p.is_sorted for p in shared), "the parts themselves are returned unchanged"
-    widened = ds.Layout.of(s.url, h, batches, h.schemas[4])  # ids 3 -> 4 only widen n
-    alone, _ = nr.consolidation_split(widened, [*batches[3].parts, *batches[4].parts], 30, 50)
-    assert [p.key for p in alone] == [batches[3].parts[0].key, batches[4].parts[0].key]
-    assert widened.projected(batches[3].parts[0]) and not widened.lossy(batches[3].parts[0])
+    plan = s.reader().plan(changes=(0, 60), schema=h.schemas[-1].id)  # every older schema id holds a column now gone
+    alone, shared = nr.consolidation_split(plan)
+    assert [r.part.key for r in alone] == [batches[-1].parts[0].key], "only the current schema's isolated part"
+    assert {r.part.key for r in shared} == {p.key for b in batches[:-1] for p in b.parts}
+    assert all(r.part.is_sorted for r in shared), "the parts themselves are returned unchanged"
+    widened = s.reader().plan(changes=(30, 50), schema=h.schemas[4].id)  # ids 3 -> 4 only widen n
+    assert [r.part.key for r in widened.parts] == [batches[3].parts[0].key, batches[4].parts[0].key]
+    alone, _ = nr.consolidation_split(widened)
+    assert [r.part.key for r in alone] == [batches[3].parts[0].key, batches[4].parts[0].key]
+    assert widened.parts[0].schema_id != widened.target.id and not widened.parts[0].drops
 
 
 def test_a_part_whose_own_schema_spark_cannot_read_exactly_is_not_read_natively(tmp_path: Any) -> None:
     s = Shard.create(f"file://{tmp_path}/u", pa.schema([("k", pa.string()), ("u", pa.uint32())]))
     s.append(pa.table({"k": ["a"], "u": pa.array([1], pa.uint32()), "_time": [1], "_diff": [1]}), lower=0, upper=10)
     s.evolve(SchemaChange(kind="drop", name="u"))
-    h = s.reader().head().header
-    layout = ds.Layout.of(s.url, h, s.batches(), h.schemas[-1])
-    parts: list[PartMeta] = list(s.batches()[0].parts)
-    assert [str(x) for x in layout.schemas(parts)] == ["k: string", "k: string\nu: uint32"]
+    plan = s.reader().plan()
+    assert [str(x) for x in plan.schemas()] == ["k: string", "k: string\nu: uint32"]
     with pytest.raises(InvalidUsageError, match="uint32"):
-        nr.native_root(None, s.url, layout.schemas(parts), "always")  # type: ignore[arg-type]
-    assert nr.native_root(None, s.url, layout.schemas([]), "always") == f"file://{tmp_path}/u"  # type: ignore[arg-type]
+        nr.native_root(None, s.url, plan.schemas(), "always")  # type: ignore[arg-type]
+    empty = s.reader().plan(changes=(0, 0)).schemas()
+    assert nr.native_root(None, s.url, empty, "always") == f"file://{tmp_path}/u"  # type: ignore[arg-type]

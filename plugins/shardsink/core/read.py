@@ -8,6 +8,10 @@ tables), never the machine, the blob or a key.
 Contract: :meth:`ReadHandle.head` is one head read; callers that must decide several things
 from the same state pass the version it returned on (:meth:`batches`, and
 :meth:`shardsink.core.write.WriteHandle.fate`'s ``head``) rather than reading again.
+
+What a snapshot or change feed loads (parts, time pruning, the schema every part projects onto)
+is decided by :mod:`shardsink.core.plan` alone (:meth:`ReadHandle.plan`); this module reads a plan
+with pyarrow (:meth:`ReadHandle.read_plan`) and consolidates it.
 """
 
 from __future__ import annotations
@@ -16,7 +20,6 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -26,19 +29,19 @@ from shardsink.core import checks as ck
 from shardsink.core import keys
 from shardsink.core import leases as ls
 from shardsink.core import part_io as pio
+from shardsink.core import plan as pl
 from shardsink.core import schema as sch
 from shardsink.core import state as st
-from shardsink.core.checks import check_as_of, check_changes
 from shardsink.core.commits import Commit
 from shardsink.core.consolidate import consolidate
 from shardsink.core.diff_sums import group_sums
 from shardsink.core.machine import Machine
+from shardsink.core.plan import ReadPlan, SchemaChoice
 from shardsink.core.updates import COUNT, TIME
-from shardsink.errors import CorruptionError, InvalidUsageError, ReadFrontierError
+from shardsink.errors import CorruptionError
 from shardsink.storage.base import Blob, ObjectInfo
 
-#: Which schema a read projects onto: the shard's current one, or the one current at the read's time.
-SchemaChoice = Literal["current", "as_of"]
+__all__ = ["ReadHandle", "SchemaChoice", "ShardInfo"]
 
 
 @dataclass(frozen=True)
@@ -123,46 +126,53 @@ class ReadHandle:
         return pio.read_parts(self._machine.blob, parts, schema)
 
     def read_batch_parts(self, header: st.Header, wanted: Sequence[tuple[st.BatchMeta, st.PartMeta]],
-                         target: st.SchemaEntry, *, times: tuple[int | None, int] | None = None) -> pa.Table:
+                         target: st.SchemaEntry) -> pa.Table:
         """The rows of parts (each with its batch) projected onto the schema ``target``: every
         part is read through its batch's schema id, its columns mapped by field id
-        (:func:`shardsink.core.schema.project`: nulls for added, casts for widened, renamed by
-        id, dropped hidden). CorruptionError if a batch names a schema the state does not hold.
+        (:func:`shardsink.core.plan.part_reads`). CorruptionError if a batch names a schema the
+        state does not hold."""
+        reads = pl.part_reads(self.url, header, wanted, target)
+        return self._read(reads, target, sch.entry_schema(target), (None, None))
 
-        ``times`` ``(lo, hi)``: only rows with ``lo <= _time < hi`` (stored times; ``lo`` None:
-        no lower bound), filtered BEFORE projecting: a part compacted from newer data may hold
-        values (e.g. ``2**40`` in a column widened to int64) that an older, narrower ``target``
-        cannot hold, outside the read's times. A row inside them that does not fit ``target``
-        is corruption (CorruptionError naming the column).
+    def plan(self, as_of: int | None = None, *, changes: tuple[int, int] | None = None,
+             schema: SchemaChoice | int = "current") -> ReadPlan:
+        """The plan (:func:`shardsink.core.plan.plan`) of the snapshot at ``as_of`` (default
+        ``upper - 1``) or, with ``changes``, of the feed ``[lower, upper)``, on one head version
+        (no lease). ReadFrontierError / InvalidUsageError on bad bounds or a bad ``schema``."""
+        v = self.head()
+        bounds = pl.Bounds.resolve(self.url, v.header, as_of=as_of, changes=changes)
+        target = pl.reader_schema(v.header, schema, bounds, url=self.url)
+        return pl.plan(self.url, v, self.batches(v), bounds, target)
+
+    def read_plan(self, plan: ReadPlan) -> pa.Table:
+        """The updates ``plan`` loads (its user columns + ``_time`` + ``_diff``), read in parallel.
+
+        Each part is filtered to the read's times BEFORE projecting: a part compacted from newer
+        data may hold values (e.g. ``2**40`` in a column widened to int64) that an older,
+        narrower target cannot hold, outside the read's times. A row inside them that does not
+        fit is corruption (CorruptionError naming the column). Times below ``since`` are then
+        read as ``since`` where the plan advances them.
         """
-        entries = {e.id: e for e in sch.history(header)}
-        parts = [p for _, p in wanted]
-        cut = [times is not None and ((times[0] is not None and p.min_time < times[0]) or p.max_time >= times[1])
-               for p in parts]
-        if not any(cut) and all(b.schema_id == target.id for b, _ in wanted):
-            return pio.read_parts(self._machine.blob, parts, sch.entry_schema(target))
-        sources = []
-        for (b, _), part_cut in zip(wanted, cut, strict=True):
-            src = entries.get(b.schema_id)
-            if src is None:
-                raise CorruptionError(f"batch {b.desc_id} of {self.url} names schema id {b.schema_id}, which the "
-                                      f"state does not hold (it holds {sorted(entries)})")
-            proj = partial(sch.project, source=src, target=target, where=f"shard {self.url}")
-            if part_cut and times is not None:
-                proj = partial(_filtered, times=times, then=proj)
-            sources.append((sch.entry_schema(src), proj))
-        return pio.read_parts(self._machine.blob, parts, sch.entry_schema(target), sources=sources)
+        data = self._read(plan.parts, plan.target, plan.schema, (plan.lower, plan.upper))
+        if plan.advance and data.num_rows:
+            i = data.schema.get_field_index(TIME)
+            data = data.set_column(i, data.schema.field(i),
+                                   pc.max_element_wise(data[TIME], pa.scalar(plan.since, pa.int64())))
+        return data
 
-    @staticmethod
-    def reader_schema(header: st.Header, choice: SchemaChoice, time: int) -> st.SchemaEntry:
-        """The schema a read at data time ``time`` projects onto: ``"current"`` (the shard's
-        schema now) or ``"as_of"`` (the one current at ``time``, :func:`shardsink.core.schema.as_of`)."""
-        if choice == "current":
-            return sch.current(header)
-        if choice == "as_of":
-            return sch.as_of(header, time)
-        raise InvalidUsageError(f"schema {choice!r} is not a schema choice; expected 'current' or 'as_of'",
-                                value=str(choice))
+    def _read(self, reads: Sequence[pl.PartRead], target: st.SchemaEntry, schema: pa.Schema,
+              times: tuple[int | None, int | None]) -> pa.Table:
+        parts = [r.part for r in reads]
+        if not any(r.cut for r in reads) and all(r.schema_id == target.id for r in reads):
+            return pio.read_parts(self._machine.blob, parts, schema)
+        sources = []
+        for r in reads:
+            proj = partial(sch.project, source=r.source, target=target, where=f"shard {self.url}")
+            if r.cut:
+                proj = partial(_filtered, times=(times[0] if r.below else None, times[1] if r.above else None),
+                               then=proj)
+            sources.append((r.written, proj))
+        return pio.read_parts(self._machine.blob, parts, schema, sources=sources)
 
     def open_part(self, part: st.PartMeta, *, referenced_by: str = "the shard state") -> pq.ParquetFile:
         """One part, opened for streaming reads; CorruptionError naming ``referenced_by`` if missing."""
@@ -186,26 +196,19 @@ class ReadHandle:
 
         Requires ``since <= as_of < upper``. Raises CorruptionError on a count outside int64
         (exact sums, :mod:`shardsink.core.diff_sums`; checked first) or a negative count.
-        Columns are those of the ``schema`` choice (:meth:`reader_schema`), every part projected.
+        Columns are those of the ``schema`` choice (:func:`shardsink.core.plan.reader_schema`),
+        every part projected.
         """
-        v = self.head()
-        h = v.header
-        if as_of is None:
-            if h.upper is None:
-                raise ReadFrontierError(f"shard {self.url} is closed; pass an explicit as_of")
-            as_of = h.upper - 1
-        check_as_of(self.url, h, as_of)
-        target = self.reader_schema(h, schema, as_of)
-        wanted = [(b, p) for b in self.batches(v) if b.lower <= as_of for p in b.parts if p.min_time <= as_of]
-        data = self.read_batch_parts(h, wanted, target, times=(None, as_of + 1))
-        names = [f.name for f in target.fields]
-        summed = group_sums(data, names, name=COUNT, where=f"shard {self.url} as of {as_of}")
+        plan = self.plan(as_of, schema=schema)
+        data = self.read_plan(plan)
+        summed = group_sums(data, list(plan.columns), name=COUNT, where=f"shard {self.url} as of {plan.as_of}")
         lowest = pc.min(summed[COUNT]).as_py()
         if lowest is not None and lowest < 0:
             negative = summed.filter(pc.less(summed[COUNT], 0))
             row = negative.slice(0, 1).to_pylist()[0]
             raise CorruptionError(
-                f"shard {self.url} has {negative.num_rows} rows with negative multiplicity as of {as_of}, e.g. {row}"
+                f"shard {self.url} has {negative.num_rows} rows with negative multiplicity as of {plan.as_of}, "
+                f"e.g. {row}"
             )
         if lowest is None or lowest > 0:
             return summed  # nothing retracted to zero: skip copying every row through a filter
@@ -217,26 +220,13 @@ class ReadHandle:
         Times are read advanced by ``since`` (a time ``t < since`` reads as ``since``), as
         compaction may have stored them: so ``changes(since, x)`` starts with the whole
         history before ``since`` collapsed at ``since``, and the result is the same before
-        and after any compaction. Columns are those of the ``schema`` choice (:meth:`reader_schema`;
-        ``"as_of"``: the schema current at ``upper - 1``). CorruptionError if a ``_diff`` sum
-        leaves int64 (exact sums, never wrapped).
+        and after any compaction. Columns are those of the ``schema`` choice
+        (:func:`shardsink.core.plan.reader_schema`; ``"as_of"``: the schema current at
+        ``max(lower, upper - 1)``). CorruptionError if a ``_diff`` sum leaves int64 (exact sums,
+        never wrapped).
         """
-        v = self.head()
-        h = v.header
-        check_changes(self.url, h, lower, upper)
-        target = self.reader_schema(h, schema, max(lower, upper - 1))
-        from_start = lower <= h.since
-        wanted = [
-            (b, p) for b in self.batches(v) for p in b.parts
-            if (from_start or p.max_time >= lower) and p.min_time < upper
-        ]
-        data = self.read_batch_parts(h, wanted, target, times=(None if from_start else lower, upper))
-        if from_start and data.num_rows:
-            i = data.schema.get_field_index(TIME)
-            data = data.set_column(i, data.schema.field(i),
-                                   pc.max_element_wise(data[TIME], pa.scalar(h.since, pa.int64())))
-            data = data.filter(pc.and_(pc.greater_equal(data[TIME], lower), pc.less(data[TIME], upper)))
-        return consolidate(data, [*(f.name for f in target.fields), TIME],
+        plan = self.plan(changes=(lower, upper), schema=schema)
+        return consolidate(self.read_plan(plan), [*plan.columns, TIME],
                            where=f"shard {self.url} changes [{lower}, {upper})")
 
     # --- leases -------------------------------------------------------------------
@@ -250,10 +240,12 @@ class ReadHandle:
         return ls.min_leased_as_of(_LeaseHost(self.url, self._machine), now=now)
 
 
-def _filtered(table: pa.Table, *, times: tuple[int | None, int], then: Callable[[pa.Table], pa.Table]) -> pa.Table:
-    """``then`` of the rows of ``table`` (a part as written) with ``lo <= _time < hi``."""
+def _filtered(table: pa.Table, *, times: tuple[int | None, int | None],
+              then: Callable[[pa.Table], pa.Table]) -> pa.Table:
+    """``then`` of the rows of ``table`` (a part as written) with ``lo <= _time < hi`` (None: unbounded)."""
     lo, hi = times
-    keep = pc.less(table[TIME], hi)
+    keep = None if hi is None else pc.less(table[TIME], hi)
     if lo is not None:
-        keep = pc.and_(keep, pc.greater_equal(table[TIME], lo))
-    return then(table.filter(keep))
+        low = pc.greater_equal(table[TIME], lo)
+        keep = low if keep is None else pc.and_(keep, low)
+    return then(table if keep is None else table.filter(keep))

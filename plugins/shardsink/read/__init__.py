@@ -13,9 +13,9 @@
 Both equal :meth:`shardsink.Shard.snapshot` / :meth:`~shardsink.Shard.changes` (with the same
 ``schema`` choice: ``"current"``, the default, or ``"as_of"``, the schema current at the read's
 time) as sets of rows (row order is unspecified): they read exactly the parts of one state version,
-pinned under a read lease (:mod:`shardsink.read.plan`, the one place that plans parts,
-columns and time bounds), and push the time filter, float normalisation and the ``_diff``
-sum into the engine. Local folders and S3 (the same AWS environment or
+pinned under a read lease (:mod:`shardsink.read.plan`), as :mod:`shardsink.core.plan` (the one
+planner of parts, columns and time bounds of every reader) plans them, and push the time
+filter, float normalisation and the ``_diff`` sum into the engine. Local folders and S3 (the same AWS environment or
 :func:`~shardsink.storage.s3.using_s3_access` as the store; nothing is downloaded at
 run time) both work.
 
@@ -37,13 +37,13 @@ from __future__ import annotations
 
 import importlib
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from shardsink.core.leases import DEFAULT_TTL_S
-from shardsink.core.read import SchemaChoice
+from shardsink.core.plan import ReadPlan, SchemaChoice
 from shardsink.errors import InvalidUsageError
 from shardsink.read.leased import LeasedRead
-from shardsink.read.plan import ReadPlan, open_plan
+from shardsink.read.plan import open_plan
 
 if TYPE_CHECKING:
     import duckdb as _duckdb
@@ -72,11 +72,6 @@ def engine_available(name: str) -> bool:
     return True
 
 
-def _mode(as_of: int | None, changes: tuple[int, int] | None) -> Any:
-    if changes is not None and as_of is not None:
-        raise InvalidUsageError("pass either as_of (a snapshot) or changes=(lower, upper), not both")
-    return "snapshot" if changes is None else "changes"
-
 
 def duckdb(con: _duckdb.DuckDBPyConnection, url: str, as_of: int | None = None, *,
            changes: tuple[int, int] | None = None, holder: str | None = None,
@@ -92,7 +87,7 @@ def duckdb(con: _duckdb.DuckDBPyConnection, url: str, as_of: int | None = None, 
     from shardsink.read import duckdb_read
 
     duckdb_read.check_connection(con)
-    plan, lease = open_plan(url, _mode(as_of, changes), as_of=as_of, changes=changes, holder=holder, ttl_s=ttl_s,
+    plan, lease = open_plan(url, as_of, changes=changes, holder=holder, ttl_s=ttl_s,
                             schema=schema)
     try:
         rel = duckdb_read.relation(con, plan)
@@ -109,7 +104,7 @@ def polars(url: str, as_of: int | None = None, *, changes: tuple[int, int] | Non
     check_engine("polars")
     from shardsink.read import polars_read
 
-    plan, lease = open_plan(url, _mode(as_of, changes), as_of=as_of, changes=changes, holder=holder, ttl_s=ttl_s,
+    plan, lease = open_plan(url, as_of, changes=changes, holder=holder, ttl_s=ttl_s,
                             schema=schema)
     try:
         lf = polars_read.frame(plan)

@@ -1,6 +1,6 @@
 """DuckDB relations of shard snapshots and change feeds (see :mod:`shardsink.read`).
 
-The relation scans exactly the parts of the pinned plan (:mod:`shardsink.read.plan`):
+The relation scans exactly the parts of the pinned plan (:mod:`shardsink.core.plan`):
 local parts with DuckDB's own ``read_parquet``, S3 parts (and local paths with glob
 characters) as a ``pyarrow.dataset`` over pyarrow's filesystem, which DuckDB scans with
 projection and filter pushdown; no DuckDB extension is needed or downloaded. The time
@@ -27,11 +27,11 @@ import duckdb
 import pyarrow as pa
 import pyarrow.dataset as pads
 
+from shardsink.core.plan import PartRead, ReadPlan
 from shardsink.core.state import PartMeta
 from shardsink.core.updates import COUNT, DIFF, TIME
 from shardsink.errors import InvalidUsageError
 from shardsink.read import store
-from shardsink.read.plan import PartRead, ReadPlan
 
 
 def quote(name: str) -> str:
@@ -72,7 +72,7 @@ def scan(con: duckdb.DuckDBPyConnection, plan: ReadPlan) -> duckdb.DuckDBPyRelat
 def _scan_group(con: duckdb.DuckDBPyConnection, plan: ReadPlan, r: PartRead, parts: tuple[PartMeta, ...],
                 duck: dict[str, str]) -> duckdb.DuckDBPyRelation:
     where = store.locate(plan.url, parts)
-    source = r.source if r.source is not None else plan.schema
+    source = r.written
     ones = r.part.implicit_diffs  # the group's files store no _diff: every diff is 1
     if not where.s3 and not where.globby:
         rel = con.read_parquet(list(where.paths), hive_partitioning=False, union_by_name=False)

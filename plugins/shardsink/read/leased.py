@@ -24,7 +24,8 @@ from __future__ import annotations
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
-from shardsink.read.plan import Lease, ReadPlan
+from shardsink.core.plan import ReadPlan
+from shardsink.read.plan import Lease
 
 T = TypeVar("T")
 

@@ -1,6 +1,6 @@
 """Polars LazyFrames of shard snapshots and change feeds (see :mod:`shardsink.read`).
 
-The frame scans exactly the parts of the pinned plan (:mod:`shardsink.read.plan`) with
+The frame scans exactly the parts of the pinned plan (:mod:`shardsink.core.plan`) with
 ``pl.scan_parquet`` (local paths, or ``s3://`` URIs that Polars reads natively with the
 store's endpoint and credentials, :func:`shardsink.read.store.polars_storage_options`);
 no globbing, no hive partitions. The time filter, float normalisation and the ``_diff``
@@ -31,10 +31,10 @@ import polars as pl
 import polars.selectors as cs
 import pyarrow as pa
 
+from shardsink.core.plan import ReadPlan
 from shardsink.core.updates import COUNT, DIFF, TIME
 from shardsink.errors import CorruptionError
 from shardsink.read import store
-from shardsink.read.plan import ReadPlan
 
 
 def col(name: str) -> pl.Expr:

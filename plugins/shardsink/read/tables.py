@@ -11,10 +11,9 @@ from __future__ import annotations
 import pyarrow as pa
 
 from shardsink import read
-from shardsink.core.read import SchemaChoice
+from shardsink.core.plan import ReadPlan, SchemaChoice
 from shardsink.core.updates import COUNT, DIFF, TIME
 from shardsink.errors import CorruptionError, InvalidUsageError
-from shardsink.read.plan import ReadPlan
 
 
 def engine_table(engine: str, url: str, *, as_of: int | None = None, changes: tuple[int, int] | None = None,

@@ -29,19 +29,17 @@ the global sum to a Spark aggregation:
   :func:`~shardsink.spark.read.read_changes` consolidates globally.
 
 **Planning happens at ``load()``** (in a Python worker the JVM starts on the driver):
-the state is read once, the frontier checked (ReadFrontierError, before any job), and
-the state version ``seqno`` and the part list are pinned in the source, so every action
-on the DataFrame reads the same parts. ``.option("seqno", N)`` pins an explicit version
-(the read helpers pin the one their lease protects).
+the state is read once, the frontier checked (ReadFrontierError, before any job), and the
+plan (:func:`shardsink.core.plan.plan`, the one planner of every reader: parts, time
+pruning, projections) is pinned in the source, so every action on the DataFrame reads the
+same parts. ``.option("seqno", N)`` plans on an explicit version (the read helpers pass the
+one their lease pinned, :func:`source_options`).
 
 **Schema evolution.** Columns are those of the reader's schema: ``.option("schema", ...)``
-``current`` (default), ``as_of`` (the one current at ``as_of``; changes: at ``to - 1``, as
-:meth:`Shard.changes`) or a schema id (the read helpers pass the one they resolved). A part
-written under another schema id is read through it and projected by field id
-(:func:`shardsink.core.schema.projection_for`): renamed columns from their old name, added
-ones as typed nulls, widened ones cast, dropped ones not read. SUBTLE: a part may hold a
-column of the reader's *name* with another field id (dropped, then added again): it is
-never read for it; the projection comes from the plan, never from the part file.
+``current`` (default), ``as_of`` (the one current at ``as_of``; changes: at
+``max(from, to - 1)``, as :meth:`Shard.changes`) or a schema id (the read helpers pass the
+one they resolved). Each part is read through its plan's projection
+(:class:`shardsink.core.plan.PartRead`), never by the part file's column names.
 
 HAZARDS: executors open the store themselves (boto3 with the standard AWS environment:
 ``AWS_ENDPOINT_URL``, credentials) and need ``shardsink`` importable; a missing or
@@ -53,7 +51,7 @@ during a long job: prefer the read helpers.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -62,10 +60,10 @@ import pyarrow.parquet as pq
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from shardsink.core import floats as fl
-from shardsink.core import schema as sch
-from shardsink.core.read import ReadHandle
-from shardsink.core.shard import Shard, check_as_of, check_changes
-from shardsink.core.state import BatchMeta, Header, PartMeta, SchemaEntry
+from shardsink.core import plan as pl
+from shardsink.core.plan import PartRead, ReadPlan, SchemaChoice
+from shardsink.core.shard import Shard
+from shardsink.core.state import PartMeta
 from shardsink.core.updates import DIFF, TIME
 from shardsink.errors import CorruptionError, InvalidUsageError, ReadFrontierError
 from shardsink.outcome import carry_errors
@@ -84,31 +82,24 @@ MIN_GROUP_BYTES = 4 * 1024 * 1024
 
 
 @dataclass(frozen=True)
-class ReadPlan:
-    """What one ``load()`` reads: pinned version, bounds, parts (picklable)."""
+class TaskSizes:
+    """How a source read is cut into Spark tasks and Arrow batches (options ``partitionBytes``,
+    ``minPartitions``, ``batchRows``)."""
 
-    url: str
-    mode: str  # "snapshot" | "changes"
-    seqno: int
-    lower: int  # snapshot: MIN_TIME; changes: from
-    upper: int  # snapshot: as_of + 1; changes: to
-    schema: bytes  # the reader's Arrow user schema, serialized
-    parts: tuple[PartMeta, ...]
-    partition_bytes: int
-    min_partitions: int
+    partition_bytes: int = DEFAULT_PARTITION_BYTES
+    min_partitions: int = 1
     batch_rows: int = BATCH_ROWS
-    #: changes from at or below since: times below it read as it (as Shard.changes does)
-    advance_to: int | None = None
-    #: parts written under another schema id than the reader's: for each user column of
-    #: ``schema``, the part's column to read (None: typed nulls); absent parts read by name
-    sources: Mapping[str, tuple[str | None, ...]] = field(default_factory=dict)
 
-    @property
-    def user_schema(self) -> pa.Schema:
-        return pa.ipc.read_schema(pa.py_buffer(self.schema))
+    @classmethod
+    def of(cls, options: Mapping[str, str]) -> TaskSizes:
+        """The sizes ``options`` ask for (InvalidUsageError naming a value that is not an integer)."""
+        return cls(_int_option(options, "partitionBytes") or DEFAULT_PARTITION_BYTES,
+                   _int_option(options, "minPartitions") or 1, _int_option(options, "batchRows") or BATCH_ROWS)
 
-    def spark_schema(self) -> StructType:
-        return sty.spark_schema(self.user_schema, time=self.mode == "changes", diff=DIFF)
+
+def spark_schema(plan: ReadPlan) -> StructType:
+    """The source's columns for ``plan``: the reader's user columns (+ ``_time`` for changes) + ``_diff``."""
+    return sty.spark_schema(plan.schema, time=plan.mode == "changes", diff=DIFF)
 
 
 def _int_option(options: Mapping[str, str], name: str) -> int | None:
@@ -122,14 +113,15 @@ def _int_option(options: Mapping[str, str], name: str) -> int | None:
 
 
 def plan_read(options: Mapping[str, str]) -> ReadPlan:
-    """Read the shard's state once and decide what to read (raises before any job)."""
+    """Read the shard's state once and plan the read (:func:`shardsink.core.plan.plan`; raises
+    before any job)."""
     raw = options.get("path")
     if not raw:
         raise InvalidUsageError("no shard URL: use spark.read.format('shardsink').load(URL)")
     url = str(parse_url(str(raw)))
     mode = str(options.get("mode", "snapshot")).lower()
     if mode not in ("snapshot", "changes"):
-        raise InvalidUsageError(f"option mode={mode!r} is invalid; expected 'snapshot' or 'changes'")
+        raise InvalidUsageError(f"option mode={mode!r:.120} is invalid; expected 'snapshot' or 'changes'")
     reader = Shard(url).reader()
     pinned = _int_option(options, "seqno")
     if pinned is None:
@@ -139,106 +131,36 @@ def plan_read(options: Mapping[str, str]) -> ReadPlan:
         if got is None:
             raise ReadFrontierError(f"state version {pinned} of {url} does not exist (or was collected)")
         v = got
-    h = v.header
-    batches = reader.batches(v)
-    advance_to: int | None = None
     if mode == "snapshot":
-        as_of = _int_option(options, "as_of")
-        if as_of is None:
-            if h.upper is None:
-                raise ReadFrontierError(f"shard {url} is closed; pass an explicit as_of")
-            as_of = h.upper - 1
-        check_as_of(url, h, as_of)
-        lower, upper = MIN_TIME, as_of + 1
-        at = as_of
+        bounds = pl.Bounds.resolve(url, v.header, as_of=_int_option(options, "as_of"))
     else:
         lo, hi = _int_option(options, "from"), _int_option(options, "to")
         if lo is None or hi is None:
             raise InvalidUsageError("mode=changes needs both options 'from' and 'to' (times, [from, to))")
-        check_changes(url, h, lo, hi)
-        lower, upper = lo, hi
-        advance_to = h.since if lo <= h.since else None
-        at = max(lo, hi - 1)
-    # Times below since are read as since (changes from since): every part below it counts.
-    parts = select_parts(batches, MIN_TIME if advance_to is not None else lower, upper)
-    layout = Layout.of(url, h, batches, reader_schema(url, h, options.get("schema"), at))
-    size = _int_option(options, "partitionBytes") or DEFAULT_PARTITION_BYTES
-    spread = _int_option(options, "minPartitions") or 1
-    rows = _int_option(options, "batchRows") or BATCH_ROWS
-    return ReadPlan(url, mode, v.seqno, lower, upper, layout.schema.serialize().to_pybytes(), tuple(parts), size,
-                    spread, rows, advance_to if mode == "changes" else None, layout.sources(parts))
+        bounds = pl.Bounds.resolve(url, v.header, changes=(lo, hi))
+    target = pl.reader_schema(v.header, _schema_option(options.get("schema")), bounds, url=url)
+    return pl.plan(url, v, reader.batches(v), bounds, target)
 
 
-def reader_schema(url: str, h: Header, choice: object, time: int) -> SchemaEntry:
-    """The schema a read projects onto: option ``schema`` = ``current`` (None too), ``as_of``
-    (the one current at data time ``time``) or a schema id the shard knows."""
+def _schema_option(choice: object) -> SchemaChoice | int:
+    """Option ``schema``: ``current`` (None too), ``as_of`` or a schema id."""
     raw = "current" if choice is None else str(choice)
     if raw.lstrip("-").isdigit():
-        return sch.known(h, int(raw), url=url)
+        return int(raw)
     if raw not in ("current", "as_of"):
         raise InvalidUsageError(f"option schema={raw!r:.120} is invalid; expected 'current', 'as_of' or a schema id",
                                 value=raw[:120])
-    return ReadHandle.reader_schema(h, "current" if raw == "current" else "as_of", time)
+    return "current" if raw == "current" else "as_of"
 
 
-@dataclass(frozen=True)
-class Layout:
-    """The reader's schema ``target`` and the schema (by id, ``entries``) each part of a state
-    version was written with (``ids``: part key → schema id)."""
-
-    url: str
-    target: SchemaEntry
-    entries: Mapping[int, SchemaEntry]
-    ids: Mapping[str, int]
-
-    @classmethod
-    def of(cls, url: str, h: Header, batches: Sequence[BatchMeta], target: SchemaEntry) -> Layout:
-        """CorruptionError if a batch names a schema id the state ``h`` does not hold."""
-        entries = {e.id: e for e in sch.history(h)}
-        for b in batches:
-            if b.schema_id not in entries:
-                raise CorruptionError(f"batch {b.desc_id} of {url} names schema id {b.schema_id}, which the state "
-                                      f"does not hold (it holds {sorted(entries)})")
-        return cls(url, target, entries, {p.key: b.schema_id for b in batches for p in b.parts})
-
-    @property
-    def schema(self) -> pa.Schema:
-        """The reader's user columns."""
-        return sch.entry_schema(self.target)
-
-    def source(self, part: PartMeta) -> SchemaEntry:
-        """The schema ``part`` was written with."""
-        return self.entries[self.ids[part.key]]
-
-    def projected(self, part: PartMeta) -> bool:
-        """Whether ``part`` was written under another schema id than the reader's."""
-        return self.ids[part.key] != self.target.id
-
-    def lossy(self, part: PartMeta) -> bool:
-        """Whether reading ``part`` as the reader's schema leaves out a column it holds (by
-        field id: dropped since, or added after the reader's schema)."""
-        if not self.projected(part):
-            return False
-        return not {f.id for f in self.source(part).fields} <= {f.id for f in self.target.fields}
-
-    def schemas(self, parts: Sequence[PartMeta]) -> list[pa.Schema]:
-        """The reader's schema and those ``parts`` were written with (each once)."""
-        ids = dict.fromkeys([self.target.id, *(self.ids[p.key] for p in parts)])
-        return [sch.entry_schema(self.entries[i]) for i in ids]
-
-    def sources(self, parts: Sequence[PartMeta]) -> dict[str, tuple[str | None, ...]]:
-        """:attr:`ReadPlan.sources` of ``parts`` (one shared tuple per schema id)."""
-        names: dict[int, tuple[str | None, ...]] = {}
-        for p in parts:
-            if self.projected(p) and self.ids[p.key] not in names:
-                names[self.ids[p.key]] = tuple(c.source for c in sch.projection_for(self.source(p), self.target))
-        return {p.key: names[self.ids[p.key]] for p in parts if self.projected(p)}
-
-
-def select_parts(batches: Sequence[BatchMeta], lower: int, upper: int) -> list[PartMeta]:
-    """The parts that may hold updates with ``lower <= _time < upper`` (pruned by batch
-    bounds and by each part's min/max time)."""
-    return [p for b in batches if b.lower < upper for p in b.parts if p.max_time >= lower and p.min_time < upper]
+def source_options(pinned: pl.Pinned) -> dict[str, str]:
+    """The options that make the source plan exactly ``pinned``'s read (its bounds, reader
+    schema id and pinned version): the read helpers' data-source path."""
+    b = pinned.bounds
+    out = {"seqno": str(pinned.version.seqno), "schema": str(pinned.target.id)}
+    if b.lower is None:
+        return {**out, "as_of": str(b.as_of)}
+    return {**out, "mode": "changes", "from": str(b.lower), "to": str(b.upper)}
 
 
 def isolated_parts(parts: Sequence[PartMeta], lower: int, upper: int) -> tuple[list[PartMeta], list[PartMeta]]:
@@ -263,11 +185,11 @@ def isolated_parts(parts: Sequence[PartMeta], lower: int, upper: int) -> tuple[l
 
 
 class PartGroup(InputPartition):
-    """The parts one Spark task reads."""
+    """The parts one Spark task reads, as planned."""
 
-    def __init__(self, index: int, parts: tuple[PartMeta, ...]) -> None:
+    def __init__(self, index: int, reads: tuple[PartRead, ...]) -> None:
         super().__init__(index)
-        self.parts = parts
+        self.reads = reads
 
 
 def group_parts(parts: tuple[PartMeta, ...], target_bytes: int, min_groups: int = 1) -> list[tuple[PartMeta, ...]]:
@@ -290,44 +212,45 @@ def group_parts(parts: tuple[PartMeta, ...], target_bytes: int, min_groups: int 
 
 
 class ShardReader(DataSourceReader):
-    def __init__(self, plan: ReadPlan) -> None:
+    def __init__(self, plan: ReadPlan, sizes: TaskSizes) -> None:
         self.plan = plan
+        self.sizes = sizes
 
     def partitions(self) -> list[InputPartition]:
-        groups = group_parts(self.plan.parts, self.plan.partition_bytes, self.plan.min_partitions)
-        return [PartGroup(i, g) for i, g in enumerate(groups)] or [PartGroup(0, ())]
+        by_key = {r.part.key: r for r in self.plan.parts}
+        groups = group_parts(tuple(by_key[k].part for k in by_key), self.sizes.partition_bytes,
+                             self.sizes.min_partitions)
+        return [PartGroup(i, tuple(by_key[p.key] for p in g)) for i, g in enumerate(groups)] or [PartGroup(0, ())]
 
     @carry_errors  # runs on executors: a missing part reaches the driver as a CorruptionError record
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
         plan = self.plan
-        parts: tuple[PartMeta, ...] = getattr(partition, "parts", ())
-        if not parts:
+        reads: tuple[PartRead, ...] = getattr(partition, "reads", ())
+        if not reads:
             return
         reader = Shard(plan.url).reader()  # retries idempotent reads (shardsink.storage.retry)
-        wire = sty.arrow_wire_schema(plan.spark_schema())
-        for part in parts:
-            f = reader.open_part(part, referenced_by=f"state {plan.seqno}")
-            yield from _batches(f, part, plan, wire)
+        wire = sty.arrow_wire_schema(spark_schema(plan))
+        for r in reads:
+            f = reader.open_part(r.part, referenced_by=f"state {plan.seqno}")
+            yield from _batches(f, r, plan, wire, self.sizes.batch_rows)
 
 
-def _batches(f: pq.ParquetFile, part: PartMeta, plan: ReadPlan, wire: pa.Schema) -> Iterator[pa.RecordBatch]:
+def _batches(f: pq.ParquetFile, r: PartRead, plan: ReadPlan, wire: pa.Schema,
+             batch_rows: int) -> Iterator[pa.RecordBatch]:
     """The part's updates within the plan's time bounds, cast to the wire schema."""
-    advance = plan.advance_to is not None and part.min_time < plan.advance_to
-    filtered = part.min_time < plan.lower or part.max_time >= plan.upper
-    # Where each wire column comes from: a projected part's own column names (None: nulls).
-    proj = plan.sources.get(part.key)
-    names: list[str | None] = list(wire.names) if proj is None else [*proj, *wire.names[len(proj):]]
+    # Where each wire column comes from: the part's own column names (None: nulls).
+    names: list[str | None] = [*(c.source for c in r.projection), *wire.names[len(r.projection):]]
     read = [n for n in names if n is not None]
-    cols = list(dict.fromkeys([*read, TIME])) if filtered else list(dict.fromkeys(read))
-    for batch in f.iter_batches(batch_size=plan.batch_rows, columns=cols):
+    cols = list(dict.fromkeys([*read, TIME])) if r.cut else list(dict.fromkeys(read))
+    for batch in f.iter_batches(batch_size=batch_rows, columns=cols):
         batch = fl.canonical_batch(batch)  # one float equality with every other path (core/floats.py)
-        if advance:  # times below since read as since (they may be stored either way)
+        if r.advance:  # times below since read as since (they may be stored either way)
             i = batch.schema.get_field_index(TIME)
             batch = batch.set_column(i, batch.schema.field(i),
-                                     pc.max_element_wise(batch.column(i), pa.scalar(plan.advance_to, pa.int64())))
-        if filtered:
-            t = batch.column(TIME)
-            batch = batch.filter(pc.and_(pc.greater_equal(t, plan.lower), pc.less(t, plan.upper)))
+                                     pc.max_element_wise(batch.column(i), pa.scalar(plan.since, pa.int64())))
+        if r.cut:
+            t, lower = batch.column(TIME), MIN_TIME if plan.lower is None else plan.lower
+            batch = batch.filter(pc.and_(pc.greater_equal(t, lower), pc.less(t, plan.upper)))
             if batch.num_rows == 0:
                 continue
         try:
@@ -335,7 +258,7 @@ def _batches(f: pq.ParquetFile, part: PartMeta, plan: ReadPlan, wire: pa.Schema)
                                               batch.column(n).cast(w.type) for n, w in zip(names, wire, strict=True)],
                                              schema=wire)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, KeyError) as e:
-            raise CorruptionError(f"part {plan.url}/{part.key} does not match the shard schema: {e}") from e
+            raise CorruptionError(f"part {plan.url}/{r.part.key} does not match the shard schema: {e}") from e
 
 
 class ShardDataSource(DataSource):
@@ -347,17 +270,17 @@ class ShardDataSource(DataSource):
 
     def schema(self) -> StructType:
         self.plan = plan_read(self.options)
-        return self.plan.spark_schema()
+        return spark_schema(self.plan)
 
     def reader(self, schema: StructType) -> DataSourceReader:
         plan: ReadPlan | None = getattr(self, "plan", None)
         if plan is None:  # the user passed .schema(...): plan now, and insist it matches
             plan = plan_read(self.options)
-            if plan.spark_schema().simpleString() != schema.simpleString():
+            if spark_schema(plan).simpleString() != schema.simpleString():
                 raise InvalidUsageError(
-                    f"schema {sty.describe(schema)} does not match the shard's {sty.describe(plan.spark_schema())}"
+                    f"schema {sty.describe(schema)} does not match the shard's {sty.describe(spark_schema(plan))}"
                 )
-        return ShardReader(plan)
+        return ShardReader(plan, TaskSizes.of(self.options))
 
 
 def register(spark: SparkSession) -> None:

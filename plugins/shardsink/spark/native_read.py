@@ -1,4 +1,7 @@
-"""Native planning of leased reads: ``spark.read.parquet`` of exactly the pinned parts.
+"""Native planning of leased reads: ``spark.read.parquet`` of exactly the pinned plan's parts.
+
+The parts, their projections and their time bounds come from the one planner
+(:class:`shardsink.core.plan.ReadPlan`); this module only groups them into scans.
 
 Used by :class:`shardsink.spark.read.ShardReads` where Spark reads the shard's store itself
 (:func:`native_root`); otherwise the reads go through the Python data source.
@@ -41,8 +44,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import msgspec
 import pyarrow as pa
 
-from shardsink.core import schema as sch
-from shardsink.core.state import PartMeta
+from shardsink.core.plan import PartRead, ReadPlan
 from shardsink.core.updates import DIFF, TIME
 from shardsink.errors import CorruptionError, InvalidUsageError
 from shardsink.spark import datasource as ds
@@ -101,14 +103,15 @@ def native_root(spark: SparkSession, url: str, schemas: Iterable[pa.Schema], nat
     return f"file://{u.path}" if u.scheme == "file" else f"s3a://{u.bucket}/{u.path}"
 
 
-def consolidation_split(layout: ds.Layout, parts: Sequence[PartMeta], lower: int,
-                        upper: int) -> tuple[list[PartMeta], list[PartMeta]]:
-    """:func:`shardsink.spark.datasource.isolated_parts`, a part whose projection leaves out one
-    of its columns counting as unordered (module docstring)."""
-    marked = [msgspec.structs.replace(p, order="unordered") if layout.lossy(p) else p for p in parts]
-    alone, shared = ds.isolated_parts(marked, lower, upper)
-    by_key = {p.key: p for p in parts}
-    return [by_key[p.key] for p in alone], [by_key[p.key] for p in shared]
+def consolidation_split(plan: ReadPlan) -> tuple[list[PartRead], list[PartRead]]:
+    """:func:`shardsink.spark.datasource.isolated_parts` of ``plan``'s parts, a part whose
+    projection leaves out one of its columns (:attr:`PartRead.drops`) counting as unordered
+    (module docstring)."""
+    assert plan.lower is not None, "a change feed's plan"
+    marked = [msgspec.structs.replace(r.part, order="unordered") if r.drops else r.part for r in plan.parts]
+    alone, _ = ds.isolated_parts(marked, plan.lower, plan.upper)
+    keys = {p.key for p in alone}
+    return [r for r in plan.parts if r.part.key in keys], [r for r in plan.parts if r.part.key not in keys]
 
 
 #: Spark types a Parquet column of the first type may be read as (Spark 4's Parquet readers,
@@ -124,7 +127,7 @@ class ScanGroup:
     conflict checks, every physical name any part holds (lower-cased → name, field id)."""
 
     ids: list[int] = field(default_factory=list)
-    parts: list[PartMeta] = field(default_factory=list)
+    parts: list[PartRead] = field(default_factory=list)
     columns: dict[str, tuple[int, DataType]] = field(default_factory=dict)
     held: dict[str, tuple[str, int]] = field(default_factory=dict)
 
@@ -165,20 +168,20 @@ def _wider(a: DataType, b: DataType) -> bool:
     return (b.simpleString(), a.simpleString()) in _PROMOTIONS
 
 
-def scan_groups(layout: ds.Layout, parts: Sequence[PartMeta]) -> list[ScanGroup]:
-    """``parts`` grouped for as few scans as exactness allows: the parts of schema ids whose
+def scan_groups(plan: ReadPlan, reads: Sequence[PartRead]) -> list[ScanGroup]:
+    """``reads`` grouped for as few scans as exactness allows: the parts of schema ids whose
     physical columns agree (same name → same field id, types Spark promotes exactly) share one
     ``spark.read.parquet`` whose read schema is the union by physical name; a column of the
     reader's schema is then the one physical name its part holds for its field id (module
     docstring). Columns the reader's schema leaves out are never read."""
-    wanted = {f.id for f in layout.target.fields}
-    by_id: dict[int, list[PartMeta]] = {}
-    for p in parts:
-        by_id.setdefault(layout.ids[p.key], []).append(p)
+    wanted = {f.id for f in plan.target.fields}
+    by_id: dict[int, list[PartRead]] = {}
+    for r in reads:
+        by_id.setdefault(r.schema_id, []).append(r)
     groups: list[ScanGroup] = []
     for sid in sorted(by_id):
-        entry = layout.entries[sid]
-        held = {f.name: (spec.id, sty.spark_type(f)) for spec, f in zip(entry.fields, sch.entry_schema(entry),
+        first = by_id[sid][0]
+        held = {f.name: (spec.id, sty.spark_type(f)) for spec, f in zip(first.source.fields, first.written,
                                                                        strict=True)}
         g = next((g for g in groups if g.takes(held)), None)
         if g is None:
@@ -191,27 +194,24 @@ def scan_groups(layout: ds.Layout, parts: Sequence[PartMeta]) -> list[ScanGroup]
     return groups
 
 
-def scan(spark: SparkSession, layout: ds.Layout, root: str, parts: Sequence[PartMeta], seqno: int, lower: int,
-         upper: int, *, time: bool) -> DataFrame:
-    """``spark.read.parquet`` of exactly ``parts``: the reader's user columns (+ ``_time``) +
-    ``_diff`` for the updates with ``lower <= _time < upper``, one scan per :func:`scan_groups`
-    group, projected onto the reader's schema by field id (module docstring)."""
-    if not parts:
-        full = sty.spark_schema(layout.schema, time=True, diff=DIFF)
-        return _project(spark.createDataFrame([], full), layout, ScanGroup(), lower, upper, time=time)
-    frames = [_project(_read(spark, layout, root, g, seqno, lower, upper), layout, g, lower, upper, time=time)
-              for g in scan_groups(layout, parts)]
+def scan(spark: SparkSession, plan: ReadPlan, root: str, reads: Sequence[PartRead], *, time: bool) -> DataFrame:
+    """``spark.read.parquet`` of exactly ``reads`` (parts of ``plan``): the reader's user columns
+    (+ ``_time``) + ``_diff`` for the plan's updates, one scan per :func:`scan_groups` group,
+    projected onto the reader's schema by field id (module docstring)."""
+    if not reads:
+        full = sty.spark_schema(plan.schema, time=True, diff=DIFF)
+        return _project(spark.createDataFrame([], full), plan, ScanGroup(), time=time)
+    frames = [_project(_read(spark, plan, root, g), plan, g, time=time) for g in scan_groups(plan, reads)]
     return functools.reduce(lambda a, b: a.unionByName(b), frames)
 
 
-def _read(spark: SparkSession, layout: ds.Layout, root: str, group: ScanGroup, seqno: int, lower: int,
-          upper: int) -> DataFrame:
-    """The updates of ``group``'s parts with ``lower <= _time < upper``, by physical names."""
+def _read(spark: SparkSession, plan: ReadPlan, root: str, group: ScanGroup) -> DataFrame:
+    """The updates of ``group``'s parts within the plan's times, by physical names."""
     from pyspark.errors import AnalysisException
     from pyspark.sql import functions as F
     from pyspark.sql.types import LongType, StructField, StructType
 
-    parts = group.parts
+    parts = [r.part for r in group.parts]
     paths = {f"{root}/{p.key}": p for p in parts}
     read = StructType([*(StructField(n, t, True) for n, (_, t) in group.columns.items()),
                        StructField(TIME, LongType(), False), StructField(DIFF, LongType(), False)])
@@ -222,26 +222,24 @@ def _read(spark: SparkSession, layout: ds.Layout, root: str, group: ScanGroup, s
             if e.getCondition() == "PATH_NOT_FOUND" else None
         gone = next((p for path, p in paths.items() if bare(path) == missing), None)
         if gone is not None:
-            raise CorruptionError(f"part {layout.url}/{gone.key} is missing (referenced by state {seqno})") from e
+            raise CorruptionError(f"part {plan.url}/{gone.key} is missing (referenced by state {plan.seqno})") from e
         raise
     if any(p.implicit_diffs for p in parts):  # their files store no _diff (read as null): every diff is 1
         df = df.withColumn(DIFF, F.coalesce(F.col(DIFF), F.lit(1).cast("long")))
-    cond = _inside(F.col(TIME), parts, lower, upper)
+    cond = _inside(F.col(TIME), plan, group.parts)
     return df if cond is None else df.filter(cond)
 
 
-def _inside(t: Column, parts: Sequence[PartMeta], lower: int, upper: int) -> Column | None:
-    """``lower <= t < upper`` where some part holds times outside it (None: none does)."""
-    below, above = any(p.min_time < lower for p in parts), any(p.max_time >= upper for p in parts)
-    if below and above:
-        return (t >= lower) & (t < upper)
-    if below:
-        return t >= lower
-    return t < upper if above else None
+def _inside(t: Column, plan: ReadPlan, reads: Sequence[PartRead]) -> Column | None:
+    """``lower <= t < upper`` on the sides where one of ``reads`` holds times outside the plan's
+    (None: none does)."""
+    below, above = any(r.below for r in reads), any(r.above for r in reads)
+    if below and plan.lower is not None:
+        return (t >= plan.lower) & (t < plan.upper) if above else t >= plan.lower
+    return t < plan.upper if above else None
 
 
-def _project(df: DataFrame, layout: ds.Layout, group: ScanGroup, lower: int, upper: int, *,
-             time: bool) -> DataFrame:
+def _project(df: DataFrame, plan: ReadPlan, group: ScanGroup, *, time: bool) -> DataFrame:
     """``df`` (``group``'s physical columns) as the reader's user columns (+ ``_time``) + ``_diff``."""
     from pyspark.sql import functions as F
 
@@ -250,7 +248,7 @@ def _project(df: DataFrame, layout: ds.Layout, group: ScanGroup, lower: int, upp
     for n, (fid, _) in group.columns.items():
         names.setdefault(fid, []).append(n)
     user: list[Column] = []
-    for spec, f in zip(layout.target.fields, layout.schema, strict=True):
+    for spec, f in zip(plan.target.fields, plan.schema, strict=True):
         want, have = sty.spark_type(f), names.get(spec.id, [])
         if not have:
             user.append(F.lit(None).cast(want).alias(f.name))
@@ -258,14 +256,13 @@ def _project(df: DataFrame, layout: ds.Layout, group: ScanGroup, lower: int, upp
         c = col(have[0]) if len(have) == 1 else F.coalesce(*(col(n) for n in have))
         read = group.columns[have[0]][1]
         if read != want:
-            c = c.cast(want) if _wider(want, read) else _narrowed(c, want, layout, spec.id, f, have, group,
-                                                                  lower, upper)
+            c = c.cast(want) if _wider(want, read) else _narrowed(c, want, plan, spec.id, f, have, group)
         user.append(c.alias(f.name))
     return df.select(*user, *tail)
 
 
-def _narrowed(c: Column, want: DataType, layout: ds.Layout, fid: int, f: pa.Field, stored: list[str],
-              group: ScanGroup, lower: int, upper: int) -> Column:
+def _narrowed(c: Column, want: DataType, plan: ReadPlan, fid: int, f: pa.Field, stored: list[str],
+              group: ScanGroup) -> Column:
     """``c`` cast to a type it may not fit (an ``as_of`` reader's older, narrower type).
 
     SUBTLE: a part compacted from newer data may hold values the older type cannot, at times
@@ -277,12 +274,12 @@ def _narrowed(c: Column, want: DataType, layout: ds.Layout, fid: int, f: pa.Fiel
     from pyspark.sql import functions as F
 
     tried = c.try_cast(want)
-    inside = _inside(F.col(TIME), group.parts, lower, upper)
+    inside = _inside(F.col(TIME), plan, group.parts)
     ok = c.isNull() | tried.isNotNull()
     if inside is not None:
         ok = ok | ~inside
     where = " or ".join(repr(n) for n in stored)  # a part holds one of them (renamed between the group's ids)
-    msg = F.concat(F.lit(f"shard {layout.url}: column {f.name!r} (field id {fid}, stored as {where}) holds a "
+    msg = F.concat(F.lit(f"shard {plan.url}: column {f.name!r} (field id {fid}, stored as {where}) holds a "
                          f"value that is not a {f.type} under the schema at the read's time: "),
                    c.cast("string"))
     return F.when(ok, tried).otherwise(_corruption(msg, c.cast("string")).cast(want))

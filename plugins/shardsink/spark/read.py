@@ -34,9 +34,10 @@ Contracts:
 **Native reads.** Where Spark can read the shard's store itself (a local folder; ``s3a``
 when the cluster has hadoop-aws: ``native="auto"``) and every column has a type Spark's
 Parquet reader maps exactly, the helpers plan ``spark.read.parquet`` of exactly the parts
-the pinned state version lists (pruned by batch bounds and each part's min/max time),
-with the time filter and the ``_diff`` handling in Spark; otherwise they read through the
-Python data source (:mod:`shardsink.spark.datasource`). ``native="never"`` forces the
+the one planner (:mod:`shardsink.core.plan`) picks on the pinned state version, with the
+time filter and the ``_diff`` handling in Spark; otherwise they read through the Python
+data source (:mod:`shardsink.spark.datasource`), which plans the same read on the same
+version (:func:`~shardsink.spark.datasource.source_options`). ``native="never"`` forces the
 data source, ``"always"`` refuses the fallback. Both give the same rows. ``changes``
 skips the global consolidation for sorted parts whose time ranges overlap no other part's
 (a sorted part is consolidated on its own; an unordered one is always consolidated),
@@ -64,12 +65,13 @@ from contextlib import contextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from shardsink.core import plan as pl
 from shardsink.core.leases import DEFAULT_TTL_S, LeaseKeeper
-from shardsink.core.read import ReadHandle, SchemaChoice
+from shardsink.core.plan import ReadPlan, SchemaChoice
 from shardsink.core.shard import Shard, default_writer
-from shardsink.core.state import PartMeta, SchemaEntry, Version
+from shardsink.core.state import Version
 from shardsink.core.updates import COUNT, DIFF
-from shardsink.errors import CorruptionError, InvalidUsageError, ReadFrontierError, ShardsinkError
+from shardsink.errors import CorruptionError, InvalidUsageError, ShardsinkError
 from shardsink.outcome import error_from_record, record_of
 from shardsink.spark import datasource as ds
 from shardsink.spark import diff_sums as sums
@@ -152,40 +154,41 @@ class ShardReads:
                  schema: SchemaChoice = "current") -> tuple[DataFrame, int, bool]:
         """The raw updates, the resolved ``as_of``, and whether their sums need the exact
         (decimal) aggregate (:func:`shardsink.spark.diff_sums.parts_may_overflow`)."""
-        shard = self._shard(url)
-        v = at if at is not None else shard.reader().head()
-        h = v.header
-        if as_of is None:
-            if h.upper is None:
-                raise ReadFrontierError(f"shard {shard.url} is closed; pass an explicit as_of")
-            as_of = h.upper - 1
-        ds.check_as_of(shard.url, h, as_of)
-        target = ReadHandle.reader_schema(h, schema, as_of)
-        pinned = self.keeper.acquire_pinned(shard, as_of, holder=self.holder, head=v)[1]
-        native = self._native(shard, pinned, target, ds.MIN_TIME, as_of + 1)
+        shard, pinned = self._pin(url, at, as_of=as_of, schema=schema)
+        as_of = pinned.bounds.as_of
+        native = self._native(shard, pinned)
         if native is not None:
-            layout, parts, root = native
-            scan = nr.scan(self.spark, layout, root, parts, pinned.seqno, ds.MIN_TIME, as_of + 1, time=False)
-            return scan, as_of, sums.parts_may_overflow(root, parts)
-        reader = self._reader().option("as_of", str(as_of)).option("schema", str(target.id))
-        return reader.load(shard.url), as_of, True
+            plan, root = native
+            scan = nr.scan(self.spark, plan, root, plan.parts, time=False)
+            return scan, as_of, sums.parts_may_overflow(root, [r.part for r in plan.parts])
+        return self._source(shard, pinned), as_of, True
 
-    def _native(self, shard: Shard, v: Version, target: SchemaEntry, lower: int,
-                upper: int) -> tuple[ds.Layout, list[PartMeta], str] | None:
+    def _pin(self, url: str, at: Version | None, *, as_of: int | None = None,
+             changes: tuple[int, int] | None = None, schema: SchemaChoice) -> tuple[Shard, pl.Pinned]:
+        """The read leased and pinned (:func:`shardsink.core.plan.pin`): bounds and reader schema
+        from ``at`` (else one head read), parts from the version read after the lease."""
+        shard = self._shard(url)
+        head = at if at is not None else shard.reader().head()
+        return shard, pl.pin(shard, self.keeper, head, holder=self.holder, as_of=as_of, changes=changes,
+                             schema=pl.check_schema_choice(schema))
+
+    def _source(self, shard: Shard, pinned: pl.Pinned) -> DataFrame:
+        """The data source's read of ``pinned`` (the same plan, made in the source's worker)."""
+        return self._reader().options(**ds.source_options(pinned)).load(shard.url)
+
+    def _native(self, shard: Shard, pinned: pl.Pinned) -> tuple[ReadPlan, str] | None:
         """For a native read (:func:`shardsink.spark.native_read.native_root`; None: use the data
-        source): the schema layout of ``v`` (the lease's re-check version, read after the lease
-        is held), its parts for ``[lower, upper)`` and the root Spark reads them under. The
-        parts are listed only when the store itself can be read natively."""
+        source): the plan of ``pinned`` and the root Spark reads its parts under. The parts are
+        listed only when the store itself can be read natively."""
         if nr.native_root(self.spark, shard.url, (), self.native) is None:
             return None
-        batches = shard.reader().batches(v)
-        layout, parts = ds.Layout.of(shard.url, v.header, batches, target), ds.select_parts(batches, lower, upper)
-        root = nr.native_root(self.spark, shard.url, layout.schemas(parts), self.native)
+        plan = pl.plan_pinned(shard, pinned)
+        root = nr.native_root(self.spark, shard.url, plan.schemas(), self.native)
         if root is None:
             return None
         if root not in self._roots:
             self._roots.append(root)
-        return layout, parts, root
+        return plan, root
 
     def snapshot(self, url: str, as_of: int | None = None, *, repeat: bool = False,
                  at: Version | None = None, schema: SchemaChoice = "current") -> DataFrame:
@@ -208,31 +211,25 @@ class ShardReads:
         """Updates with ``lower <= _time < upper`` (user columns + ``_time`` + ``_diff``).
         ``at``: as for :meth:`updates`; ``schema``: ``"as_of"`` is the one current at ``upper - 1``
         (as :meth:`Shard.changes`)."""
-        shard = self._shard(url)
-        v = at if at is not None else shard.reader().head()
-        h = v.header
-        ds.check_changes(shard.url, h, lower, upper)
+        shard, pinned = self._pin(url, at, changes=(lower, upper), schema=schema)
         where = f"shard {shard.url} changes [{lower}, {upper})"
-        target = ReadHandle.reader_schema(h, schema, max(lower, upper - 1))
-        pinned = self.keeper.acquire_pinned(shard, lower, holder=self.holder, head=v)[1]
-        native = self._native(shard, pinned, target, ds.MIN_TIME if lower <= h.since else lower, upper)
-        if native is not None and lower <= h.since and any(p.min_time < h.since for p in native[1]):
+        native = self._native(shard, pinned)
+        if native is not None and native[0].advance:
             # SUBTLE: times below since are read as since (compaction may have advanced
             # them): the data source implements that; the native scan does not.
             native = None
         if native is not None:
-            layout, parts, root = native
-            parts = [p for p in parts if p.max_time >= lower]
+            plan, root = native
             if not consolidate:
-                return nr.scan(self.spark, layout, root, parts, pinned.seqno, lower, upper, time=True)
-            alone, shared = nr.consolidation_split(layout, parts, lower, upper)
-            out = nr.scan(self.spark, layout, root, alone, pinned.seqno, lower, upper, time=True)
+                return nr.scan(self.spark, plan, root, plan.parts, time=True)
+            alone, shared = nr.consolidation_split(plan)
+            out = nr.scan(self.spark, plan, root, alone, time=True)
             if shared:
-                scan = nr.scan(self.spark, layout, root, shared, pinned.seqno, lower, upper, time=True)
-                out = out.unionByName(_consolidated(scan, where, exact=sums.parts_may_overflow(root, shared)))
+                scan = nr.scan(self.spark, plan, root, shared, time=True)
+                exact = sums.parts_may_overflow(root, [r.part for r in shared])
+                out = out.unionByName(_consolidated(scan, where, exact=exact))
             return out
-        reader = self._reader().option("mode", "changes").option("from", str(lower)).option("to", str(upper))
-        raw = reader.option("schema", str(target.id)).load(shard.url)
+        raw = self._source(shard, pinned)
         if not consolidate:
             return raw
         return _consolidated(raw, where, exact=True)
