@@ -42,6 +42,7 @@ def test_the_handle_refuses_keys_outside_the_layout_and_deletes_nothing_of_core_
     with pytest.raises(InvalidUsageError, match="not a registered root folder"):
         admin.list_registered("parts/")
     assert [o.key for o in admin.list_registered("plans/")] == ["plans/0-10.json"]
+    assert [o.key for o in admin.list_expiring()] == ["plans/0-10.json"]  # plans/ expire after GC's grace
     assert admin.delete_registered(["plans/0-10.json"]) == 1 and _keys(blob, "plans/") == set()
     with pytest.raises(InvalidUsageError, match="not a part of the shard layout"):
         admin.open_part(st.PartMeta("state/LATEST.json", 1, 1, 0, 0))
@@ -49,6 +50,17 @@ def test_the_handle_refuses_keys_outside_the_layout_and_deletes_nothing_of_core_
         admin.builder("../x")
     assert "elsewhere.txt" in {o.key for o in admin.list_objects()}  # verify's view: listed, never deleted
     assert {o.desc_id for o in admin.list_parts()} == {"d0"}
+    # The names reports give are the keys the listings hold; only core spells them.
+    listed = {o.key for o in admin.list_objects()}
+    state = admin.list_state()
+    assert {admin.version_object(s) for s in state.versions} == {o.key for o in state.versions.values()}
+    assert admin.hint_object in listed and admin.version_object(1).startswith(admin.versions_folder)
+    assert admin.is_part(part) and not admin.is_part(admin.version_object(1)) and admin.is_known(part)
+    assert not admin.is_known("elsewhere.txt") and admin.is_known("reclock.json")
+    r = admin.rollup_now()
+    assert r == 1 and admin.list_state().rollups[1].key == admin.rollup_object(1)
+    cid = admin.new_compaction_id()
+    assert admin.is_compaction(cid) and not admin.is_compaction("d0") and cid != admin.new_compaction_id()
 
 
 def test_the_handle_commits_maintenance_commands_only(shard_url: str, blob: Blob) -> None:

@@ -24,6 +24,7 @@ from shardsink.core.commands import (
     Command,
     CompactCommand,
     CreateCommand,
+    EvolveToCommand,
     RetentionCommand,
     SinceCommand,
     Stamp,
@@ -35,6 +36,7 @@ from shardsink.storage.local import LocalBlob
 from shardsink.storage.retry import COMMIT, STORAGE, RetryPolicy
 
 SCHEMA = pa.schema([("k", pa.string())])
+WIDER = pa.schema([("k", pa.large_string()), ("n", pa.int64())])  # a widening and an add: one schema id
 AT = "2026-01-01T00:00:00.000+00:00"
 
 
@@ -84,6 +86,7 @@ def test_apply_is_pure_for_every_command_kind() -> None:
         (head.header, compaction()),
         (head.header, SinceCommand(None, 15)),
         (head.header, RetentionCommand(5)),
+        (head.header, EvolveToCommand(target=WIDER)),
     ]
     for header, cmd in commands:
         first, second = tr.apply(header, live, cmd, stamp("x1")), tr.apply(header, live, cmd, stamp("x1"))
@@ -104,9 +107,12 @@ def test_apply_dispatches_to_the_rule_of_each_kind() -> None:
     assert tr.apply(h, live, s, stamp()) == tr.advance_since(h, live, s, stamp())
     r = RetentionCommand(5)
     assert tr.apply(h, live, r, stamp()) == tr.set_retention(h, live, r, stamp())
+    e = EvolveToCommand(target=WIDER)
+    assert tr.apply(h, live, e, stamp()) == tr.evolve_to_target(h, live, e, stamp())
     assert [v.commit.kind for v in (step(head, live, c), step(head, live, append("x", 20, None)),
-                                    step(head, live, compaction()), step(head, live, s), step(head, live, r))] == [
-        "append", "close", "compact", "since", "retention"]
+                                    step(head, live, compaction()), step(head, live, s), step(head, live, r),
+                                    step(head, live, e))] == [
+        "append", "close", "compact", "since", "retention", "schema"]
 
 
 # --- (b) every kind's refusal is typed -------------------------------------------------------
@@ -122,6 +128,19 @@ def test_each_command_kind_refuses_with_a_typed_refusal() -> None:
     assert tr.apply(merged.header, tr.apply_diffs(live, [merged]), compaction(), stamp()) == tr.AlreadyCommitted(3)
     assert isinstance(tr.apply(h, live, SinceCommand(None, None), stamp()), tr.Unchanged)
     assert isinstance(tr.apply(h, live, RetentionCommand(None), stamp()), tr.Unchanged)
+    evolved = step(head, live, EvolveToCommand(target=WIDER))
+    assert tr.apply(evolved.header, live, EvolveToCommand(target=WIDER), stamp()) == tr.Unchanged(
+        "schema 1 already holds the target", schema_id=1)
+    assert tr.apply(evolved.header, live, EvolveToCommand(target=SCHEMA, exact=True), stamp()) == tr.Unchanged(
+        "schema 0 already holds the target", schema_id=0)  # an exact target some older id equals
+    clash = pa.schema([("k", pa.string()), ("n", pa.string())])
+    assert tr.apply(evolved.header, live, EvolveToCommand(target=clash), stamp()) == tr.SchemaConflict(
+        1, "n", "needs column 'n' as string, but the shard's is int64")
+    more = pa.schema([*WIDER, ("z", pa.int8())])
+    refused = tr.apply(evolved.header, live, EvolveToCommand(target=pa.schema([*SCHEMA, ("z", pa.int8())]),
+                                                             exact=True), stamp())
+    assert isinstance(refused, tr.SchemaConflict) and (refused.schema_id, refused.column) == (1, "k"), refused
+    assert isinstance(tr.apply(evolved.header, live, EvolveToCommand(target=more, exact=True), stamp()), st.Version)
     with pytest.raises(InvalidUsageError, match="needs an existing shard"):
         tr.apply(None, (), append("d1", 0, 10), stamp())
 

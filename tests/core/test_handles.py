@@ -4,18 +4,22 @@ machine, the blob or a key."""
 
 from __future__ import annotations
 
+import pickle
+import re
+
 import pyarrow as pa
 import pytest
 from support import SCHEMA, rows_for, table_of
 
-from shardsink import Shard
+from shardsink import Shard, StagedBatch
 from shardsink.core import fate as ft
 from shardsink.core import keys
 from shardsink.core import manifests as mf
 from shardsink.core import state as st
 from shardsink.core import transitions as tr
-from shardsink.core.builder import PartOptions
+from shardsink.core.builder import PartOptions, PartWriterSpec
 from shardsink.core.commands import AppendCommand, CreateCommand, RetentionCommand, SinceCommand
+from shardsink.core.updates import validate_updates
 from shardsink.errors import CorruptionError, InvalidUsageError, UpperMismatchError
 from shardsink.storage.base import Blob
 
@@ -116,8 +120,10 @@ def test_a_writers_commit_takes_appends_only_and_returns_the_version_or_a_refusa
     assert isinstance(out, st.Version) and out.header.upper == 10 and out.commit.writer == "w"
     refused = w.commit(AppendCommand("d2", 0, 20, ()))
     assert refused == tr.UpperMismatch(10)
-    for other in (RetentionCommand(1000), CreateCommand(SCHEMA, 0), SinceCommand(None, 5)):
-        with pytest.raises(InvalidUsageError, match="commits appends and closes"):
+    for other, family in ((RetentionCommand(1000), "maintenance"), (CreateCommand(SCHEMA, 0), "create"),
+                          (SinceCommand(None, 5), "maintenance"), ("append", None)):
+        name = type(other).__name__
+        with pytest.raises(InvalidUsageError, match=rf"commits appends and closes, not {name} \(family {family!r}"):
             w.commit(other)  # type: ignore[arg-type]
     assert shard.info().seqno == 1
 
@@ -142,3 +148,46 @@ def test_the_read_handle_reads_what_shard_reads(shard_url: str, blob: Blob) -> N
     assert r.open_part(parts[0]).metadata.num_rows == parts[0].rows
     assert r.leases() == shard.leases() == [] and r.min_leased_as_of() is None
     assert r.schema == shard.schema == pa.schema(SCHEMA)
+
+
+def test_an_executor_writes_parts_from_the_handles_picklable_spec_and_a_dry_run_uploads_nothing(
+        shard_url: str, blob: Blob) -> None:
+    w = Shard.create(shard_url, SCHEMA, blob=blob).writer()
+    updates = validate_updates(table_of(rows_for("d", 0, 10)), SCHEMA, lower=0, upper=10)
+    spec = w.part_writer("d", label="corrects-0_10", order="unordered", target_bytes=1 << 20)
+    shipped = pickle.loads(pickle.dumps(spec))  # what reaches an executor
+    assert shipped == spec and isinstance(shipped, PartWriterSpec) and shipped.url == w.url
+    parts = shipped.open().stage(updates, [*SCHEMA.names, "_time"])
+    mine = f"{w.parts_prefix('d', label='corrects-0_10')}/"
+    assert [p.order for p in parts] == ["unordered"] and all(p.key.startswith(mine) for p in parts)
+    assert w.list_staged("d") == {p.key for p in parts}, "labelled parts are the description's"
+    assert spec.fresh_key().startswith(mine) and spec.fresh_key() != spec.fresh_key()
+    dry = w.part_writer("d", dry_run=True).open().stage(updates, [*SCHEMA.names, "_time"])
+    assert sum(p.rows for p in dry) == 3 and w.list_staged("d") == {p.key for p in parts}, "a dry run uploads nothing"
+    assert w.manifest_key("d", 2) == keys.manifest_key("d", 2)
+    for bad, named in ((lambda: w.part_writer("../x"), "'../x'"), (lambda: w.part_writer("d", label="a/b"), "'a/b'"),
+                       (lambda: w.part_writer("d", target_bytes=0), "got 0"),
+                       (lambda: w.part_writer("d", order="random"), "'random'"),  # type: ignore[arg-type]
+                       (lambda: w.part_writer("d", dry_run="yes"), "'yes'"),  # type: ignore[arg-type]
+                       (lambda: w.manifest_key("d", -1), "-1"), (lambda: w.builder("d", label=""), "''")):
+        with pytest.raises(InvalidUsageError, match=re.escape(named)):
+            bad()
+    assert w.list_staged("d") == {p.key for p in parts}, "a refused spec writes nothing"
+
+
+def test_discarding_unpublished_parts_deletes_them_while_the_description_may_commit_and_keeps_committed_ones(
+        shard_url: str, blob: Blob) -> None:
+    w = Shard.create(shard_url, SCHEMA, blob=blob).writer()
+    staged = w.stage(table_of(rows_for("d", 0, 10)), lower=0, upper=10, desc_id="d")
+    with pytest.raises(ft.DeleteRefusedError, match="may still commit"):
+        w.discard([staged])
+    assert w.list_staged("d") == {p.key for p in staged.parts}, "a published part is never deleted in flight"
+    assert w.discard([staged], unpublished=True) == len(staged.parts) and w.list_staged("d") == frozenset()
+    committed = w.stage(table_of(rows_for("e", 0, 10)), lower=0, upper=10, desc_id="e")
+    extra = w.stage(table_of(rows_for("e2", 0, 10)), lower=0, upper=10, desc_id="e")
+    assert w.compare_and_append([committed], expected_upper=0, new_upper=10, desc_id="e").status == "committed"
+    both = StagedBatch("e", 0, 10, committed.parts + extra.parts)
+    assert w.discard([both], unpublished=True) == len(extra.parts), "the fate still keeps a committed batch's parts"
+    assert w.list_staged("e") == {p.key for p in committed.parts}
+    with pytest.raises(InvalidUsageError, match="sequence of StagedBatch"):
+        w.discard(both, unpublished=True)  # type: ignore[arg-type]

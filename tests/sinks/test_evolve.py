@@ -18,7 +18,7 @@ from shardsink.sinks.evolve import evolve_for_source, evolve_to
 from shardsink.sinks.ingest import append_from_manifests, mint_chain
 from shardsink.sinks.staging import write_manifest
 from shardsink.sources import LandingSource
-from shardsink.sources.evolution import SchemaMismatchError, target_schema
+from shardsink.sources.evolution import SchemaMismatchError
 from shardsink_dev.synthetic import SCHEMA, land_file, landing_table
 
 DAY = 86_400_000
@@ -80,10 +80,9 @@ def test_racing_evolvers_add_the_column_once(shard_url: str, tmp_path: Path) -> 
     assert sorted(len(g) for g in got if isinstance(g, list)) == [0, 1]
     assert len(shard.schema_history()) == 2
 
-    stale = shard.reader().head().header  # schema 1 holds country: widen it, then race on a stale head
-    wide = pa.schema([*SCHEMA, ("country", pa.large_string())])
+    stale = shard.reader().head().header  # schema 1 holds country: a racer widens it past a stale reader
     shard.evolve(SchemaChange(kind="widen", name="country", type="large_string"), writer="racer")
-    assert evolve_to(shard, wide, writer="t", header=stale) == []
+    assert evolve_for_source(shard, src, writer="t", header=stale) == []  # the wider column holds the files
     assert [e.id for e in shard.schema_history()] == [0, 1, 2]
 
 
@@ -93,9 +92,21 @@ def test_a_racer_that_made_the_column_something_else_is_refused(shard_url: str, 
     stale = shard.reader().head().header
     shard.evolve(SchemaChange(kind="add", name="country", type="int64"), writer="racer")
     before = _objects(shard)
-    with pytest.raises(SchemaMismatchError, match=r"column 'country' as string, but the shard's is int64"):
-        evolve_to(shard, target_schema(SCHEMA, src.file_schemas(SCHEMA)), writer="t", header=stale)
+    with pytest.raises(SchemaMismatchError, match=r"column 'country' as string, but the shard's is int64") as e:
+        evolve_for_source(shard, src, writer="t", header=stale)  # planned on the stale head, refused on the fresh
+    assert e.value.value == "country"
     assert _objects(shard) == before
+
+
+def test_several_changes_commit_as_one_schema_id_and_again_change_nothing(shard_url: str) -> None:
+    shard = Shard.create(shard_url, pa.schema([("user", pa.string()), ("n", pa.int32())]), upper=0)
+    target = pa.schema([("user", pa.string()), ("n", pa.int64()), ("a", pa.float64()), ("b", pa.string())])
+    done = evolve_to(shard, target, writer="t")
+    assert [c.describe() for c in done] == ["add a:double", "add b:string", "widen n:int64"]
+    assert [e.id for e in shard.schema_history()] == [0, 1] and shard.schema == target
+    assert [getattr(c, "change", None) for _, c in shard.log(limit=1)] == ["add a:double, add b:string, widen n:int64"]
+    assert [f.id for f in shard.schema_history()[1].fields] == [1, 2, 3, 4]
+    assert evolve_to(shard, target, writer="t") == [] and len(shard.log(limit=5)) == 2
 
 
 def test_a_bad_file_fails_before_anything_is_written(shard_url: str, tmp_path: Path) -> None:

@@ -8,12 +8,13 @@ from pathlib import Path
 import msgspec
 import pyarrow as pa
 import pytest
+from support.fake_source import FakeSource
 
 from shardsink.core.updates import TIME
 from shardsink.errors import InvalidUsageError
 from shardsink.sinks.description import Description
 from shardsink.sources import LandingSource, MalformedInputError
-from shardsink.sources.evolution import SchemaMismatchError, changes_to, target_schema
+from shardsink.sources.evolution import SchemaMismatchError, changes_to, run_file_schemas, target_schema
 from shardsink.sources.evolution import check_schema_mode as checked_schema_mode
 from shardsink.sources.files import FileArrivals
 from shardsink.sources.landing import read_landing_file
@@ -50,6 +51,22 @@ def test_file_schemas_make_the_shard_add_the_new_nullable_column(landing: Landin
     assert [c.describe() for c in changes_to(SCHEMA, target, what="t")] == ["add country:string"]
     # Already held (a racing evolver made the same change): nothing left to do.
     assert changes_to(target, target, what="t") == []
+    # A racer made the column something the files cannot be read into: refused naming it.
+    clash = SCHEMA.append(pa.field("country", pa.int64()))
+    with pytest.raises(SchemaMismatchError, match=r"t needs column 'country' as string, but the shard's is int64"):
+        changes_to(clash, target, what="t")
+
+
+def test_the_files_a_run_reads_come_through_one_protocol(landing: LandingSource, tmp_path: Path) -> None:
+    """run_file_schemas: what the mint's evolution and a dry run read (a landing source from the
+    shard's index, read-only); file_schemas_of refuses a source that cannot tell, naming it."""
+    direct = target_schema(SCHEMA, landing.file_schemas(SCHEMA))
+    shard = (tmp_path / "shard").as_uri()
+    assert target_schema(SCHEMA, run_file_schemas(landing, SCHEMA, shard_url=shard)) == direct
+    assert not (tmp_path / "shard").exists(), "reading the files' schemas wrote nothing"
+    with pytest.raises(InvalidUsageError, match=r"needs a file source .* source 'fake' cannot") as e:
+        run_file_schemas(FakeSource(0), SCHEMA, shard_url=shard)
+    assert e.value.value == "fake"
 
 
 def test_widening_types_are_taken_narrower_ones_read_as_is() -> None:

@@ -7,6 +7,7 @@ import math
 import re
 import struct
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ import pytest
 
 from shardsink import InvalidUsageError, Shard, StagedBatch
 from shardsink.core import fate as ft
+from shardsink.core.builder import PartWriterSpec
 from shardsink.outcome import record_of
 from shardsink.spark.native_stage import native_plan
 from shardsink.spark.stage import stage_dataframe
@@ -51,7 +53,9 @@ def _files(root: Path, desc: str) -> list[str]:
 
 def test_native_parts_snapshot_equals_the_model_and_match_the_python_paths_files(spark: Any, tmp_path: Path) -> None:
     df = spark.createDataFrame(ROWS, DDL).repartition(3)
-    assert native_plan(df, shard_url=(tmp_path / "s").as_uri(), schema=SCHEMA, desc_id="d", label=None) is not None
+    spec = Shard((tmp_path / "s").as_uri()).writer().part_writer("d", order="unordered")
+    assert native_plan(df, spec, schema=SCHEMA) is not None
+    assert native_plan(df, replace(spec, dry_run=True), schema=SCHEMA) is None, "a dry run writes nothing"
     got: dict[str, Shard] = {}
     for writer in ("auto", "python"):
         s = Shard.create((tmp_path / writer).as_uri(), SCHEMA)
@@ -151,7 +155,7 @@ def test_writer_spark_refuses_what_it_cannot_write_exactly_and_auto_falls_back(s
                         writer="spark")
     parts = stage_dataframe(df, shard_url=s.url, schema=SCHEMA, lower=0, upper=10, desc_id="d", order="unordered")
     assert [p.rows for p in parts] == [1]
-    assert native_plan(df, shard_url="s3://bucket/shard", schema=SCHEMA, desc_id="d", label=None) is None
+    assert native_plan(df, PartWriterSpec(url="s3://bucket/shard", desc_id="d"), schema=SCHEMA) is None
     with pytest.raises(InvalidUsageError, match="writer must be"):
         stage_dataframe(df, shard_url=s.url, schema=SCHEMA, lower=0, upper=10, desc_id="d", order="unordered",
                         writer="jvm")  # type: ignore[arg-type]

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pytest
 
 from shardsink import InvalidUsageError, Shard
-from shardsink.core.schema import current
+from shardsink.core.schema import SchemaChange, current
 from shardsink.core.shard import AppendResult
 from shardsink.errors import ShardNotFoundError
 from shardsink.sinks.description import Description
@@ -25,6 +25,7 @@ from shardsink.sinks.materialize import mint_view, view
 from shardsink.spark.incremental import BASIS, FINGERPRINT, output_fingerprint
 from shardsink.spark.linear import row_wise_view
 from shardsink.spark.view import refresh_view, run_view, write_view
+from shardsink.spark.view_schema import Evolution, evolution, evolve_output
 
 SCHEMA = pa.schema([("user", pa.string()), ("amount", pa.int64())])
 UPDATES = pa.schema([*SCHEMA, ("_time", pa.int64()), ("_diff", pa.int64())])
@@ -209,3 +210,17 @@ def test_twin_writes_evolve_once_and_the_stale_one_still_commits(spark: Any, sha
     r = append_from_manifests(out, desc, 1)
     assert r.status == "committed" and out.batches()[-1].schema_id == current(out.reader().head().header).id == 1
     assert _rows(out, 19, "user", "events", "total") == _totals(src, 19)
+
+
+def test_an_output_schema_a_racer_moved_elsewhere_refuses_the_run_by_name(tmp_path: Any) -> None:
+    """No JVM: the output evolves by one exact evolve-to-target commit; a racer that added another
+    column first makes the run's target unreachable, refused naming that column, nothing written."""
+    out = Shard.create(f"file://{tmp_path}/out", SCHEMA)
+    at = out.reader().head()
+    evo = evolution(pa.schema([*SCHEMA, ("total", pa.int64())]), at.header, url=out.url)
+    assert isinstance(evo, Evolution) and evo.describe() == "add total:int64"
+    out.evolve(SchemaChange(kind="add", name="note", type="string"), writer="human")
+    before = _state(out.url)
+    with pytest.raises(InvalidUsageError, match=r"changed while this run evolved it .*column 'note' differs") as e:
+        evolve_output(out, evo, at=at, writer="w")
+    assert e.value.value == "note" and _state(out.url) == before

@@ -44,6 +44,7 @@ from shardsink.airflow.reprocess import IngestWriteOperator, run_params
 from shardsink.airflow.tasks import mint_task
 from shardsink.errors import InvalidUsageError
 from shardsink.sources.base import Source
+from shardsink.sources.evolution import file_schemas_of
 from shardsink.storage.url import parse_url
 
 #: The default Spark settings of an ingest write job (``SparkOptions.conf`` is added over them).
@@ -123,9 +124,8 @@ def ingest_dag(
     common = write_args(url, spark, shard, attempts, default_conf=INGEST_SPARK_CONF)
     part_order = shard.checked_part_order()
     mode = checked_schema_mode(schema_mode)
-    if mode != "strict" and not callable(getattr(source, "file_schemas", None)):
-        raise InvalidUsageError(f"schema_mode {mode!r} needs a file source (landing, files) that can tell its files' "
-                                f"schemas; source {source.kind!r} cannot", value=mode)
+    if mode != "strict":
+        file_schemas_of(source)  # InvalidUsageError naming a source that cannot tell its files' schemas
 
     def make_write(descs: Any) -> Any:
         return IngestWriteOperator.partial(task_id="write", slots=writers, source_spec=settings.source_spec,

@@ -13,7 +13,10 @@ Maintenance's algorithms (plans, merges, GC's horizon, verify's checks) live in
 as persist keeps its GC beside ``internal/machine.rs`` and exposes nothing else. Nothing
 above ``core/`` touches the commit machine, the blob or a raw key: every object this handle
 reads, lists or deletes is checked to belong to the shard layout
-(:func:`shardsink.core.keys.known`); anything else is refused with InvalidUsageError.
+(:func:`shardsink.core.roots.known`); anything else is refused with InvalidUsageError.
+What a key is, and the key a report names, come from the handle too
+(:meth:`AdminHandle.version_object`, :meth:`AdminHandle.is_compaction`, ...): maintenance
+never spells the layout (``tests/core/test_boundary.py`` holds every layer above core to it).
 
 Deleting is narrow on purpose. Staged data (``parts/``, ``staging/``) goes only through
 :meth:`AdminHandle.delete_staged` / :meth:`AdminHandle.delete_staged_many` (the one
@@ -27,9 +30,8 @@ state history only through :meth:`AdminHandle.delete_versions` /
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from typing import Literal
 
 import pyarrow.parquet as pq
 
@@ -44,57 +46,25 @@ from shardsink.core.builder import BatchBuilder, PartOptions
 from shardsink.core.checks import check_desc_id, check_writer
 from shardsink.core.commands import CompactCommand, RetentionCommand, SinceCommand
 from shardsink.core.machine import Machine
+from shardsink.core.objects import (
+    DROP_KINDS,
+    Dropped,
+    StagedObject,
+    StateObjects,
+    drop_kind,
+    is_manifest,
+    staged_desc_id,
+)
 from shardsink.errors import InvalidUsageError
 from shardsink.storage.base import ObjectInfo
 
+__all__ = [
+    "DROP_KINDS", "AdminHandle", "Dropped", "MaintenanceCommand", "StagedObject", "StateObjects", "drop_kind",
+    "is_manifest", "staged_desc_id",
+]
+
 #: The commands maintenance commits (appends, closes and creates go through the write path).
 MaintenanceCommand = CompactCommand | SinceCommand | RetentionCommand
-
-
-@dataclass(frozen=True)
-class StateObjects:
-    """The state objects listed under ``state/``: seqno -> object, versions and rollups.
-
-    Objects under ``state/`` with any other name (the hint, strays) are not in either map."""
-
-    versions: dict[int, ObjectInfo]
-    rollups: dict[int, ObjectInfo]
-
-
-@dataclass(frozen=True)
-class StagedObject:
-    """One object under ``parts/`` (``kind="part"``) or ``staging/`` (``"manifest"``) and the
-    description (or compaction) id that owns it; None when the key is not
-    ``<prefix><id>/<name>`` (then nothing may decide about it: leave it alone)."""
-
-    info: ObjectInfo
-    desc_id: str | None
-    kind: Literal["part", "manifest"]
-
-    @property
-    def key(self) -> str:
-        return self.info.key
-
-    @property
-    def size(self) -> int:
-        return self.info.size
-
-    @property
-    def modified(self) -> float:
-        return self.info.modified
-
-
-def staged_desc_id(key: str) -> str | None:
-    """The id owning staged object ``key`` (``parts/<id>/…`` or ``staging/<id>/…``), else None."""
-    if not key.startswith((keys.PARTS_PREFIX, keys.STAGING_PREFIX)):
-        return None
-    segs = key.split("/")
-    return segs[1] if len(segs) >= 3 and segs[1] else None
-
-
-def is_manifest(key: str) -> bool:
-    """Whether ``key`` is under ``staging/`` (a manifest), as opposed to a part."""
-    return key.startswith(keys.STAGING_PREFIX)
 
 
 def _layout_key(key: str) -> str:
@@ -118,6 +88,46 @@ class AdminHandle:
     @property
     def url(self) -> str:
         return self._m.url
+
+    # --- what a key is: reports name objects by key, only core spells one -----------------
+
+    @property
+    def hint_object(self) -> str:
+        """The hint's key (``state/LATEST.json``), relative to the shard root."""
+        return keys.LATEST
+
+    @property
+    def versions_folder(self) -> str:
+        """The folder state versions live in (``state/v/``)."""
+        return keys.VERSIONS_PREFIX
+
+    def version_object(self, seqno: int) -> str:
+        """The key of state version ``seqno``, relative to the shard root."""
+        return keys.version_key(seqno)
+
+    def rollup_object(self, seqno: int) -> str:
+        """The key of rollup ``seqno``, relative to the shard root."""
+        return keys.rollup_key(seqno)
+
+    def is_known(self, key: str) -> bool:
+        """Whether ``key`` belongs to the layout (core's objects or a registered root object);
+        verify reports any other object as unknown, and nothing deletes it."""
+        return keys.known(key)
+
+    def is_part(self, key: str) -> bool:
+        """Whether ``key`` names a part (an object under ``parts/``)."""
+        return key.startswith(keys.PARTS_PREFIX)
+
+    @staticmethod
+    def new_compaction_id() -> str:
+        """A fresh compaction id: what it stages is decided by the compaction sweep
+        (:meth:`list_compaction_manifests`), never by description GC."""
+        return f"{keys.COMPACTION_ID_PREFIX}{uuid.uuid4().hex}"
+
+    @staticmethod
+    def is_compaction(desc_id: str) -> bool:
+        """Whether ``desc_id`` is a compaction id (:meth:`new_compaction_id`)."""
+        return desc_id.startswith(keys.COMPACTION_ID_PREFIX)
 
     # --- state: reads ---------------------------------------------------------------
 
@@ -237,6 +247,10 @@ class AdminHandle:
         """One listing of ``staging/``, each manifest with the id owning it."""
         return [StagedObject(o, staged_desc_id(o.key), "manifest") for o in self._m.blob.list(keys.STAGING_PREFIX)]
 
+    def list_compaction_manifests(self) -> list[StagedObject]:
+        """The compactions' manifests of their inputs, from one listing of ``staging/``."""
+        return [o for o in self.list_manifests() if keys.is_compaction_manifest(o.key)]
+
     def list_staged(self, desc_id: str) -> list[StagedObject]:
         """What ``desc_id`` staged: one listing of ``parts/<desc_id>/`` and one of ``staging/<desc_id>/``."""
         parts_prefix, staging_prefix = keys.staged_prefixes(check_desc_id(desc_id))
@@ -273,10 +287,15 @@ class AdminHandle:
         return list(self._m.blob.list(""))
 
     def list_registered(self, prefix: str) -> list[ObjectInfo]:
-        """The objects under a folder a capability registered (:func:`shardsink.core.keys.register_root`)."""
+        """The objects under a folder a capability registered (:func:`shardsink.core.roots.register_root`)."""
         if not any(o.prefix and o.key == prefix for o in keys.registered()):
             raise InvalidUsageError(f"{prefix!r} is not a registered root folder", value=prefix[:300])
         return list(self._m.blob.list(prefix))
+
+    def list_expiring(self) -> list[ObjectInfo]:
+        """The objects under every folder a capability registered as expiring after GC's grace
+        period (``expiry="after_grace"``: caches rebuilt when missing). One listing per folder."""
+        return [o for prefix in keys.expiring_prefixes() for o in self.list_registered(prefix)]
 
     def delete_registered(self, doomed: Sequence[str]) -> int:
         """Delete root objects capabilities registered (GC: expired caches); returns how many.
@@ -338,41 +357,6 @@ class AdminHandle:
             self._m.blob.delete_many(below[i:i + 1000])
         self._m.blob.delete_many(ordered[-1:])
         return Dropped(counts, part_bytes, tuple(o.key for o in objs if drop_kind(o.key) is None))
-
-
-#: What :meth:`AdminHandle.drop_closed` counts, in the order it reports them.
-DROP_KINDS = ("version", "rollup", "hint", "part", "manifest", "lease", "root object")
-
-
-@dataclass(frozen=True)
-class Dropped:
-    """What :meth:`AdminHandle.drop_closed` deleted, by kind (:data:`DROP_KINDS`), and the
-    objects under the root it left because they are not of the shard layout."""
-
-    counts: dict[str, int]
-    part_bytes: int
-    left: tuple[str, ...]
-
-    @property
-    def total(self) -> int:
-        return sum(self.counts.values())
-
-
-def drop_kind(key: str) -> str | None:
-    """The kind of layout object ``key`` is (:data:`DROP_KINDS`), None outside the layout."""
-    if key == keys.LATEST:
-        return "hint"
-    if keys.version_seqno(key) is not None:
-        return "version"
-    if keys.rollup_seqno(key) is not None:
-        return "rollup"
-    if staged_desc_id(key) is not None:
-        return "manifest" if is_manifest(key) else "part"
-    if key.startswith(keys.LEASES_PREFIX):
-        return "lease"
-    if keys.is_registered_root(key):
-        return "root object"
-    return None
 
 
 def _part(p: st.PartMeta) -> st.PartMeta:

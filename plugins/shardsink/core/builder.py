@@ -14,6 +14,10 @@ through the store it was given (from the store factory: a retrying blob), and re
   cut from the merged, consolidated stream;
 * corrections written already consolidated: :meth:`BatchBuilder.write_consolidated`.
 
+A process that holds no handle (a Spark executor) gets a :class:`PartWriterSpec` from
+:meth:`shardsink.core.write.WriteHandle.part_writer`: a picklable value it turns into a
+builder (:meth:`PartWriterSpec.open`) without opening the store or spelling a key itself.
+
 SUBTLE: every part gets a fresh unique key (:func:`shardsink.core.keys.part_key`), so a
 retried upload, a retried Spark task or a twin writer never overwrites an object another
 attempt may have listed in its manifest. Part uploads are therefore safe to retry blindly.
@@ -27,10 +31,13 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from shardsink.core import checks as ck
 from shardsink.core import keys
 from shardsink.core import part_io as pio
 from shardsink.core.state import PART_ORDERS, PartMeta, PartOrder
+from shardsink.errors import InvalidUsageError
 from shardsink.storage.base import Blob
+from shardsink.storage.url import open_blob
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -117,3 +124,72 @@ class BatchBuilder:
         key = keys.part_key(self.prefix)
         self._blob.put(key, data)
         return self._record([PartMeta(key, rows, len(data), min_time, max_time)])[0]
+
+
+def check_label(label: object) -> str | None:
+    """A parts sub-folder label (one key segment, the charset of a description id) or None."""
+    if label is None:
+        return None
+    if not isinstance(label, str):
+        raise InvalidUsageError(f"label {label!r:.80} is not a string", value=str(label)[:80])
+    try:
+        return ck.check_desc_id(label)
+    except InvalidUsageError:
+        raise InvalidUsageError(f"label {label[:200]!r} is invalid; expected 1-{ck.DESC_ID_MAX} letters, digits "
+                                "or -_.=+ (one key segment)", value=label[:200]) from None
+
+
+class _Dropped:
+    """A dry run's store: ``put`` accepts a part and drops it (nothing reaches the store)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def put(self, key: str, data: bytes) -> str:
+        del key, data
+        return ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class PartWriterSpec:
+    """How to write parts of description ``desc_id`` into the shard at ``url``: a picklable value
+    (from :meth:`shardsink.core.write.WriteHandle.part_writer`, which checks it) that a process
+    holding no handle turns into a :class:`BatchBuilder` (:meth:`open`).
+
+    ``dry_run``: the builder encodes parts exactly as it would write them, but uploads nothing
+    (the returned metadata is real, its keys name no object).
+
+    SUBTLE: a spec carries no credentials: the opening process reaches the store with its own
+    environment (as every executor does).
+    """
+
+    url: str
+    desc_id: str
+    label: str | None = None
+    options: PartOptions = DEFAULT_PART_OPTIONS
+    dry_run: bool = False
+
+    def __post_init__(self) -> None:
+        ck.check_desc_id(self.desc_id)
+        check_label(self.label)
+        if not isinstance(self.url, str) or not self.url:
+            raise InvalidUsageError(f"url must be a shard URL, got {self.url!r:.80}", value=str(self.url)[:80])
+        if not isinstance(self.options, PartOptions):
+            raise InvalidUsageError(f"options must be a PartOptions, got {type(self.options).__name__}")
+        if not isinstance(self.dry_run, bool):
+            raise InvalidUsageError(f"dry_run must be a bool, got {self.dry_run!r:.60}", value=str(self.dry_run)[:60])
+
+    @property
+    def prefix(self) -> str:
+        """Where the parts go (no trailing slash; the description owns it exclusively)."""
+        return keys.parts_prefix(self.desc_id, label=self.label)
+
+    def fresh_key(self) -> str:
+        """A fresh, unique part key under :attr:`prefix` (for a writer that names its own files)."""
+        return keys.part_key(self.prefix)
+
+    def open(self) -> BatchBuilder:
+        """A builder writing through this process's store of :attr:`url` (retried part uploads:
+        every part gets a fresh key, so a blind retry never overwrites)."""
+        blob: Blob = _Dropped(self.url) if self.dry_run else open_blob(self.url)  # type: ignore[assignment]
+        return BatchBuilder(blob, self.desc_id, label=self.label, options=self.options)

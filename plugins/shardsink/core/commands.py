@@ -22,7 +22,7 @@ from shardsink.core.schema import SchemaChange
 from shardsink.core.state import PartMeta
 
 #: Which handle may commit a command: ``create`` (Shard.create), ``append`` (WriteHandle),
-#: ``maintenance`` (AdminHandle), ``schema`` (Shard.evolve).
+#: ``maintenance`` (AdminHandle), ``schema`` (Shard.evolve, Shard.evolve_to).
 Family = Literal["create", "append", "maintenance", "schema"]
 
 
@@ -142,5 +142,28 @@ class SchemaCommand:
     change: SchemaChange
 
 
+@dataclass(frozen=True, kw_only=True)
+class EvolveToCommand:
+    """Evolve the shard's schema so that it holds ``target`` (its user columns): the adds and
+    widenings :func:`shardsink.core.schema.changes_to` plans from the current schema of the
+    head the command is applied to, committed together as ONE new schema id.
+
+    Idempotent by construction: applied (after a lost race, re-applied) on the fresh head, a
+    target some racer already made the shard hold is ``Unchanged`` (nothing written), and a
+    head whose schema cannot get there (a racer made a column something else) is the typed
+    refusal ``SchemaConflict``; no caller loops. ``exact``: the writer staged parts under
+    ``target`` itself, so some schema id must equal it (the new one, or an existing one when
+    the head already holds it); a head that would evolve to anything else (a racer added a
+    column, dropped one, or widened further) is a SchemaConflict too.
+    """
+
+    family: ClassVar[Family] = "schema"
+    needs_batches: ClassVar[bool] = False
+
+    target: pa.Schema
+    exact: bool = False
+
+
 #: Every state transition: what ``transitions.apply`` dispatches on and ``Machine.commit`` commits.
-Command = CreateCommand | AppendCommand | CompactCommand | SinceCommand | RetentionCommand | SchemaCommand
+Command = (CreateCommand | AppendCommand | CompactCommand | SinceCommand | RetentionCommand | SchemaCommand
+           | EvolveToCommand)

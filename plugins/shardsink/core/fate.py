@@ -29,6 +29,7 @@ that tells, the fate is Unknown.
 head read, multi-object deletes) are the only code that deletes them. It re-derives the fate
 right before deleting: StillPossible deletes nothing (:class:`DeleteRefusedError`);
 Committed keeps every key of its batch; CannotCommit and Unknown delete all of it.
+:func:`delete_unpublished` is its narrow sibling for parts their writer never handed out.
 
 **Compactions** have fates too (:func:`gather_compaction`, same :func:`decide`): a
 compaction ``cid`` stages its output under ``parts/<cid>/`` and, when it applies, is
@@ -295,3 +296,26 @@ def delete_staged_many(machine: Machine, condemned: Sequence[Condemned]) -> dict
     for doomed in (doomed_parts, doomed_manifests):
         machine.blob.delete_many(doomed)
     return out
+
+
+def delete_unpublished(machine: Machine, desc_id: str, lower: int, only: Collection[str]) -> int:
+    """Delete parts ``only`` of ``desc_id`` that their writer uploaded under fresh keys and never
+    handed out (no manifest names them, no caller got them: a staging that failed after its
+    uploads); return how many went. Keys outside the description's parts prefix are never touched.
+
+    Re-derives the fate from one fresh state read first: Committed keeps every key of its batch
+    (none of these, unless the caller's vouching is wrong); any other fate deletes them,
+    StillPossible too: no commit can name a key nobody was given.
+
+    SUBTLE: the caller vouches the parts were never handed out. A published part deleted here
+    may be committed by a twin a moment later, and its batch would then be unreadable.
+    """
+    fate = read_fate(machine, desc_id, lower)
+    keep = fate.keys if isinstance(fate, Committed) else frozenset()
+    prefix = keys.staged_prefixes(desc_id)[0]
+    doomed = sorted(k for k in only if k.startswith(prefix) and k not in keep)
+    if doomed:
+        log.info("description %s: deleting %d parts it never handed out (fate %s)", desc_id, len(doomed),
+                 type(fate).__name__)
+        machine.blob.delete_many(doomed)
+    return len(doomed)

@@ -1,4 +1,4 @@
-"""Every key of a shard's object layout, in one place; and the root objects layers above core own.
+"""Every key of core's layout inside a shard, in one place.
 
 Layout under a shard root::
 
@@ -10,11 +10,9 @@ Layout under a shard root::
     staging/<cid>/compaction.json     a compaction's manifest of its inputs
     leases/<lease_id>.json            read leases holding back ``since``
 
-Capabilities above core keep their own objects beside those (a reclocked source's read
-plans and health, a data shard's remap pointer). Core does not know their names: each
-capability *registers* them here at import (:func:`register_root`), and GC and verify ask
-:func:`registered` what is known and what GC may expire after its grace period. An object
-under no known prefix and no registered name is reported by verify as unknown, never deleted.
+Core's four folders and the registry of root objects capabilities keep beside them are
+:mod:`shardsink.core.roots` (which this module imports); the registry's names are re-exported
+here for core's own readers (GC, verify, the admin handle).
 
 Contract: every function here is pure; a desc id or compaction id is checked to be one key
 segment by its maker (:mod:`shardsink.core.checks`), so the keys built here never escape
@@ -24,18 +22,22 @@ their prefix.
 from __future__ import annotations
 
 import re
-import threading
 import uuid
-from dataclasses import dataclass
-from typing import Literal
 
-STATE_PREFIX = "state/"
-LATEST = "state/LATEST.json"
-VERSIONS_PREFIX = "state/v/"
-ROLLUPS_PREFIX = "state/rollup/"
-PARTS_PREFIX = "parts/"
-STAGING_PREFIX = "staging/"
-LEASES_PREFIX = "leases/"
+from shardsink.core.roots import CORE_PREFIXES as CORE_PREFIXES
+from shardsink.core.roots import LEASES_PREFIX as LEASES_PREFIX
+from shardsink.core.roots import PARTS_PREFIX as PARTS_PREFIX
+from shardsink.core.roots import STAGING_PREFIX as STAGING_PREFIX
+from shardsink.core.roots import STATE_PREFIX as STATE_PREFIX
+from shardsink.core.roots import RootObject as RootObject
+from shardsink.core.roots import expiring_prefixes as expiring_prefixes
+from shardsink.core.roots import is_registered_root as is_registered_root
+from shardsink.core.roots import known as known
+from shardsink.core.roots import registered as registered
+
+LATEST = f"{STATE_PREFIX}LATEST.json"
+VERSIONS_PREFIX = f"{STATE_PREFIX}v/"
+ROLLUPS_PREFIX = f"{STATE_PREFIX}rollup/"
 #: The compaction manifest's name under ``staging/<cid>/``.
 COMPACTION_MANIFEST = "compaction.json"
 #: Compaction ids start so (``compact-<...>``); their staging folders are swept by compaction.
@@ -103,67 +105,3 @@ def is_compaction_manifest(key: str) -> bool:
 
 def lease_key(lease_id: str) -> str:
     return f"{LEASES_PREFIX}{lease_id}.json"
-
-
-#: The prefixes core itself owns (every object under them belongs to the shard's state).
-CORE_PREFIXES = (STATE_PREFIX, PARTS_PREFIX, STAGING_PREFIX, LEASES_PREFIX)
-
-Expiry = Literal["never", "after_grace"]
-
-
-@dataclass(frozen=True)
-class RootObject:
-    """A root object (``prefix=False``: an exact key) or folder (``prefix=True``) a capability
-    above core keeps in a shard. ``expiry="after_grace"``: a cache GC may delete once older
-    than its grace period (it is rebuilt when missing); ``"never"``: GC leaves it alone."""
-
-    key: str
-    owner: str
-    prefix: bool = False
-    expiry: Expiry = "never"
-
-    def matches(self, key: str) -> bool:
-        return key.startswith(self.key) if self.prefix else key == self.key
-
-
-_lock = threading.Lock()
-_registered: dict[str, RootObject] = {}
-
-
-def register_root(key: str, *, owner: str, prefix: bool = False, expiry: Expiry = "never") -> RootObject:
-    """Declare a root object (or, with ``prefix=True``, a folder) that ``owner`` keeps in shards.
-
-    Idempotent for the same declaration; a key inside core's own prefixes, or one already
-    declared differently, is refused (ValueError): two owners of one key is a bug.
-    """
-    if not key or key.startswith("/") or any(key.startswith(p) for p in CORE_PREFIXES) or key == LATEST:
-        raise ValueError(f"root object {key!r} collides with the shard layout core owns")
-    obj = RootObject(key, owner, prefix, expiry)
-    with _lock:
-        got = _registered.setdefault(key, obj)
-    if got != obj:
-        raise ValueError(f"root object {key!r} is already registered as {got}, not {obj}")
-    return obj
-
-
-def registered() -> tuple[RootObject, ...]:
-    """Every root object declared so far (by the capabilities imported in this process)."""
-    with _lock:
-        return tuple(_registered.values())
-
-
-def is_registered_root(key: str) -> bool:
-    """Whether ``key`` is a root object (or under a root folder) a capability registered, and
-    nothing of core's own layout (state, parts, manifests, leases, the hint)."""
-    return (bool(key) and not key.startswith(CORE_PREFIXES) and key != LATEST and ".." not in key.split("/")
-            and any(o.matches(key) for o in registered()))
-
-
-def known(key: str) -> bool:
-    """Whether ``key`` belongs to the layout: core's prefixes, the hint, or a registered root object."""
-    return key.startswith(CORE_PREFIXES) or any(o.matches(key) for o in registered())
-
-
-def expiring_prefixes() -> tuple[str, ...]:
-    """Registered folders whose objects GC deletes once older than its grace period."""
-    return tuple(o.key for o in registered() if o.prefix and o.expiry == "after_grace")

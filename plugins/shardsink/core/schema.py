@@ -19,6 +19,12 @@ naming the column, the old and new type and what would be allowed. New names fol
 :func:`shardsink.core.updates.check_name`, and the schema after a change passes
 :func:`shardsink.core.updates.check_schema` (no two names equal ignoring case: renaming a
 column to another case of its own name is allowed, adding ``ID`` beside ``id`` is not).
+
+A writer that needs the shard to hold a **target** schema (new columns of its input, wider
+types) asks for the target, not for changes: :func:`changes_to` plans the adds and widenings
+from whatever schema is current (a :class:`Clash` when a column cannot get there), and the
+evolve-to-target rule (:mod:`shardsink.core.transitions`) applies that plan on the head it
+commits on, all changes as one schema id.
 """
 
 from __future__ import annotations
@@ -182,17 +188,27 @@ class SchemaChange:
 def evolve(header: Header, change: SchemaChange) -> tuple[pa.Schema, tuple[int, ...]]:
     """The next schema (and its field ids) after ``change``, or InvalidUsageError naming the
     column, the old and new type and what is allowed. Pure; nothing is written."""
-    schema, ids = _evolve(header, change)
-    check_schema(schema, what=f"the schema after {change.describe()}")
+    return evolve_all(header, (change,))
+
+
+def evolve_all(header: Header, changes: Sequence[SchemaChange]) -> tuple[pa.Schema, tuple[int, ...]]:
+    """The schema (and its field ids) after ``changes`` applied in order to the current one,
+    each checked as :func:`evolve` checks one (a new column's field id is the next unused one).
+    Pure; nothing is written."""
+    cur = current(header)
+    schema, ids = entry_schema(cur), tuple(f.id for f in cur.fields)
+    next_id = 1 + max((f.id for e in history(header) for f in e.fields), default=0)
+    for change in changes:
+        schema, ids = _evolve(schema, ids, change, next_id=next_id, has_rows=header.stats.batches > 0)
+        check_schema(schema, what=f"the schema after {change.describe()}")
+        next_id += change.kind == "add"
     return schema, ids
 
 
-def _evolve(header: Header, change: SchemaChange) -> tuple[pa.Schema, tuple[int, ...]]:
+def _evolve(schema: pa.Schema, ids: tuple[int, ...], change: SchemaChange, *, next_id: int,
+            has_rows: bool) -> tuple[pa.Schema, tuple[int, ...]]:
     if change.kind not in CHANGE_KINDS:
         raise InvalidUsageError(f"schema change {change.kind!r} is unknown; expected one of {CHANGE_KINDS}")
-    cur = current(header)
-    schema = entry_schema(cur)
-    ids = [f.id for f in cur.fields]
     fields = list(schema)
     name = check_name(change.name) if change.kind == "add" else change.name
     if not isinstance(name, str):
@@ -204,10 +220,9 @@ def _evolve(header: Header, change: SchemaChange) -> tuple[pa.Schema, tuple[int,
             raise InvalidUsageError(f"cannot add column {name!r} ({new_type}): a column {name!r} "
                                     f"({schema.field(name).type}) exists; --drop {name} first to replace it",
                                     value=name)
-        if not change.nullable and header.stats.batches > 0:
+        if not change.nullable and has_rows:
             raise InvalidUsageError(f"cannot add non-nullable column {name!r} ({new_type}) to a shard that holds "
                                     "data: its old rows would have no value; add it nullable", value=name)
-        next_id = 1 + max((f.id for e in history(header) for f in e.fields), default=0)
         return schema.append(pa.field(name, new_type, change.nullable)), (*ids, next_id)
     if where < 0:
         raise InvalidUsageError(f"column {name!r} does not exist; the columns are {schema.names}", value=name)
@@ -221,16 +236,64 @@ def _evolve(header: Header, change: SchemaChange) -> tuple[pa.Schema, tuple[int,
         if schema.get_field_index(new) >= 0:
             raise InvalidUsageError(f"cannot rename {name!r} to {new!r}: a column {new!r} exists; "
                                     f"--drop {new} first", value=new)
-        return schema.set(where, old.with_name(new)), tuple(ids)
+        return schema.set(where, old.with_name(new)), ids
     if change.kind == "nullable":
         if old.nullable:
             raise InvalidUsageError(f"column {name!r} ({old.type}) is already nullable", value=name)
-        return schema.set(where, old.with_nullable(True)), tuple(ids)
+        return schema.set(where, old.with_nullable(True)), ids
     new_type = parse_type(change.type or "")
     if not widens(old.type, new_type):
         raise InvalidUsageError(f"cannot change column {name!r} from {old.type} to {new_type}: only widening is "
                                 f"allowed ({_ALLOWED})", value=name)
-    return schema.set(where, old.with_type(new_type)), tuple(ids)
+    return schema.set(where, old.with_type(new_type)), ids
+
+
+# --- targets ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Clash:
+    """Why ``schema`` cannot reach a target by adds and widenings: its column ``name`` is
+    ``held``, which neither equals, widens to nor is wider than the target's ``wanted``."""
+
+    name: str
+    held: str
+    wanted: str
+
+    def describe(self) -> str:
+        return f"needs column {self.name!r} as {self.wanted}, but the shard's is {self.held}"
+
+
+def fields_text(schema: pa.Schema) -> str:
+    """``schema``'s columns for a message: ``name: type`` (``not null`` when required), comma-separated."""
+    return ", ".join(f"{f.name}: {f.type}{'' if f.nullable else ' not null'}" for f in schema)
+
+
+def holds(held: pa.DataType, wanted: pa.DataType) -> bool:
+    """Whether a column of type ``held`` holds every value of type ``wanted`` exactly (the same
+    type, a widening of it, or ``wanted`` is the null type)."""
+    return held == wanted or widens(wanted, held) or pa.types.is_null(wanted)
+
+
+def changes_to(schema: pa.Schema, target: pa.Schema) -> tuple[SchemaChange, ...] | Clash:
+    """The changes that make ``schema`` hold every column of ``target``: adds (nullable, in
+    ``target``'s order), then widenings (likewise); none when it holds them already (the same
+    type, or a wider one). A column of ``schema`` that holds neither way is a :class:`Clash`.
+    Columns ``target`` lacks are left alone. Pure: what the evolve-to-target rule applies
+    (:func:`shardsink.core.transitions.evolve_to_target`) and what a dry run reports."""
+    adds: list[SchemaChange] = []
+    widenings: list[SchemaChange] = []
+    for f in target:
+        i = schema.get_field_index(f.name)
+        if i < 0:
+            adds.append(SchemaChange(kind="add", name=f.name, type=str(f.type), nullable=True))
+            continue
+        held = schema.field(i).type
+        if widens(held, f.type):
+            widenings.append(SchemaChange(kind="widen", name=f.name, type=str(f.type)))
+        elif not holds(held, f.type):
+            return Clash(f.name, str(held), str(f.type))
+    return (*adds, *widenings)
 
 
 # --- projection -------------------------------------------------------------------

@@ -1,10 +1,13 @@
-"""The public shard handle: create, append, read, inspect.
+"""The public shard handle: lifecycle, the three handles, and conveniences over them.
 
-:class:`Shard` validates and delegates: writes to its write handle (:meth:`Shard.writer`,
-:mod:`shardsink.core.write`), reads to its read handle (:meth:`Shard.reader`,
-:mod:`shardsink.core.read`); both sit over the private commit machine
-(:mod:`shardsink.core.machine`) and the pure rules (:mod:`shardsink.core.transitions`).
-Layers above core use the handles and never the machine, the blob or a key.
+:class:`Shard` is what pyiceberg's ``Table`` is to its ``Transaction``: it creates and opens
+a shard, commits its schema changes, and hands out the handles that do the work, writes
+(:meth:`Shard.writer`, :mod:`shardsink.core.write`), reads (:meth:`Shard.reader`,
+:mod:`shardsink.core.read`) and maintenance (:meth:`Shard.admin`, :mod:`shardsink.core.admin`).
+Its other methods (append, stage, snapshot, ...) validate and delegate to one handle. All
+sit over the private commit machine (:mod:`shardsink.core.machine`) and the pure rules
+(:mod:`shardsink.core.transitions`). Layers above core use the handles and never the
+machine, the blob or a key (``tests/core/test_boundary.py``).
 """
 
 from __future__ import annotations
@@ -19,11 +22,12 @@ from shardsink.core import leases as ls
 from shardsink.core import state as st
 from shardsink.core.admin import AdminHandle
 from shardsink.core.checks import check_as_of, check_changes, check_writer
-from shardsink.core.commands import CreateCommand, SchemaCommand
+from shardsink.core.commands import CreateCommand, EvolveToCommand, SchemaCommand
 from shardsink.core.commits import Commit
 from shardsink.core.machine import Machine, default_writer
 from shardsink.core.read import ReadHandle, SchemaChoice, ShardInfo
 from shardsink.core.schema import SchemaChange, history
+from shardsink.core.transitions import SchemaConflict, Unchanged
 from shardsink.core.updates import check_schema
 from shardsink.core.write import AppendResult, StagedBatch, WriteHandle
 from shardsink.errors import InvalidUsageError, ShardExistsError
@@ -136,15 +140,16 @@ class Shard:
         return self._writer.discard(staged)
 
     def append(self, table: pa.Table, *, lower: int, upper: int | None, desc_id: str | None = None,
-               writer: str | None = None) -> AppendResult:
+               writer: str | None = None, schema: pa.Schema | None = None) -> AppendResult:
         """Stage and commit ``table`` as ``[lower, upper)``; on a lost race, clean up and raise.
 
         Idempotent under ``desc_id``: a retry after a lost acknowledgement reports
         ``already_committed`` and leaves no extra parts behind. ``desc_id=None`` mints a
         fresh id (no idempotency across calls); an empty or malformed id is refused.
-        Uncontended it costs what a bare commit does (4 requests).
+        Uncontended it costs what a bare commit does (4 requests). ``schema``: the schema the
+        rows are validated and labelled with, as in :meth:`stage` (None: the shard's current one).
         """
-        return self._writer.append(table, lower=lower, upper=upper, desc_id=desc_id, writer=writer)
+        return self._writer.append(table, lower=lower, upper=upper, desc_id=desc_id, writer=writer, schema=schema)
 
     def close(self, *, expected_upper: int, desc_id: str | None = None, writer: str | None = None) -> AppendResult:
         """Seal the shard for good: its upper becomes the empty frontier."""
@@ -193,6 +198,23 @@ class Shard:
         out = self.machine.commit(SchemaCommand(change), writer=writer)
         if not isinstance(out, st.Version):
             raise AssertionError(f"unexpected refusal of a schema change: {out}")
+        return out
+
+    def evolve_to(self, target: pa.Schema, *, exact: bool = False, writer: str | None = None
+                  ) -> st.Version | Unchanged | SchemaConflict:
+        """Make the schema hold ``target`` in one commit (:class:`shardsink.core.commands.EvolveToCommand`):
+        the version it made, Unchanged (with the schema id holding it) when already held, or
+        SchemaConflict (nothing written) when the current schema cannot get there; racers are
+        settled by the one commit loop, so callers never loop. InvalidUsageError for a bad target."""
+        if not isinstance(target, pa.Schema) or not isinstance(exact, bool):
+            raise InvalidUsageError(f"target must be a pyarrow Schema and exact a bool, got {type(target).__name__} "
+                                    f"and {exact!r:.40}")
+        check_schema(target, what="the target schema")
+        if writer is not None:
+            check_writer(writer)
+        out = self.machine.commit(EvolveToCommand(target=target, exact=exact), writer=writer)
+        if not isinstance(out, st.Version | Unchanged | SchemaConflict):
+            raise AssertionError(f"unexpected refusal of a schema target: {out}")
         return out
 
     def leases(self, *, now: float | None = None) -> list[ls.Lease]:

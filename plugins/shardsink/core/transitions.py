@@ -6,7 +6,9 @@ rule registered for it with :func:`rule` (:mod:`shardsink.core.commands`; a crea
 header and its own :func:`initial_version`). :func:`compare_and_append` is the commit rule
 of DESIGN.md. The maintenance rules sit beside it, equally pure: :func:`apply_compaction`
 (replace live input batches by their merge; refused unless every input is still live),
-:func:`advance_since`, :func:`set_retention` and :func:`evolve_schema`. Each rule builds
+:func:`advance_since`, :func:`set_retention`, :func:`evolve_schema` (one change) and
+:func:`evolve_to_target` (a target schema: Unchanged when already held, SchemaConflict when
+it cannot be reached). Each rule builds
 its kind's commit record (:mod:`shardsink.core.commits`) from the command and the stamp.
 All of them are committed by the same conditional put (``Machine.commit``), so maintenance
 never blocks appends: a lost race re-applies the command on the fresh head.
@@ -18,6 +20,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
+from itertools import zip_longest
 from typing import Any, TypeVar
 
 import pyarrow as pa
@@ -28,6 +31,7 @@ from shardsink.core.commands import (
     Command,
     CompactCommand,
     CreateCommand,
+    EvolveToCommand,
     RetentionCommand,
     SchemaCommand,
     SinceCommand,
@@ -85,9 +89,23 @@ class InputsGone:
 
 @dataclass(frozen=True)
 class Unchanged:
-    """A maintenance command that would change nothing (``since`` already there, same
-    retention): no version is written."""
+    """A command that would change nothing (``since`` already there, same retention, a schema
+    target the shard already holds): no version is written. ``schema_id``: for a schema
+    target, the id of the schema that holds it."""
 
+    reason: str
+    schema_id: int | None = None
+
+
+@dataclass(frozen=True)
+class SchemaConflict:
+    """An evolve-to-target refused: the head's current schema ``schema_id`` cannot reach the
+    target (column ``column``: ``reason``), since someone made the column something else.
+    Nothing is written; retrying cannot help. The caller refuses its run with its own error
+    class (its input must change, or the schema be fixed by hand)."""
+
+    schema_id: int
+    column: str
     reason: str
 
 
@@ -96,7 +114,7 @@ class AlreadyExists:
     """A create refused: a shard (some state version, or the hint) is already there."""
 
 
-Refusal = AlreadyCommitted | UpperMismatch | InputsGone | Unchanged | AlreadyExists
+Refusal = AlreadyCommitted | UpperMismatch | InputsGone | Unchanged | AlreadyExists | SchemaConflict
 
 
 #: The rule of each command kind on an existing shard (a create has none: no header).
@@ -301,6 +319,43 @@ def evolve_schema(header: Header, _: Sequence[BatchMeta], cmd: SchemaCommand, st
     if refused) and make the result current, as the next schema id. Batches are untouched:
     their parts keep being read through their own schema id."""
     schema, ids = sc.evolve(header, cmd.change)
+    return _schema_version(header, schema, ids, cmd.change.describe(), stamp)
+
+
+@rule(EvolveToCommand)
+def evolve_to_target(header: Header, _: Sequence[BatchMeta], cmd: EvolveToCommand,
+                     stamp: Stamp) -> Version | Refusal:
+    """The evolve-to-target rule: the adds and widenings that make the current schema hold
+    ``cmd.target`` (:func:`shardsink.core.schema.changes_to`), as one new schema id. Unchanged
+    (with the id that holds the target) when there is nothing to do; SchemaConflict when a column
+    cannot get there, or (``exact``) when the result, or with nothing to do every schema id,
+    differs from the target. A planned change :func:`shardsink.core.schema.evolve_all` refuses
+    (a type no change can name) is InvalidUsageError, nothing written."""
+    cur = sc.current(header)
+    plan = sc.changes_to(schema := sc.entry_schema(cur), cmd.target)
+    if isinstance(plan, sc.Clash):
+        return SchemaConflict(cur.id, plan.name, plan.describe())
+    if not plan:
+        held = sc.id_of(header, cmd.target) if cmd.exact else cur.id
+        if held is None:
+            return _inexact(cur.id, schema, cmd.target)
+        return Unchanged(f"schema {held} already holds the target", schema_id=held)
+    new, ids = sc.evolve_all(header, plan)
+    if cmd.exact and not new.equals(cmd.target):
+        return _inexact(cur.id, new, cmd.target)
+    return _schema_version(header, new, ids, ", ".join(c.describe() for c in plan), stamp)
+
+
+def _inexact(schema_id: int, got: pa.Schema, target: pa.Schema) -> SchemaConflict:
+    """The refusal of an exact target that ``got`` (what schema ``schema_id`` holds or evolves to) is not."""
+    column = next((a if a is not None else b).name for a, b in zip_longest(got, target)
+                  if a is None or b is None or not a.equals(b))
+    return SchemaConflict(schema_id, column, f"schema {schema_id} would become ({sc.fields_text(got)}), not the "
+                                             f"({sc.fields_text(target)}) asked for; column {column!r} differs")
+
+
+def _schema_version(header: Header, schema: pa.Schema, ids: tuple[int, ...], change: str, stamp: Stamp) -> Version:
+    """The version making ``schema`` (field ids ``ids``) current as the next schema id."""
     hist = sc.history(header)
     seqno = header.seqno + 1
     new_id = hist[-1].id + 1
@@ -309,7 +364,7 @@ def evolve_schema(header: Header, _: Sequence[BatchMeta], cmd: SchemaCommand, st
     # an unknown outcome is resolved by the nonce, as a since advance's is.
     new = replace(header, seqno=seqno, schema=schema, schemas=(*hist, entry))
     info = SchemaCommit(at=stamp.at, writer=stamp.writer, nonce=stamp.nonce, old_id=hist[-1].id, new_id=new_id,
-                        change=cmd.change.describe())
+                        change=change)
     return Version(new, (), (), info)
 
 

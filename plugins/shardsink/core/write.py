@@ -7,7 +7,8 @@ compare-and-set loop (:meth:`shardsink.core.machine.Machine.commit`), fates from
 read (:mod:`shardsink.core.fate`), deletions through the one deleter
 (:func:`shardsink.core.fate.delete_staged`), and a description's staging manifests. Callers
 never see the machine, the blob or a key: the handle owns the layout
-(:mod:`shardsink.core.keys`).
+(:mod:`shardsink.core.keys`). A process holding no handle (a Spark executor) writes parts
+from the picklable spec :meth:`WriteHandle.part_writer` hands out.
 
 Contract: the handle holds no lock and no lease; it shares its machine (and so the head it
 last saw, :meth:`Machine.known_head`) with the :class:`~shardsink.core.shard.Shard` it came
@@ -31,10 +32,11 @@ from shardsink.core import schema as sch
 from shardsink.core import state as st
 from shardsink.core import transitions as tr
 from shardsink.core import verdicts as vd
-from shardsink.core.builder import DEFAULT_PART_OPTIONS, BatchBuilder, PartOptions
+from shardsink.core.builder import DEFAULT_PART_OPTIONS, BatchBuilder, PartOptions, PartWriterSpec, check_label
 from shardsink.core.commands import AppendCommand
 from shardsink.core.diff_sums import check_input_sums
 from shardsink.core.machine import Head, Machine
+from shardsink.core.part_io import TARGET_PART_BYTES, PartEncoding
 from shardsink.core.updates import TIME, validate_updates
 from shardsink.errors import InvalidUsageError, ShardClosedError, UpperMismatchError
 
@@ -78,7 +80,32 @@ class WriteHandle:
     def builder(self, desc_id: str, *, label: str | None = None,
                 options: PartOptions = DEFAULT_PART_OPTIONS) -> BatchBuilder:
         """A batch builder writing parts of ``desc_id`` (fresh keys under the prefix it owns)."""
-        return BatchBuilder(self._machine.blob, ck.check_desc_id(desc_id), label=label, options=options)
+        return BatchBuilder(self._machine.blob, ck.check_desc_id(desc_id), label=check_label(label),
+                            options=_check_options(options))
+
+    def part_writer(self, desc_id: str, *, label: str | None = None, order: st.PartOrder = "sorted",
+                    encoding: PartEncoding = "default", target_bytes: int = TARGET_PART_BYTES,
+                    threads: int | None = 1, dry_run: bool = False) -> PartWriterSpec:
+        """A picklable spec of :meth:`builder` for a process holding no handle (a Spark executor):
+        :meth:`PartWriterSpec.open` there gives the builder, opening the store with that process's
+        environment. ``order``, ``encoding``, ``target_bytes``, ``threads``: the
+        :class:`~shardsink.core.builder.PartOptions` (``threads`` 1: a Spark task owns one core).
+        ``dry_run``: the builder encodes parts but uploads nothing. A bad value:
+        InvalidUsageError naming it."""
+        try:
+            options = PartOptions(target_bytes=target_bytes, encoding=encoding, threads=threads, order=order)
+        except ValueError as e:
+            raise InvalidUsageError(f"part writer of description {desc_id!r:.130}: {e}") from None
+        return PartWriterSpec(url=self.url, desc_id=desc_id, label=label, options=options, dry_run=dry_run)
+
+    def parts_prefix(self, desc_id: str, *, label: str | None = None) -> str:
+        """Where ``desc_id``'s parts live (no trailing slash; every part key of the description,
+        labelled ones included, starts with this plus ``/``)."""
+        return keys.parts_prefix(ck.check_desc_id(desc_id), label=check_label(label))
+
+    def manifest_key(self, desc_id: str, slot: int) -> str:
+        """The key of slot ``slot``'s manifest of ``desc_id`` (how errors name it)."""
+        return keys.manifest_key(ck.check_desc_id(desc_id), ck.check_count(slot, what="slot"))
 
     def stage(self, table: pa.Table, *, lower: int, upper: int | None, desc_id: str,
               schema: pa.Schema | None = None, label: str | None = None,
@@ -140,9 +167,12 @@ class WriteHandle:
         """Commit an append-family command (an append or a close) through the one
         compare-and-set loop: the next version, or a typed refusal (nothing written). Decides
         on a fresh head read (then re-decides on every newer head after a lost race). Other
-        kinds are committed by their own handles (InvalidUsageError here)."""
-        if getattr(command, "family", None) != "append":
-            raise InvalidUsageError(f"a write handle commits appends and closes, not {type(command).__name__}")
+        kinds are committed by their own handles (InvalidUsageError naming the kind here)."""
+        if not isinstance(command, AppendCommand):
+            family = getattr(type(command), "family", None)
+            raise InvalidUsageError(f"a write handle commits appends and closes, not {type(command).__name__} "
+                                    f"(family {family!r}: " + _FAMILY_HANDLES.get(str(family), "not a command")
+                                    + ")", value=type(command).__name__)
         return self._machine.commit(command, writer=ck.check_writer(writer) if writer is not None else None)
 
     def compare_and_append(self, staged: Sequence[StagedBatch], *, expected_upper: int,
@@ -214,9 +244,10 @@ class WriteHandle:
         return AppendResult("already_committed", desc_id, fate.seqno, lower, upper, fate.rows)
 
     def append(self, table: pa.Table, *, lower: int, upper: int | None, desc_id: str | None = None,
-               writer: str | None = None) -> AppendResult:
+               writer: str | None = None, schema: pa.Schema | None = None) -> AppendResult:
         """Stage and commit ``table`` as ``[lower, upper)``; on a lost race, clean up and raise
-        (see :meth:`shardsink.core.shard.Shard.append`)."""
+        (see :meth:`shardsink.core.shard.Shard.append`). ``schema``: as :meth:`stage` (None:
+        the shard's current schema)."""
         # SUBTLE: only None means "mint one"; an empty id (e.g. a template that rendered to
         # nothing) is refused rather than silently losing idempotency.
         desc_id = ck.check_desc_id(uuid.uuid4().hex if desc_id is None else desc_id)
@@ -224,6 +255,8 @@ class WriteHandle:
         table = ck.as_table(table)
         if writer is not None:
             ck.check_writer(writer)
+        if schema is not None and not isinstance(schema, pa.Schema):
+            raise InvalidUsageError(f"schema must be a pyarrow.Schema, got {type(schema).__name__}")
         # Uncontended, this costs what a bare commit does (4 requests): GET the hint,
         # PUT the part, create the next version (the create is the probe past the hint),
         # replace the hint. SUBTLE: the hint may be stale. Its "committed" is final; its
@@ -250,7 +283,8 @@ class WriteHandle:
                 f"description {desc_id} was not committed",
                 expected=lower, current=head.upper,
             )
-        staged = self.stage(table, lower=lower, upper=upper, desc_id=desc_id, schema=head.schema)
+        staged = self.stage(table, lower=lower, upper=upper, desc_id=desc_id,
+                            schema=head.schema if schema is None else schema)
         try:
             result = self._append([staged], expected_upper=lower, new_upper=upper, desc_id=desc_id,
                                   writer=writer, start=start)
@@ -290,18 +324,35 @@ class WriteHandle:
         return ft.delete_staged(self._machine, desc_id, lower, only=only, manifests=manifests, inputs=inputs,
                                 decided=decided)
 
-    def discard(self, staged: Sequence[StagedBatch]) -> int:
+    def discard(self, staged: Sequence[StagedBatch], *, unpublished: bool = False) -> int:
         """Delete staged parts that no committed batch references; return how many.
 
         Goes through :meth:`delete_staged`, which re-derives each description's fate first.
         SUBTLE: after a lost acknowledgement a description may be committed although the
         caller saw a failure: its batch's parts are kept. A description that may still
         commit (the shard's upper is not past its lower) is refused with DeleteRefusedError
-        and nothing is deleted.
+        and nothing is deleted, unless ``unpublished``: the caller vouches that it wrote these
+        parts itself and never handed them out (:func:`shardsink.core.fate.delete_unpublished`;
+        e.g. a staging that failed after its uploads), so no commit can reference them.
         """
+        if isinstance(staged, StagedBatch) or not all(isinstance(s, StagedBatch) for s in staged):
+            raise InvalidUsageError("staged must be a sequence of StagedBatch")
         deleted = 0
         for desc_id in sorted({s.desc_id for s in staged}):
             mine = [s for s in staged if s.desc_id == desc_id]
             only = {p.key for s in mine for p in s.parts}
-            deleted += self.delete_staged(desc_id, min(s.lower for s in mine), only=only, manifests=False).parts
+            lower = min(s.lower for s in mine)
+            deleted += (ft.delete_unpublished(self._machine, desc_id, lower, only) if unpublished
+                        else self.delete_staged(desc_id, lower, only=only, manifests=False).parts)
         return deleted
+
+
+#: Which handle commits each family of command (the refusal of :meth:`WriteHandle.commit` says).
+_FAMILY_HANDLES = {"create": "Shard.create commits it", "maintenance": "the admin handle commits it",
+                   "schema": "Shard.evolve commits it"}
+
+
+def _check_options(options: object) -> PartOptions:
+    if not isinstance(options, PartOptions):
+        raise InvalidUsageError(f"options must be a PartOptions, got {type(options).__name__}")
+    return options

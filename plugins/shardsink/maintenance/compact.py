@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -49,7 +48,6 @@ from typing import Literal
 import pyarrow as pa
 
 from shardsink.core import fate as ft
-from shardsink.core import keys
 from shardsink.core import manifests as mf
 from shardsink.core import schema as sch
 from shardsink.core import state as st
@@ -184,7 +182,7 @@ def compact_batches(shard: Shard, inputs: Sequence[st.BatchMeta], *, since: int,
     from (None: read the head now). A failure of the merge deletes what it wrote and raises.
     """
     m = shard.admin()
-    cid = f"{keys.COMPACTION_ID_PREFIX}{uuid.uuid4().hex}"
+    cid = m.new_compaction_id()
     inputs = tuple(inputs)
     if not inputs:
         raise InvalidUsageError("compact_batches needs at least one input batch")
@@ -289,8 +287,8 @@ def sweep(shard: Shard, *, grace_s: float = GRACE_S, now: float | None = None) -
     t = time.time() if now is None else now
     admin = shard.admin()
     out = []
-    for o in admin.list_manifests():
-        if not keys.is_compaction_manifest(o.key) or o.modified > t - grace_s:
+    for o in admin.list_compaction_manifests():
+        if o.modified > t - grace_s:
             continue
         got = admin.get(o.key)
         if got is None:

@@ -70,7 +70,6 @@ from __future__ import annotations
 import logging
 
 import shardsink.reclock.layout  # noqa: F401  (registers reclock's expiring read plans)
-from shardsink.core import keys
 from shardsink.core import leases as ls
 from shardsink.core.admin import AdminHandle
 from shardsink.core.shard import Shard
@@ -133,13 +132,12 @@ def collect(shard: Shard, opts: GcOptions | None = None) -> GcReport:
 
 def _collect_plans(admin: AdminHandle, *, cutoff: float, dry: bool, batch: int) -> int:
     """Step 6: cache objects older than the grace period under the folders capabilities
-    registered as expiring (:func:`shardsink.core.keys.register_root`): today reclock's read
+    registered as expiring (:func:`shardsink.core.roots.register_root`): today reclock's read
     plans (``plans/`` in a remap shard's root), one per description; a writer slot that
     finds its plan gone rebuilds the identical plan from the remap shard. Also the write
     slots' failure markers (``cancel/``, :mod:`shardsink.sinks.cancel`): advisory, and only
     read while their description's slots run."""
-    old = [o.key for prefix in keys.expiring_prefixes() for o in admin.list_registered(prefix)
-           if o.modified <= cutoff]
+    old = [o.key for o in admin.list_expiring() if o.modified <= cutoff]
     if not dry:
         for i in range(0, len(old), batch):
             admin.delete_registered(old[i:i + batch])

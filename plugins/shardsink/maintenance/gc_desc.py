@@ -30,7 +30,6 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from shardsink.core import fate as ft
-from shardsink.core import keys
 from shardsink.core.checks import check_desc_id
 from shardsink.core.shard import Shard
 from shardsink.errors import FateUnknownError, InvalidUsageError
@@ -74,8 +73,8 @@ def collect_description(shard: Shard, desc_id: str, *, dry_run: bool = False) ->
         return DescriptionGc(shard.url, desc_id, dry_run)
     parts = [o for o in staged if o.kind == "part"]
     manifests = [o for o in staged if o.kind == "manifest"]
-    why = None if desc_id.startswith(keys.COMPACTION_ID_PREFIX) else left_alone(admin, manifests)
-    if desc_id.startswith(keys.COMPACTION_ID_PREFIX) or why is not None:
+    why = None if admin.is_compaction(desc_id) else left_alone(admin, manifests)
+    if admin.is_compaction(desc_id) or why is not None:
         what = "is a compaction's output" if why is None else why
         raise InvalidUsageError(f"description {desc_id} {what}; the compaction sweep (`shardsink compact`) decides "
                                 "it; nothing deleted", value=desc_id)

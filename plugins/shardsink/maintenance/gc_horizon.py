@@ -16,7 +16,6 @@ from shardsink.core import leases as ls
 from shardsink.core import state as st
 from shardsink.core.admin import AdminHandle
 from shardsink.core.commits import CloseCommit
-from shardsink.core.keys import version_key
 from shardsink.core.shard import Shard
 from shardsink.errors import CorruptionError
 from shardsink.maintenance.gc_types import GcOptions
@@ -81,7 +80,7 @@ def must_fetch(admin: AdminHandle, seqno: int) -> st.Version:
     """Version ``seqno``, which the retained history must hold (CorruptionError if it is missing)."""
     v = admin.fetch(seqno)
     if v is None:
-        raise CorruptionError(f"{admin.url}/{version_key(seqno)} is missing from the retained history")
+        raise CorruptionError(f"{admin.url}/{admin.version_object(seqno)} is missing from the retained history")
     return v
 
 

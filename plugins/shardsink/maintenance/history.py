@@ -13,7 +13,6 @@ from dataclasses import dataclass
 
 from shardsink.core import state as st
 from shardsink.core.admin import AdminHandle, staged_desc_id
-from shardsink.core.keys import version_key
 from shardsink.errors import CorruptionError
 from shardsink.storage.base import ObjectInfo
 
@@ -67,7 +66,7 @@ def retained_start(admin: AdminHandle, listing: Listing, head: int) -> int:
         if v.header.rollup == s and s in listing.rollups:
             return s
     raise CorruptionError(
-        f"{admin.url}: retained history has gaps ({version_key(gaps[0])} is missing) with no anchored "
+        f"{admin.url}: retained history has gaps ({admin.version_object(gaps[0])} is missing) with no anchored "
         "version above them; refusing to treat it as collectable (run `shardsink verify`)"
     )
 
@@ -86,7 +85,7 @@ def batches_at(admin: AdminHandle, seqno: int, listing: Listing) -> tuple[st.Bat
     if r > 0 and r not in listing.rollups:
         raise CorruptionError(
             f"{admin.url}: no rollup at or below version {seqno} with a complete chain after it "
-            f"(version {version_key(r)} is missing and no rollup covers it)"
+            f"(version {admin.version_object(r)} is missing and no rollup covers it)"
         )
     return admin.batches_from(r, seqno)
 
@@ -144,7 +143,7 @@ def removals(admin: AdminHandle, head: st.Version, *, above: int, down_to: int |
         if v is None:
             if r > above:
                 raise CorruptionError(
-                    f"{admin.url}/{version_key(r)} (a removal inside the retained history) is missing")
+                    f"{admin.url}/{admin.version_object(r)} (a removal inside the retained history) is missing")
             break  # already collected: nothing older is needed
         if r > above:
             ids.update(v.removed)

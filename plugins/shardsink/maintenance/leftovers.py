@@ -39,7 +39,6 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 from shardsink.core import fate as ft
-from shardsink.core import keys
 from shardsink.core.admin import AdminHandle, StagedObject
 from shardsink.core.shard import Shard
 from shardsink.maintenance.gc_staged import left_alone, manifest_lower, min_time
@@ -148,7 +147,7 @@ def classify(admin: AdminHandle, desc_id: str, parts: list[StagedObject], manife
     """
     objs = tuple(sorted((StagedLeftover(o.key, o.kind, o.size, max(0.0, now - o.modified)) for o in
                          (*parts, *manifests)), key=lambda o: o.key))
-    if desc_id.startswith(keys.COMPACTION_ID_PREFIX):
+    if admin.is_compaction(desc_id):
         return Leftover(desc_id, None, "compaction", "a compaction's output, decided by the compaction sweep", objs)
     alone = left_alone(admin, manifests)
     if alone is not None:

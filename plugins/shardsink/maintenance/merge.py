@@ -24,7 +24,7 @@ unread batch of an input may start with a row equal to the bound.
 
 Inputs are opened through a :class:`PartSource` (the maintenance handle,
 :meth:`shardsink.core.admin.AdminHandle.open_part`); outputs are written through the one
-batch builder (:meth:`shardsink.core.builder.BatchBuilder.put_part`), which names each part.
+batch builder (a :class:`PartSink`: :meth:`shardsink.core.admin.AdminHandle.builder`), which names each part.
 
 Memory: per input, one decoded *row group* (Parquet decodes a row group at a time, however
 small the record batches asked for) and its compressed bytes; plus the rows carried
@@ -52,7 +52,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from shardsink.core.builder import BatchBuilder
 from shardsink.core.consolidate import consolidate
 from shardsink.core.state import PartMeta
 from shardsink.core.updates import TIME
@@ -120,6 +119,15 @@ class PartSource(Protocol):
         ...
 
 
+class PartSink(Protocol):
+    """Where merge outputs are written: the batch builder of the compaction
+    (:meth:`shardsink.core.admin.AdminHandle.builder`), which names each part."""
+
+    def put_part(self, data: bytes, *, rows: int, min_time: int, max_time: int) -> PartMeta:
+        """Upload one encoded Parquet part (consolidated and sorted) under a fresh key."""
+        ...
+
+
 #: Test hook: called with (input index, rows) for every record batch read from an input.
 OnBatch = Callable[[int, int], None]
 
@@ -128,7 +136,7 @@ class _Writer:
     """Cuts the merged, consolidated stream into parts of about ``part_bytes`` each, written
     through ``builder`` (fresh keys under the builder's prefix)."""
 
-    def __init__(self, builder: BatchBuilder, schema: pa.Schema, options: MergeOptions, stats: MergeStats) -> None:
+    def __init__(self, builder: PartSink, schema: pa.Schema, options: MergeOptions, stats: MergeStats) -> None:
         self.builder, self.schema, self.stats = builder, schema, stats
         self.part_bytes, self.group_rows = options.part_bytes, max(1, options.row_group_rows)
         self._buf: io.BytesIO | None = None
@@ -193,7 +201,7 @@ def _counted(i: int, tables: Iterator[pa.Table], stats: MergeStats, on_batch: On
         yield t
 
 
-def merge_parts(source: PartSource, parts: Sequence[PartMeta], schema: pa.Schema, *, into: BatchBuilder,
+def merge_parts(source: PartSource, parts: Sequence[PartMeta], schema: pa.Schema, *, into: PartSink,
                 since: int, options: MergeOptions = MergeOptions(), on_batch: OnBatch | None = None) -> MergeStats:
     """Merge ``parts`` (opened through ``source``; sorted or unordered, see
     :attr:`~shardsink.core.state.PartMeta.order`) into consolidated, sorted parts written by

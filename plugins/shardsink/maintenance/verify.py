@@ -36,11 +36,9 @@ import pyarrow.parquet as pq
 
 import shardsink.reclock.layout  # noqa: F401  (registers reclock's root objects: not leaks)
 from shardsink.core import checks as ck
-from shardsink.core import keys
 from shardsink.core import leases as ls
 from shardsink.core import state as st
 from shardsink.core.admin import AdminHandle, StagedObject
-from shardsink.core.keys import LATEST, VERSIONS_PREFIX, rollup_key, version_key
 from shardsink.core.shard import Shard
 from shardsink.errors import CorruptionError, ShardsinkError
 from shardsink.maintenance.gc_types import DEFAULT_GRACE_S
@@ -116,12 +114,12 @@ def verify(shard: Shard, *, check_rows: bool = True, now: float | None = None,
     try:
         head_version = m.head()
     except ShardsinkError as e:
-        problems.append(Problem(LATEST, f"cannot find the head: {e}"))
+        problems.append(Problem(m.hint_object, f"cannot find the head: {e}"))
     head = head_version.seqno if head_version is not None else None
     listing = list_state(m)
     oldest = listing.oldest
     if oldest is None:
-        return VerifyReport(shard.url, None, None, 0, 0, (Problem(VERSIONS_PREFIX, "no state versions"),), ())
+        return VerifyReport(shard.url, None, None, 0, 0, (Problem(m.versions_folder, "no state versions"),), ())
     if head is None:
         head = max(listing.versions)
     while head + 1 in listing.versions:  # committed while we listed
@@ -131,28 +129,30 @@ def verify(shard: Shard, *, check_rows: bool = True, now: float | None = None,
         oldest = retained_start(m, listing, head)
     except CorruptionError:
         for s in listing.gaps(head):
-            problems.append(Problem(version_key(s), f"missing from the chain of retained versions [{oldest}, {head}]"))
+            problems.append(Problem(m.version_object(s),
+                                    f"missing from the chain of retained versions [{oldest}, {head}]"))
     for s in sorted(x for x in listing.versions if x < oldest):
-        leaks.append(Leak(version_key(s), "version", listing.versions[s].size, t - listing.versions[s].modified))
+        leaks.append(Leak(m.version_object(s), "version", listing.versions[s].size, t - listing.versions[s].modified))
     for s in sorted(x for x in listing.versions if x > head):
-        problems.append(Problem(version_key(s), f"exists beyond the head {head} (after a gap in the chain)"))
+        problems.append(Problem(m.version_object(s), f"exists beyond the head {head} (after a gap in the chain)"))
 
     versions = _decode_all(m, oldest, head, listing, problems)
-    _check_chain(versions, problems)
+    _check_chain(m, versions, problems)
     _check_hint(m, oldest, problems)
 
     start, refs = _referenced(m, versions, listing, problems)
     for s in range(oldest, start):
         if s not in listing.versions:
             continue  # a gap: reported as a problem above
-        leaks.append(Leak(version_key(s), "version", listing.versions[s].size, t - listing.versions[s].modified))
+        leaks.append(Leak(m.version_object(s), "version", listing.versions[s].size, t - listing.versions[s].modified))
     for r, o in sorted(listing.rollups.items()):
         if r < oldest:
             leaks.append(Leak(o.key, "rollup", o.size, t - o.modified))
     if head_version is not None:
         base = head_version.header.rollup
         if base > 0 and base not in listing.rollups:
-            problems.append(Problem(rollup_key(base), f"missing; the head (version {head}) reads its batches from it"))
+            problems.append(Problem(m.rollup_object(base),
+                                    f"missing; the head (version {head}) reads its batches from it"))
 
     listed_parts = m.list_parts()
     listed = {o.key: o.info for o in listed_parts}
@@ -165,10 +165,10 @@ def verify(shard: Shard, *, check_rows: bool = True, now: float | None = None,
         if x.expires_at + ls.CLOCK_SKEW_S < t:
             leaks.append(Leak(x.key, "lease", 0, t - x.expires_at))
     for o in m.list_objects():
-        if not keys.known(o.key):
+        if not m.is_known(o.key):
             leaks.append(Leak(o.key, "unknown", o.size, t - o.modified))
 
-    if not any(p.object.startswith(keys.PARTS_PREFIX) for p in problems) and head in versions:
+    if not any(m.is_part(p.object) for p in problems) and head in versions:
         _check_multiplicity(shard, versions[head].header, problems)
     return VerifyReport(shard.url, head, oldest, len(versions), len(refs), tuple(problems), tuple(leaks),
                         tuple(in_flight))
@@ -210,7 +210,7 @@ def _decode_all(m: AdminHandle, oldest: int, head: int, listing: Listing,
         try:
             return s, m.fetch(s)
         except ShardsinkError as e:
-            problems.append(Problem(version_key(s), str(e)))
+            problems.append(Problem(m.version_object(s), str(e)))
             return s, None
 
     with ThreadPoolExecutor(max_workers=16) as pool:
@@ -218,21 +218,21 @@ def _decode_all(m: AdminHandle, oldest: int, head: int, listing: Listing,
     return {s: v for s, v in got if v is not None}
 
 
-def _check_chain(versions: dict[int, st.Version], problems: list[Problem]) -> None:
+def _check_chain(m: AdminHandle, versions: dict[int, st.Version], problems: list[Problem]) -> None:
     prev: st.Version | None = None
     for s in sorted(versions):
         v = versions[s]
         h = v.header
         if h.upper is not None and h.since > h.upper:
-            problems.append(Problem(version_key(s), f"since {h.since} is past upper {h.upper}"))
+            problems.append(Problem(m.version_object(s), f"since {h.since} is past upper {h.upper}"))
         if prev is not None and prev.seqno == s - 1:
             p = prev.header
             if (p.upper is None and h.upper is not None) or (
                     p.upper is not None and h.upper is not None and h.upper < p.upper):
-                problems.append(Problem(version_key(s), f"upper moved back from {p.upper} (version {prev.seqno}) "
-                                                        f"to {h.upper}"))
+                problems.append(Problem(m.version_object(s), f"upper moved back from {p.upper} (version {prev.seqno}) "
+                                                             f"to {h.upper}"))
             if h.since < p.since:
-                problems.append(Problem(version_key(s), f"since moved back from {p.since} to {h.since}"))
+                problems.append(Problem(m.version_object(s), f"since moved back from {p.since} to {h.since}"))
         prev = v
 
 
@@ -240,12 +240,12 @@ def _check_hint(m: AdminHandle, oldest: int, problems: list[Problem]) -> None:
     try:
         hint = m.hint()
     except CorruptionError as e:
-        problems.append(Problem(LATEST, str(e)))
+        problems.append(Problem(m.hint_object, str(e)))
         return
     if hint is None:
         return  # readers list the versions; not a problem
     if hint.seqno < oldest:
-        problems.append(Problem(LATEST, f"points at version {hint.seqno}, below the oldest retained {oldest}"))
+        problems.append(Problem(m.hint_object, f"points at version {hint.seqno}, below the oldest retained {oldest}"))
 
 
 def _referenced(m: AdminHandle, versions: dict[int, st.Version], listing: Listing,
@@ -272,7 +272,7 @@ def _referenced(m: AdminHandle, versions: dict[int, st.Version], listing: Listin
                 for p in b.parts:
                     refs.setdefault(p.key, (p, s))
         return start, refs
-    problems.append(Problem(version_key(lo), f"no retained version's batch list can be computed: {last}"))
+    problems.append(Problem(m.version_object(lo), f"no retained version's batch list can be computed: {last}"))
     return lo, refs
 
 

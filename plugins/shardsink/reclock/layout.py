@@ -1,4 +1,4 @@
-"""The root objects reclocking keeps in shards, registered with core's layout (:mod:`shardsink.core.keys`).
+"""The root objects reclocking keeps in shards, registered with core (:mod:`shardsink.core.roots`).
 
 * in a remap shard: ``plans/<lower>-<upper>.json`` read plans (caches: a missing one is
   rebuilt from the remap shard, so GC deletes them after its grace period) and
@@ -10,7 +10,7 @@ Importing this module registers them; GC and verify import it so they know these
 
 from __future__ import annotations
 
-from shardsink.core.keys import register_root
+from shardsink.core.roots import register_root
 
 PLANS_PREFIX = "plans/"
 HEALTH_KEY = "health.json"

@@ -129,14 +129,10 @@ class RemapShard:
                 [{**{k: r[k] for k in ("partition", "offset", "name", "size")}, TIME: target - 1,
                   DIFF: r["diff"]} for r in rows],
                 schema=pa.schema([*SCHEMA, pa.field(TIME, pa.int64()), pa.field(DIFF, pa.int64())]))
-            desc_id = f"bind-{target - 1}-{uuid.uuid4().hex[:12]}"
-            staged = self.shard.stage(table, lower=b.upper, upper=target, desc_id=desc_id, schema=SCHEMA)
-            try:
-                self.shard.compare_and_append([staged], expected_upper=b.upper, new_upper=target, desc_id=desc_id,
-                                              writer=writer)
-            except UpperMismatchError:
-                self.shard.discard([staged])  # lost the race: the fate check keeps anything committed
-                raise
+            # A lost race raises UpperMismatchError after append deleted what it staged (its
+            # fate check keeps anything committed); BIND then re-reads.
+            self.shard.append(table, lower=b.upper, upper=target, desc_id=f"bind-{target - 1}-{uuid.uuid4().hex[:12]}",
+                              writer=writer, schema=SCHEMA)
             minted = True
             log.info("bound %s at time %d on %s (%d new files)", dict(prop.frontier), target - 1, self.url,
                      len(prop.files))

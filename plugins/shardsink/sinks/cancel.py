@@ -16,7 +16,7 @@ Contract: a marker is advisory. It never deletes anything and never decides a fa
 cancelled slot stages nothing more, its description cannot commit without it, and what it
 staged goes the way of any dead writer's (the fate primitive, GC). A marker that cannot be
 read or decoded cancels nothing (logged). Markers are a registered root folder that GC
-expires after its grace period (:func:`shardsink.core.keys.register_root`); importing this
+expires after its grace period (:func:`shardsink.core.roots.register_root`); importing this
 module registers it (GC and verify do).
 """
 
@@ -31,8 +31,7 @@ from datetime import datetime
 import msgspec
 
 from shardsink.core.checks import check_desc_id
-from shardsink.core.keys import register_root
-from shardsink.core.roots import RootObjects
+from shardsink.core.roots import RootObjects, register_root
 from shardsink.errors import InvalidUsageError, ShardsinkError
 from shardsink.storage.retry import RetryPolicy
 

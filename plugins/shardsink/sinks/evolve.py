@@ -5,25 +5,24 @@
     evolve_for_source(shard, source, writer=...) -> [SchemaChange, ...]   (mint, after the chain)
 
 The mint task calls it once it has minted something to write, BEFORE any write job
-runs: every file the write jobs will read is checked against the shard's schema
-(:func:`shardsink.sources.evolution.target_schema`), so a file that cannot be held fails
-the run at once, naming the file and the column, with nothing written (no schema change,
-no part). Otherwise each missing add / widening is committed as one schema command through
-the one conditional put (:meth:`shardsink.core.shard.Shard.evolve`), and the write jobs,
-which read the head after the mint, stage their parts under the evolved schema id. So no
-batch commits rows whose columns the shard does not know. Appends staged under an older
-schema id (a racing run that staged before the evolution) still commit and are read
-through their own schema id (:func:`shardsink.sinks.ingest.staged_schema_id`).
+runs: every file the write jobs will read (:func:`shardsink.sources.evolution.run_file_schemas`)
+is checked against the shard's schema (:func:`shardsink.sources.evolution.target_schema`), so a
+file that cannot be held fails the run at once, naming the file and the column, with nothing
+written (no schema change, no part). Otherwise the target schema is committed as ONE
+evolve-to-target command (:meth:`shardsink.core.shard.Shard.evolve_to`: its missing adds and
+widenings, one new schema id), and the write jobs, which read the head after the mint, stage
+their parts under the evolved schema id. So no batch commits rows whose columns the shard
+does not know. Appends staged under an older schema id (a racing run that staged before the
+evolution) still commit and are read through their own schema id
+(:func:`shardsink.sinks.ingest.staged_schema_id`).
 
-SUBTLE (racing evolvers: twin mints after a retry, two runs, the CLI): each change is
-re-validated by the state machine against the head it is applied to. When a racer got
-there first, the machine refuses our now-duplicate ``add`` (the column exists); we then
-re-read the head and recompute what is still missing (:func:`changes_to`): a racer that
-added the same column with the same type (or a wider one) leaves nothing to do, which
-makes the evolution idempotent; one that made the column something our files cannot be
-read into is refused (SchemaMismatchError naming the column). The recomputation, not
-the refusal, decides, so an evolution never applies a change that was checked against
-an older schema, and two evolvers never both add a column.
+SUBTLE (racing evolvers: twin mints after a retry, two runs, the CLI): the command carries
+the target, not the changes, and its rule plans them on the head it is applied to, by the
+one commit loop (after a lost race, on the fresh head). A racer that already made the shard
+hold the target (the same column, or a wider type) leaves it Unchanged: nothing written,
+both evolvers succeed. One that made a column something the files cannot be read into is
+the typed refusal SchemaConflict, raised here as SchemaMismatchError naming the column.
+No loop here, and no error is read as a sign of a race.
 """
 
 from __future__ import annotations
@@ -33,59 +32,42 @@ from typing import Any
 
 import pyarrow as pa
 
+from shardsink.core import schema as sc
 from shardsink.core.schema import SchemaChange
 from shardsink.core.shard import Shard
 from shardsink.core.state import Header
-from shardsink.errors import InvalidUsageError, UnknownOutcomeError
-from shardsink.sources.evolution import changes_to, target_schema
+from shardsink.core.transitions import SchemaConflict, Unchanged
+from shardsink.sources.evolution import mismatch, run_file_schemas, target_schema
 
 log = logging.getLogger("shardsink.sinks")
 
 
 def evolve_for_source(shard: Shard, source: Any, *, writer: str, header: Header | None = None,
                       desc_id: str | None = None) -> list[SchemaChange]:
-    """Evolve ``shard`` to hold every file ``source`` offers (``source.file_schemas``), or raise
-    SchemaMismatchError / MalformedInputError naming the file and column with nothing written.
-    Returns the changes this call committed (none when the shard already holds them).
-    ``header``: the shard's head as the caller read it (else one read here). ``desc_id``: the
+    """Evolve ``shard`` to hold every file ``source`` offers, or raise SchemaMismatchError /
+    MalformedInputError naming the file and column with nothing written (InvalidUsageError for
+    a source that cannot tell its files' schemas). Returns the changes this call committed
+    (none when the shard already holds them). ``header``: the shard's head as the caller read
+    it (else one read here; the commit plans on the fresh head either way). ``desc_id``: the
     first description of the chain the mint just prepared (a source that plans its reads then
     reuses that mint's listing instead of listing again)."""
-    files = getattr(source, "file_schemas", None)
-    if files is None:
-        raise InvalidUsageError(f"source {getattr(source, 'kind', type(source).__name__)!r} cannot tell its files' "
-                                "schemas; schema_mode='add_columns' needs a file source (landing, files)")
     head = header if header is not None else shard.reader().head().header
-    # A source that indexes its files reads their schemas from the shard's index (new files only).
-    indexed: dict[str, Any] = {}
-    if getattr(source, "prepare_chain", None) is not None:
-        indexed = {"shard_url": shard.url, **({"desc_id": desc_id} if desc_id is not None else {})}
-    target = target_schema(head.schema, files(head.schema, **indexed))
-    return evolve_to(shard, target, writer=writer, header=head, what=f"the files of {source.kind} source")
+    files = run_file_schemas(source, head.schema, shard_url=shard.url, desc_id=desc_id)
+    target = target_schema(head.schema, files)
+    return evolve_to(shard, target, writer=writer, what=f"the files of {source.kind} source")
 
 
-def evolve_to(shard: Shard, target: pa.Schema, *, writer: str, header: Header | None = None,
-              what: str = "the source") -> list[SchemaChange]:
-    """Commit the adds and widenings that make ``shard`` hold ``target`` (idempotent; see the
-    module docstring for the race). Returns the changes committed here."""
-    head = header if header is not None else shard.reader().head().header
-    done: list[SchemaChange] = []
-    # Each round either commits one change or sees a racer's commit; a change list is at most
-    # two per column, so the bound only trips under an endless stream of racing evolvers.
-    for _ in range(2 * len(target) + 8):
-        todo = changes_to(head.schema, target, what=what)
-        if not todo:
-            return done
-        change = todo[0]
-        try:
-            v = shard.evolve(change, writer=writer)
-        except InvalidUsageError:
-            fresh = shard.reader().head().header
-            if fresh.seqno == head.seqno or changes_to(fresh.schema, target, what=what)[:1] == [change]:
-                raise  # no racer explains it: the change itself is refused
-            head = fresh
-            continue
-        log.info("evolved %s: %s (schema commit seqno %d) for %s", shard.url, change.describe(), v.header.seqno, what)
-        done.append(change)
-        head = v.header
-    raise UnknownOutcomeError(f"evolving {shard.url} for {what}: other evolvers kept changing its schema; "
-                              "retry the task")
+def evolve_to(shard: Shard, target: pa.Schema, *, writer: str, what: str = "the source") -> list[SchemaChange]:
+    """Make ``shard`` hold ``target`` in one commit (see the module docstring for the race).
+    Returns the changes committed here: none when it already held them."""
+    out = shard.evolve_to(target, writer=writer)
+    if isinstance(out, Unchanged):
+        return []
+    if isinstance(out, SchemaConflict):
+        raise mismatch(what, out.reason, column=out.column)
+    before = sc.history(out.header)[-2]  # the schema the rule planned from
+    done = sc.changes_to(sc.entry_schema(before), target)
+    assert not isinstance(done, sc.Clash), done
+    log.info("evolved %s: %s (schema commit seqno %d) for %s", shard.url, ", ".join(c.describe() for c in done),
+             out.header.seqno, what)
+    return list(done)

@@ -24,7 +24,6 @@ from typing import Any
 
 import msgspec
 
-from shardsink.core.keys import manifest_key, parts_prefix
 from shardsink.core.manifests import MANIFEST_FORMAT, ManifestDoc
 from shardsink.core.schema import history
 from shardsink.core.shard import Shard, StagedBatch, default_writer
@@ -127,8 +126,9 @@ def verified_manifests(shard: Shard, desc: Description, slots: int) -> list[Mani
         except CorruptionError as e:
             problems.append(f"slot {slot}: manifest {e}")
     present = w.list_staged(desc.desc_id)
+    mine = f"{w.parts_prefix(desc.desc_id)}/"
     for slot, doc in docs.items():
-        key = manifest_key(desc.desc_id, slot)
+        key = w.manifest_key(desc.desc_id, slot)
         if doc is None:
             problems.append(f"slot {slot}: manifest {key} is missing (its write task did not finish)")
             continue
@@ -136,7 +136,7 @@ def verified_manifests(shard: Shard, desc: Description, slots: int) -> list[Mani
                                                                           slot, slots):
             problems.append(f"slot {slot}: manifest {key} describes another batch or slot layout")
             continue
-        foreign = [p.key for p in doc.parts if not p.key.startswith(f"{parts_prefix(desc.desc_id)}/")]
+        foreign = [p.key for p in doc.parts if not p.key.startswith(mine)]
         gone = [p.key for p in doc.parts if p.key not in present]
         if foreign or gone:
             problems.append(f"slot {slot}: parts outside the description {foreign[:3]} or missing {gone[:3]}")

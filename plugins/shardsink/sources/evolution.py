@@ -13,17 +13,20 @@
   jobs then read each file onto the shard's schema (:func:`conform`): columns a file lacks
   read as nulls, narrower types are cast.
 
-Pure: no I/O here.
+The schemas of the files a run will read come through one function, :func:`run_file_schemas`
+(the mint's evolution, a dry run; the DAG factory checks the source with :func:`file_schemas_of`).
+Everything else here is pure.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Literal
+from collections.abc import Iterable, Iterator
+from typing import Literal, Protocol, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from shardsink.core import schema as sc
 from shardsink.core.schema import SchemaChange, parse_type, widens
 from shardsink.core.updates import TIME
 from shardsink.errors import InvalidUsageError
@@ -38,6 +41,13 @@ _ALLOWED = ("add a nullable column, or widen int8 -> int16 -> int32 -> int64, fl
 #: Appended to strict mode's refusal of a file with columns the shard does not know.
 STRICT_HINT = ("; the shard's schema is strict (ingest_dag(schema_mode='add_columns') adds new nullable columns, "
                "or add them with `shardsink schema URL --add NAME:TYPE`)")
+
+
+class FileSchemas(Protocol):
+    """A file source's ``file_schemas``: ``(where, user columns)`` of every file its write jobs
+    read (:meth:`shardsink.sources.landing.LandingSource.file_schemas`)."""
+
+    def __call__(self, schema: pa.Schema | None = None, /, **index: str) -> Iterable[tuple[str, pa.Schema]]: ...
 
 
 class SchemaMismatchError(InvalidUsageError):
@@ -117,23 +127,46 @@ def target_schema(schema: pa.Schema, files: Iterable[tuple[str, pa.Schema]]) -> 
 
 def changes_to(schema: pa.Schema, target: pa.Schema, *, what: str) -> list[SchemaChange]:
     """The schema changes (adds, then widenings, by column order) that take the shard's
-    ``schema`` to hold ``target``'s columns; none when it holds them already (a racing
-    evolver made the same change, or a wider one). SchemaMismatchError naming the column
-    when ``schema`` changed in a way ``target`` cannot be read into (``what``: who wants it)."""
-    out: list[SchemaChange] = []
-    for f in target:
-        i = schema.get_field_index(f.name)
-        if i < 0:
-            out.append(SchemaChange(kind="add", name=f.name, type=str(f.type), nullable=True))
-            continue
-        cur = schema.field(i).type
-        if widens(cur, f.type):
-            out.append(SchemaChange(kind="widen", name=f.name, type=str(f.type)))
-        elif not _reads_exactly(f.type, cur):
-            raise SchemaMismatchError(
-                f"{what} needs column {f.name!r} as {f.type}, but the shard's is {cur} (changed meanwhile by "
-                f"another evolver?); refused (allowed: {_ALLOWED})", value=f.name)
-    return sorted(out, key=lambda c: c.kind != "add")
+    ``schema`` to hold ``target``'s columns (:func:`shardsink.core.schema.changes_to`, what
+    the commit applies); none when it holds them already. SchemaMismatchError naming the
+    column when ``schema`` cannot get there (``what``: who wants it)."""
+    plan = sc.changes_to(schema, target)
+    if isinstance(plan, sc.Clash):
+        raise mismatch(what, plan.describe(), column=plan.name)
+    return list(plan)
+
+
+def mismatch(what: str, reason: str, *, column: str) -> SchemaMismatchError:
+    """The refusal of an evolution for ``what`` whose target the shard cannot reach (``reason``:
+    :meth:`shardsink.core.schema.Clash.describe`, or the commit's SchemaConflict)."""
+    return SchemaMismatchError(f"{what} {reason} (changed meanwhile by another evolver?); refused (allowed: "
+                               f"{_ALLOWED})", value=column)
+
+
+def file_schemas_of(source: object) -> FileSchemas:
+    """``source.file_schemas``: the one test of whether ``source`` can tell its files' schemas;
+    InvalidUsageError naming the source otherwise (``schema_mode="add_columns"`` needs a file
+    source)."""
+    files = getattr(source, "file_schemas", None)
+    if not callable(files):
+        kind = getattr(source, "kind", type(source).__name__)
+        raise InvalidUsageError(f"schema_mode 'add_columns' needs a file source (landing, files) that can tell its "
+                                f"files' schemas; source {kind!r} cannot", value=kind)
+    return cast(FileSchemas, files)
+
+
+def run_file_schemas(source: object, schema: pa.Schema, *, shard_url: str,
+                     desc_id: str | None = None) -> Iterator[tuple[str, pa.Schema]]:
+    """The schemas of the files this run will read, ``(where, user columns)``: the ONE protocol
+    the mint's evolution, a dry run and the DAG factory's check go through. ``schema`` pins
+    the types of the columns it names (CSV / JSONL). A source that indexes its files
+    (``prepare_chain``) reads them from ``shard_url``'s landed-file index (new files only),
+    and with ``desc_id`` (the chain the mint just prepared) from that mint's listing; nothing
+    is written. InvalidUsageError for a source that cannot tell (:func:`file_schemas_of`)."""
+    files = file_schemas_of(source)
+    if getattr(source, "prepare_chain", None) is None:
+        return iter(files(schema))
+    return iter(files(schema, shard_url=shard_url, **({"desc_id": desc_id} if desc_id is not None else {})))
 
 
 def conform(t: pa.Table, schema: pa.Schema, *, where: str, window: tuple[int, int] | None = None) -> pa.Table:

@@ -34,11 +34,17 @@ from shardsink.core.schema import SchemaChange
 from shardsink.core.shard import Shard
 from shardsink.core.state import PartMeta
 from shardsink.core.updates import DIFF
-from shardsink.errors import InvalidUsageError
 from shardsink.sinks.description import Description
 from shardsink.sinks.seals import seals
 from shardsink.sources.base import Source
-from shardsink.sources.evolution import SchemaMode, changes_to, check_schema_mode, read_kwargs, target_schema
+from shardsink.sources.evolution import (
+    SchemaMode,
+    changes_to,
+    check_schema_mode,
+    read_kwargs,
+    run_file_schemas,
+    target_schema,
+)
 from shardsink.spark.sample import sample_rows
 from shardsink.spark.stage import stage_dataframe
 
@@ -82,14 +88,11 @@ def _signs(df: DataFrame) -> tuple[int, int]:
 
 def would_evolve(shard: Shard, source: Source, schema: pa.Schema) -> tuple[pa.Schema, list[SchemaChange]]:
     """The schema ``schema_mode="add_columns"``'s mint would evolve ``shard`` (whose schema is
-    ``schema``) to, and the changes it would commit; nothing is committed. SchemaMismatchError /
-    MalformedInputError naming the file and column as the real mint's
-    (:func:`shardsink.sinks.evolve.evolve_for_source`)."""
-    files = getattr(source, "file_schemas", None)
-    if files is None:
-        raise InvalidUsageError(f"source {getattr(source, 'kind', type(source).__name__)!r} cannot tell its files' "
-                                "schemas; schema_mode='add_columns' needs a file source (landing, files)")
-    target = target_schema(schema, files(schema))
+    ``schema``) to, and the changes it would commit; nothing is committed. The same files
+    (:func:`shardsink.sources.evolution.run_file_schemas`) and the same plan as the real mint's
+    (:func:`shardsink.sinks.evolve.evolve_for_source`), so the same SchemaMismatchError /
+    MalformedInputError naming the file and column."""
+    target = target_schema(schema, run_file_schemas(source, schema, shard_url=shard.url))
     return target, changes_to(schema, target, what=f"the files of {getattr(source, 'kind', 'the')} source")
 
 

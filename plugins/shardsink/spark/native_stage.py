@@ -7,10 +7,10 @@ canonicalisation or a null guard only where a column needs one), and then, on th
 validates the rows from the written files' footers (the checks of
 :func:`shardsink.core.updates.validate_updates`, in its order), builds one
 :class:`~shardsink.core.state.PartMeta` per written file and renames it to a fresh part
-key (:func:`shardsink.core.keys.part_key`: ``<prefix>/<uuid>.parquet``; a local rename,
-cheap). The JVM→Python Arrow hand-off alone costs about 1.8x a plain
-``df.write.parquet`` (bench/spark_staging_floor.py), so this is the only way unordered
-staging can run at Spark's own speed.
+key (the write handle's spec names it: :meth:`shardsink.core.builder.PartWriterSpec.fresh_key`,
+``<prefix>/<uuid>.parquet``; a local rename, cheap). The JVM→Python Arrow hand-off alone
+costs about 1.8x a plain ``df.write.parquet`` (bench/spark_staging_floor.py), so this is the
+only way unordered staging can run at Spark's own speed.
 
 Eligible (:func:`native_plan`): a local-folder shard (the JVM here has no hadoop-aws, and
 Spark's bundled Hadoop has no ``s3a`` file system without extra jars, so S3 keeps the
@@ -70,8 +70,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from shardsink.core import keys
-from shardsink.core.part_io import PartEncoding
 from shardsink.core.state import PartDiffs, PartMeta
 from shardsink.core.updates import DIFF, TIME, null_error
 from shardsink.errors import InvalidUsageError
@@ -80,6 +78,8 @@ from shardsink.storage.url import parse_url
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
+
+    from shardsink.core.write import PartWriterSpec
 
 #: Characters Hadoop's Path would not take literally (globs, a scheme separator, escapes).
 _UNSAFE_PATH = re.compile(r"[*?\[\]{}\\%:,]")
@@ -101,19 +101,23 @@ def _row_bytes(schema: pa.Schema) -> int:
 
 @dataclass(frozen=True)
 class NativePlan:
-    """Where and how :func:`stage_native` writes: the shard's folder and the parts prefix."""
+    """Where and how :func:`stage_native` writes: the shard's folder and the write handle's
+    spec of the description's parts (prefix, fresh keys, part options)."""
 
     root: Path
-    prefix: str
+    spec: PartWriterSpec
 
 
-def native_plan(df: DataFrame, *, shard_url: str, schema: pa.Schema, desc_id: str,
-                label: str | None) -> NativePlan | None:
-    """The plan of a native write, or None when the Python path must stage ``df`` (see the module doc)."""
+def native_plan(df: DataFrame, spec: PartWriterSpec, *, schema: pa.Schema) -> NativePlan | None:
+    """The plan of a native write of the parts ``spec`` describes (from
+    :meth:`shardsink.core.write.WriteHandle.part_writer`), or None when the Python path must
+    stage ``df`` (see the module doc)."""
     from pyspark.sql import types as T
     from pyspark.sql.pandas.types import from_arrow_type
 
-    u = parse_url(shard_url)
+    if spec.dry_run:
+        return None
+    u = parse_url(spec.url)
     if u.scheme != "file" or _UNSAFE_PATH.search(u.path):
         return None
     fields = df.schema.fields
@@ -130,22 +134,20 @@ def native_plan(df: DataFrame, *, shard_url: str, schema: pa.Schema, desc_id: st
     integral = (T.ByteType, T.ShortType, T.IntegerType, T.LongType)
     if not isinstance(got[TIME], integral) or (DIFF in got and not isinstance(got[DIFF], integral)):
         return None
-    return NativePlan(Path(u.path), keys.parts_prefix(desc_id, label=label))
+    return NativePlan(Path(u.path), spec)
 
 
-def stage_if_native(df: DataFrame, *, shard_url: str, schema: pa.Schema, desc_id: str, label: str | None,
-                    lower: int, upper: int | None, target_part_bytes: int, encoding: PartEncoding,
+def stage_if_native(df: DataFrame, spec: PartWriterSpec, *, schema: pa.Schema, lower: int, upper: int | None,
                     required: bool) -> list[PartMeta] | None:
     """:func:`stage_native` where :func:`native_plan` allows it, else None (the caller stages with
     Python), or with ``required`` InvalidUsageError naming why Spark cannot write the parts."""
-    plan = native_plan(df, shard_url=shard_url, schema=schema, desc_id=desc_id, label=label)
+    plan = native_plan(df, spec, schema=schema)
     if plan is not None:
-        return stage_native(df, plan, schema=schema, lower=lower, upper=upper, target_part_bytes=target_part_bytes,
-                            encoding=encoding)
+        return stage_native(df, plan, schema=schema, lower=lower, upper=upper)
     if required:
-        raise InvalidUsageError(f"Spark cannot write the parts of {shard_url} itself (not a local folder, a "
+        raise InvalidUsageError(f"Spark cannot write the parts of {spec.url} itself (not a local folder, a "
                                 f"path Hadoop would not take literally, or columns {df.dtypes} that are not "
-                                f"exactly the shard's {schema}); use writer='auto'", value=shard_url)
+                                f"exactly the shard's {schema}); use writer='auto'", value=spec.url)
     return None
 
 
@@ -210,15 +212,17 @@ def _raise_nulls(df: DataFrame, required: list[str]) -> None:
             raise null_error(n, int(row[f"n{i}"]))
 
 
-def stage_native(df: DataFrame, plan: NativePlan, *, schema: pa.Schema, lower: int, upper: int | None,
-                 target_part_bytes: int, encoding: PartEncoding) -> list[PartMeta]:
+def stage_native(df: DataFrame, plan: NativePlan, *, schema: pa.Schema, lower: int,
+                 upper: int | None) -> list[PartMeta]:
     """Write ``df`` as unordered parts with Spark's Parquet writer, then validate from the footers.
 
-    ``plan`` from :func:`native_plan`. Raises InvalidUsageError (nothing listed, the folder
-    removed) if a row fails validation. See the module docstring for what is listed.
+    ``plan`` from :func:`native_plan` (its spec's options: the part size and encoding). Raises
+    InvalidUsageError (nothing listed, the folder removed) if a row fails validation. See the
+    module docstring for what is listed.
     """
     from pyspark.sql import types as T
 
+    target_part_bytes, encoding = plan.spec.options.target_bytes, plan.spec.options.encoding
     got = {f.name: f for f in df.schema.fields}
     mark = f"{_NULL_MARK}{uuid.uuid4().hex}"
 
@@ -232,7 +236,7 @@ def stage_native(df: DataFrame, plan: NativePlan, *, schema: pa.Schema, lower: i
 
     ones = DIFF not in got  # every diff is 1: not written (PartMeta.diffs "ones")
     out = df.select(*[user_col(f) for f in schema], long_col(TIME), *([] if ones else [long_col(DIFF)]))
-    folder = plan.root / plan.prefix / f"{_FOLDER}{uuid.uuid4().hex}"
+    folder = plan.root / plan.spec.prefix / f"{_FOLDER}{uuid.uuid4().hex}"
     w = out.write.mode("errorifexists").option("maxRecordsPerFile", max(1, target_part_bytes // _row_bytes(schema)))
     if encoding == "compact":
         w = w.option("compression", "zstd")
@@ -309,7 +313,7 @@ def _publish(plan: NativePlan, folder: Path, files: list[_File], *, diffs: PartD
     """PartMeta of each validated file, renamed to a fresh part key; the folder (0-row files, _SUCCESS) removed."""
     parts = []
     for f in files:
-        key = keys.part_key(plan.prefix)
+        key = plan.spec.fresh_key()
         target = plan.root / key
         os.rename(f.path, target)
         fd = os.open(target, os.O_RDONLY)
@@ -319,7 +323,7 @@ def _publish(plan: NativePlan, folder: Path, files: list[_File], *, diffs: PartD
             os.close(fd)
         parts.append(PartMeta(key, f.rows, target.stat().st_size, f.min_time, f.max_time, "unordered", diffs))
     shutil.rmtree(folder, ignore_errors=True)
-    fd = os.open(plan.root / plan.prefix, os.O_RDONLY)
+    fd = os.open(plan.root / plan.spec.prefix, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:

@@ -25,6 +25,7 @@ description commits (or loses its race). Nothing here ever overwrites an object.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Literal
@@ -32,9 +33,9 @@ from typing import TYPE_CHECKING, Any, Literal
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from shardsink.core.builder import BatchBuilder, PartOptions
 from shardsink.core.diff_sums import check_input_sums
 from shardsink.core.part_io import TARGET_PART_BYTES, PartEncoding
+from shardsink.core.shard import Shard, StagedBatch
 from shardsink.core.state import PART_ORDERS, PartMeta, PartOrder
 from shardsink.core.updates import DIFF, TIME, validate_updates
 from shardsink.errors import InvalidUsageError
@@ -43,6 +44,10 @@ from shardsink.spark.diff_sums import check_staged_sums, col
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+    from shardsink.core.write import WriteHandle
+
+log = logging.getLogger("shardsink.spark")
 
 #: Rows per Arrow batch handed to the Python workers while staging (Spark's default is
 #: 10,000; larger batches cut per-batch overhead, and a partition is buffered whole anyway).
@@ -63,13 +68,6 @@ _META = pa.schema([
     ("dmax", pa.int64()),
     ("inputs", pa.int64()),  # the partition's input rows, on its first part's row (else 0)
 ])
-
-
-class _Discard:
-    """Where a dry run's parts go: ``put`` accepts and drops them (nothing reaches the store)."""
-
-    def put(self, key: str, data: bytes) -> None:
-        del key, data
 
 
 def stage_dataframe(
@@ -111,22 +109,20 @@ def stage_dataframe(
         raise InvalidUsageError(f"order must be 'sorted' or 'unordered', got {order!r}", value=str(order))
     if writer not in ("auto", "spark", "python"):
         raise InvalidUsageError(f"writer must be 'auto', 'spark' or 'python', got {writer!r}", value=str(writer))
+    handle = Shard(shard_url).writer()
+    spec = handle.part_writer(desc_id, label=label, order=order, encoding=encoding, target_bytes=target_part_bytes,
+                              threads=1, dry_run=dry_run)
     if order == "unordered" and writer != "python" and not dry_run:
         from shardsink.spark.native_stage import stage_if_native
 
-        native = stage_if_native(df, shard_url=shard_url, schema=schema, desc_id=desc_id, label=label, lower=lower,
-                                 upper=upper, target_part_bytes=target_part_bytes, encoding=encoding,
-                                 required=writer == "spark")
+        native = stage_if_native(df, spec, schema=schema, lower=lower, upper=upper, required=writer == "spark")
         if native is not None:
             return native
     schema_bytes = schema.serialize().to_pybytes()
     names, src = _plain_names(df)
-    options = PartOptions(target_bytes=target_part_bytes, encoding=encoding, threads=1, order=order)
 
     @carry_errors  # runs on executors: shardsink errors reach the driver as typed records
     def stage(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from shardsink.storage.url import open_blob
-
         user = pa.ipc.read_schema(pa.py_buffer(schema_bytes))
         got = list(batches)
         if not got or not any(b.num_rows for b in got):
@@ -135,9 +131,7 @@ def stage_dataframe(
         updates = validate_updates(table, user, lower=lower, upper=upper)
         check_input_sums(updates, [*user.names, TIME], what="the appended DataFrame (one Spark partition)")
         mm = pc.min_max(updates[DIFF])
-        blob: Any = _Discard() if dry_run else open_blob(shard_url)  # part uploads retried (fresh keys)
-        builder = BatchBuilder(blob, desc_id, label=label, options=options)
-        written = builder.stage(updates, [*user.names, TIME])
+        written = spec.open().stage(updates, [*user.names, TIME])  # uploads retried (fresh keys)
         rows = [{"key": p.key, "rows": p.rows, "bytes": p.bytes, "min_time": p.min_time, "max_time": p.max_time,
                  "order": p.order, "dmin": mm["min"].as_py(), "dmax": mm["max"].as_py(),
                  "inputs": updates.num_rows if i == 0 else 0} for i, p in enumerate(written)]
@@ -149,27 +143,31 @@ def stage_dataframe(
     with _arrow_batch_rows(df.sparkSession, ARROW_BATCH_ROWS):
         out = src.mapInArrow(stage, from_arrow_schema(_META)).collect()
     parts = [PartMeta(r["key"], r["rows"], r["bytes"], r["min_time"], r["max_time"], r["order"]) for r in out]
-    _check_sums(df, out, parts, schema=schema, shard_url=None if dry_run else shard_url)
+    _check_sums(df, out, StagedBatch(desc_id, lower, upper, tuple(parts)), schema=schema,
+                handle=None if dry_run else handle)
     return parts
 
 
-def _check_sums(df: DataFrame, out: list[Any], parts: list[PartMeta], *, schema: pa.Schema,
-                shard_url: str | None) -> None:
+def _check_sums(df: DataFrame, out: list[Any], staged: StagedBatch, *, schema: pa.Schema,
+                handle: WriteHandle | None) -> None:
     """:func:`check_staged_sums` across the partitions, bounded by their ``_diff`` ranges and row
     counts (the collected rows ``out``): free unless ``max |diff| x rows`` can leave int64, then
     one exact aggregation of ``df``. A task refuses its own rows before writing
     (:func:`shardsink.core.diff_sums.check_input_sums`); this catches equal rows spread over
-    tasks, after their parts were uploaded, so a refusal first deletes ``parts`` from
-    ``shard_url`` (None: a dry run, nothing was uploaded). Cheapest correct place: a check
-    before staging would evaluate ``df`` once more on every append."""
+    tasks, after their parts were uploaded, so a refusal first discards ``staged`` through
+    ``handle`` (None: a dry run, nothing was uploaded): parts never handed out, so they go
+    although the description may still commit (:meth:`WriteHandle.discard`). Cheapest
+    correct place: a check before staging would evaluate ``df`` once more on every append."""
     try:
         check_staged_sums(df, schema.names, max_abs=max((max(-r["dmin"], r["dmax"]) for r in out), default=0),
                           rows=sum(r["inputs"] for r in out))
     except BaseException:
-        if shard_url is not None and parts:
-            from shardsink.storage.url import open_blob
-
-            open_blob(shard_url).delete_many([p.key for p in parts])
+        if handle is not None and staged.parts:
+            try:
+                handle.discard([staged], unpublished=True)
+            except Exception:  # the refusal is the error to report; the parts stay leftovers (GC)
+                log.warning("could not discard %d refused parts of description %s", len(staged.parts),
+                            staged.desc_id, exc_info=True)
         raise
 
 

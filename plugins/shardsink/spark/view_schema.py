@@ -4,7 +4,7 @@
 
     evo = evolution(query_schema, at.header, url=URL)   # None: the query fits the output as is
     projected_persisted(persisted, evo.target)           # the output's rows as read under evo.target
-    evolve_output(shard, evo, at=at, writer=W)           # -> the version whose schema is evo.target
+    evolve_output(shard, evo, at=at, writer=W)           # -> the schema id of evo.target (one commit)
 
 The query's output (its analysed schema, every column nullable: :func:`output_schema`) is
 compared with the output shard's current schema column by column, by name, through Spark's
@@ -42,6 +42,7 @@ import pyarrow as pa
 
 from shardsink.core import schema as sch
 from shardsink.core.state import Header, Version
+from shardsink.core.transitions import SchemaConflict, Unchanged
 from shardsink.core.updates import COUNT, DIFF, check_schema
 from shardsink.errors import InvalidUsageError
 from shardsink.spark import types as sty
@@ -125,10 +126,6 @@ def plan(current: pa.Schema, query: pa.Schema, *, url: str, schema_id: int) -> t
     return changes, pa.schema(fields)
 
 
-def _fields(schema: pa.Schema) -> str:
-    return ", ".join(f"{f.name}: {f.type}" for f in schema)
-
-
 def _sql_name(name: str) -> str:
     return name if name.isidentifier() else "`" + name.replace("`", "``") + "`"
 
@@ -205,44 +202,27 @@ def probe_schema(spark: SparkSession, name: str, url: str, *, run: Callable[[dic
 
 
 def evolve_output(shard: Shard, evo: Evolution, *, at: Version, writer: str) -> int:
-    """Commit ``evo``'s changes to the output shard, each through the one conditional put
-    (:meth:`shardsink.core.shard.Shard.evolve`), and return the schema id of ``evo.target``
-    (under which the run staged its parts). Idempotent: changes already applied (by a twin)
-    are skipped.
+    """Make the output shard's schema ``evo.target`` in one commit (an exact evolve-to-target
+    command, :meth:`shardsink.core.shard.Shard.evolve_to`) and return the schema id of
+    ``evo.target``, under which the run staged its parts. ``at``: the output's version the
+    evolution was planned from (schema ``evo.base_id``).
 
-    SUBTLE (racing evolutions): a twin or retried write task, or a racing run of the same
-    view, computes the same changes from the same schema and may commit them first. Every
-    change is re-validated on the fresh head by the state machine, so a change a rival
-    committed first is refused there ("a column exists", "from int64 to int64"); we then
-    re-plan from a fresh head read, where it no longer appears, and go on with what is left.
-    Both writers end at the same schema and the same schema id (the changes are planned in a
-    deterministic order, and applied one by one, each checked), so their manifests agree.
-    A refusal that the fresh head does not explain is raised. A schema the head reached by
-    other changes (a human's ``shardsink schema``) that the query does not fit is refused
-    as in :func:`evolution`; one it fits whose Arrow types differ from ``evo.target`` (and no
-    older schema id equals it) is InvalidUsageError too: nothing of the run is committed, and
-    the next run plans against the new schema.
+    SUBTLE (racing evolutions): a twin or retried write task, or a racing run of the same view,
+    computes the same target and may commit it first. The command carries the target, and its
+    rule plans the changes on the head it is applied to, in the one commit loop: a head that
+    already holds exactly ``evo.target`` is Unchanged (its schema id is returned; both writers'
+    manifests name the same id, and one commit was made). A head that reached another schema
+    (a human's ``shardsink schema``, a racing query of another shape) is the typed refusal
+    SchemaConflict, raised as InvalidUsageError: nothing of the run is committed, and the next
+    run plans against the new schema.
     """
-    head = at
-    for _ in range(2 * (len(evo.target) + 1)):
-        cur = sch.current(head.header)
-        todo, _target = plan(sch.entry_schema(cur), evo.target, url=shard.url, schema_id=cur.id)
-        if not todo:
-            got = sch.id_of(head.header, evo.target)
-            if got is None:
-                raise InvalidUsageError(
-                    f"the schema of output shard {shard.url} changed while this run evolved it ({evo.describe()}): "
-                    f"schema {cur.id} is ({_fields(sch.entry_schema(cur))}), not the ({_fields(evo.target)}) this run "
-                    "staged its parts under; nothing of the run was committed, re-run the view")
-            return got
-        try:
-            head = shard.evolve(todo[0], writer=writer)
-        except InvalidUsageError:
-            fresh = shard.reader().head()
-            now = sch.current(fresh.header)
-            again, _ = plan(sch.entry_schema(now), evo.target, url=shard.url, schema_id=now.id)
-            if again and again[0] == todo[0]:
-                raise
-            head = fresh
-    raise InvalidUsageError(f"the schema of output shard {shard.url} kept changing while the view evolved it "
-                            f"({evo.describe()}); nothing of this run was committed, re-run it")
+    out = shard.evolve_to(evo.target, exact=True, writer=writer)
+    if isinstance(out, Version):
+        return sch.current(out.header).id
+    if isinstance(out, Unchanged) and out.schema_id is not None:
+        return out.schema_id
+    reason = out.reason if isinstance(out, SchemaConflict) else str(out)
+    raise InvalidUsageError(
+        f"the schema of output shard {shard.url} changed while this run evolved it ({evo.describe()}, planned from "
+        f"schema {evo.base_id} at seqno {at.seqno}): {reason}; nothing of the run was committed, re-run the view",
+        value=getattr(out, "column", None))
