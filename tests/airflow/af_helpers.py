@@ -19,7 +19,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -153,7 +153,7 @@ def airflow_stack(env: dict[str, str]) -> Iterator[None]:
             except OSError:
                 if time.monotonic() > deadline:
                     raise AssertionError("api-server did not become healthy") from None
-                time.sleep(0.5)
+                time.sleep(0.5)  # not ordering: the api-server's readiness, bounded by the deadline
         yield
     finally:
         for p, _ in procs:
@@ -218,9 +218,15 @@ class UdpListener:
         return [(ln.split(":", 1)[0], ln.split(":", 1)[1]) for ln in self.lines if ln.startswith(prefix) and ":" in ln]
 
     def close(self) -> None:
-        time.sleep(0.5)  # the last datagrams of a process that just exited
+        """Stop listening, keeping every datagram already sent: on loopback a datagram is in this
+        socket's queue once its ``sendto`` returned, so a process that exited has none in flight."""
         self._stop.set()
+        self.sock.sendto(b"", self.sock.getsockname())  # wakes the thread's recv now
         self._thread.join(timeout=5)
+        self.sock.setblocking(False)
+        with suppress(BlockingIOError):
+            while True:
+                self.lines.extend(self.sock.recv(65535).decode(errors="replace").splitlines())
         self.sock.close()
 
 

@@ -20,7 +20,7 @@ def _wait_for(pred: object, timeout: float, what: str) -> None:
     while not pred():  # type: ignore[operator]
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.5)
+        time.sleep(0.5)  # a real Airflow run's progress, seen only in the store: polled, bounded
 
 
 @pytest.mark.timeout(1800)  # run A stages two descriptions (two spark-submits) before B runs

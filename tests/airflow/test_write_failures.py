@@ -11,8 +11,11 @@ real spark-submit, the job's outcome record read back by the write operator.
 from __future__ import annotations
 
 import os
+import select
 import sys
 import time
+from collections.abc import Iterable
+from contextlib import suppress
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -169,6 +172,25 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _wait_exits(pids: Iterable[int], *, timeout: float) -> None:
+    """Block until every process in ``pids`` has exited or ``timeout`` passed: woken by the exits
+    themselves (pidfds), not polling. One already gone counts as exited."""
+    fds = []
+    for pid in pids:
+        with suppress(ProcessLookupError):
+            fds.append(os.pidfd_open(pid))
+    try:
+        deadline = time.monotonic() + timeout
+        while fds and (left := deadline - time.monotonic()) > 0:
+            exited, _, _ = select.select(fds, [], [], left)
+            for fd in exited:
+                fds.remove(fd)
+                os.close(fd)
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
 def test_a_slot_failing_for_good_kills_its_running_siblings_spark_application(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 35: the write slots are separate Airflow tasks, so a failed slot cannot stop its siblings
@@ -212,7 +234,7 @@ def test_a_slot_failing_for_good_kills_its_running_siblings_spark_application(
     deadline = time.monotonic() + 300
     while not (Path(f"{started}.driver").exists() and Path(f"{started}.worker").exists()):
         assert slot0.is_alive() and time.monotonic() < deadline, f"the application never started: {raised}"
-        time.sleep(0.1)
+        time.sleep(0.1)  # a file handshake with the Spark application (no pipe to it): polled, bounded
     pids = {"jvm": op._hook._submit_sp.pid, "driver": int(Path(f"{started}.driver").read_text()),
             "worker": int(Path(f"{started}.worker").read_text())}
     assert all(_alive(p) for p in pids.values())
@@ -223,8 +245,6 @@ def test_a_slot_failing_for_good_kills_its_running_siblings_spark_application(
     assert len(raised) == 1 and isinstance(raised[0], AirflowFailException), raised
     assert str(raised[0]).startswith(f"cancelled, not retried: slot 1 of description {desc.desc_id} failed for good")
     assert str(raised[0]).endswith("Slot 1: InvalidUsageError: LateDataError: late file x")
-    deadline = time.monotonic() + 60
-    while any(_alive(p) for p in pids.values()) and time.monotonic() < deadline:
-        time.sleep(0.2)
+    _wait_exits(pids.values(), timeout=60)
     assert not [name for name, p in pids.items() if _alive(p)], f"left running: {pids}"
     assert SlotCancels(url, desc.desc_id, generation=0).failure().slot == 1  # the cause stays the sibling's

@@ -22,7 +22,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,6 +29,7 @@ from typing import Any
 
 import pytest
 from support import SCHEMA, Row, audit
+from support.clock import await_line, release
 from support.faultproxy import FaultProxy, fault_proxy, fetch_log, program
 
 from shardsink import Shard
@@ -46,16 +46,14 @@ SPAN = 10
 WORKER = r'''
 """One concurrent writer: K appends at whatever the upper is, retrying lost races."""
 import json
-import os
 import sys
-import time
 import uuid
 
 import pyarrow as pa
 
 from shardsink import Shard, StorageError, UnknownOutcomeError, UpperMismatchError
 
-url, wid, k, span, record, ready, go, mode = sys.argv[1:9]
+url, wid, k, span, record, mode = sys.argv[1:7]
 k, span = int(k), int(span)
 retry, chaos = mode == "retry", mode == "chaos"
 
@@ -75,9 +73,8 @@ def table_of(rows):
 
 shard = Shard(url)
 shard.info()  # connect and warm up before the barrier
-open(ready, "w").close()
-while not os.path.exists(go):
-    time.sleep(0.002)
+print("ready", flush=True)
+sys.stdin.readline()  # the test releases every worker at once
 
 done, attempt, last = 0, 0, None
 with open(record, "a") as out:
@@ -131,27 +128,19 @@ def run_workers(tmp_path: Path, url: str, env: dict[str, str], *, mode: str = "p
     """Start WORKERS processes together, wait for them, return all their records."""
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
-    go = tmp_path / "go"
-    procs: list[tuple[subprocess.Popen[bytes], Path]] = []
-    for w in range(WORKERS):
-        record, ready = tmp_path / f"w{w}.jsonl", tmp_path / f"w{w}.ready"
-        args = [url, str(w), str(APPENDS), str(SPAN), str(record), str(ready), str(go), mode]
-        p = subprocess.Popen([sys.executable, str(script), *args], env=env,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        procs.append((p, ready))
+    procs = [subprocess.Popen([sys.executable, str(script), url, str(w), str(APPENDS), str(SPAN),
+                               str(tmp_path / f"w{w}.jsonl"), mode], env=env, stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for w in range(WORKERS)]
     try:
-        deadline = time.monotonic() + 60
-        while not all(r.exists() for _, r in procs):
-            failed = [p for p, _ in procs if p.poll() is not None]
-            if failed or time.monotonic() > deadline:
-                raise AssertionError(f"workers did not start: {[p.communicate() for p in failed]}")
-            time.sleep(0.01)
-        go.touch()
-        for p, _ in procs:
+        for p in procs:
+            await_line(p, "ready")
+        for p in procs:
+            release(p)
+        for p in procs:
             _, err = p.communicate(timeout=90)
-            assert p.returncode == 0, f"worker failed ({p.returncode}):\n{err.decode()[-3000:]}"
+            assert p.returncode == 0, f"worker failed ({p.returncode}):\n{err[-3000:]}"
     finally:
-        for p, _ in procs:
+        for p in procs:
             if p.poll() is None:
                 p.kill()
     records: list[dict[str, Any]] = []

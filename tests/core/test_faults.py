@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -192,10 +191,7 @@ def test_version_put_with_unknown_outcome_that_did_not_apply_is_retried_and_comm
     rig.proxy.clear()
 
     def after_the_retry_landed() -> None:
-        deadline = time.monotonic() + 30
-        while [p.upstream_status for p in rig.proxy.requests("PUT", vkey(2))][1:] != [200]:
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+        assert rig.proxy.wait_for(lambda: [p.upstream_status for p in rig.proxy.requests("PUT", vkey(2))][1:] == [200])
 
     rig.proxy.add(method="PUT", key=vkey(2), header="If-None-Match", **fault,
                   **({"action": after_the_retry_landed} if late else {}))
@@ -230,10 +226,7 @@ def test_own_put_landing_after_the_reread_makes_the_retry_fail_412_and_is_still_
         assert reread_done.wait(30)
 
     def second_put_after_the_first_landed() -> None:
-        deadline = time.monotonic() + 30
-        while rig.proxy.requests("PUT", vkey(2))[0].upstream_status is None:
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+        assert rig.proxy.wait_for(lambda: rig.proxy.requests("PUT", vkey(2))[0].upstream_status is not None)
 
     def note_reread() -> None:
         if rig.proxy.count("PUT", vkey(2)) >= 1:

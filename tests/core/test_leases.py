@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-import time
+import threading
 
 import pyarrow as pa
 import pytest
@@ -122,12 +122,13 @@ def test_leases_read_through_the_one_document_decoder(shard: Shard) -> None:
 
 def test_keeper_renews_and_releases(shard: Shard) -> None:
     # A TTL a loaded machine cannot outrun (at 0.3 s a slow S3 renewal under a busy suite let the
-    # lease expire); the thread renews every ttl/3 = 0.5 s, and the test waits for a renewal.
-    keeper = ls.LeaseKeeper(ttl_s=1.5)
+    # lease expire); the thread renews every ttl/3 = 0.5 s, and the test waits for its first round.
+    renewal = threading.Event()
+    keeper = ls.LeaseKeeper(ttl_s=1.5, after_renewal=renewal.set)
     lease = keeper.acquire(shard, 15, holder="keeper")
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and keeper.leases()[0].expires_at == lease.expires_at:
-        time.sleep(0.05)
+    while keeper.leases()[0].expires_at == lease.expires_at:  # a round whose renewal failed is retried
+        assert renewal.wait(60), "the keeper's thread stopped renewing"
+        renewal.clear()
     (renewed,) = keeper.leases()
     assert renewed.lease_id == lease.lease_id and renewed.expires_at > lease.expires_at
     keeper.close()

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import time
 
 import pyarrow as pa
 import pytest
 from gc_helpers import SCHEMA, append_days, compact_like, contents, keys, rows
-from support import tick
+from support.clock import Backdated
 
 from shardsink import Shard
 from shardsink.cli import main
@@ -19,6 +18,7 @@ from shardsink.maintenance.gc import collect
 from shardsink.maintenance.gc_types import GcOptions
 from shardsink.maintenance.history import list_state
 from shardsink.maintenance.verify import verify
+from shardsink.storage.url import open_blob, parse_url
 
 pytestmark = pytest.mark.usefixtures("small_windows")
 
@@ -35,7 +35,8 @@ def _versions(shard: Shard) -> list[int]:
 
 
 def test_gc_deletes_exactly_what_nothing_can_need(shard_url: str) -> None:
-    shard = Shard.create(shard_url, SCHEMA)
+    aged = Backdated(open_blob(parse_url(shard_url)))
+    shard = Shard.create(shard_url, SCHEMA, blob=aged)
     append_days(shard, 0, 20)                                   # versions 1..20, batches d0..d19
     compact_like(shard, ["d0", "d1", "d2", "d3"], "cmp1")       # version 21: d0..d3 compacted away
     append_days(shard, 20, 8)                                   # versions 22..29
@@ -48,7 +49,7 @@ def test_gc_deletes_exactly_what_nothing_can_need(shard_url: str) -> None:
     upper = 280
     future = shard.stage(pa.table({"k": ["f"], "_time": [upper]}), lower=upper, upper=upper + 10, desc_id="future")
     future_manifest = _manifest(shard, "future", upper, upper + 10)
-    cutoff = tick()
+    aged.backdate(3600)  # everything so far is an hour old; what follows is young
     young = shard.stage(rows(2), lower=20, upper=30, desc_id="young-lost")           # can never commit, but young
     young_manifest = _manifest(shard, "young-lost", 20, 30)
     before = contents(shard)
@@ -56,7 +57,7 @@ def test_gc_deletes_exactly_what_nothing_can_need(shard_url: str) -> None:
     all_parts = keys(shard, "parts/")
 
     def opts(dry: bool = False) -> GcOptions:
-        return GcOptions(grace_s=time.time() - cutoff, retention=20, dry_run=dry)
+        return GcOptions(grace_s=1800, retention=20, dry_run=dry)
 
     dry = collect(shard, opts(dry=True))
     assert set(_versions(shard)) == set(range(head + 1)) and keys(shard, "parts/") == all_parts
@@ -80,7 +81,7 @@ def test_gc_deletes_exactly_what_nothing_can_need(shard_url: str) -> None:
     assert report.still_possible == ("future",) and report.young_kept == 2
     assert report.parts_deleted == len(deleted)
     # Nothing referenced went: same contents, verify clean; a second run has nothing left to do.
-    reopened = Shard.open(shard_url)
+    reopened = Shard.open(shard_url, blob=aged)
     assert contents(reopened) == before
     assert verify(reopened).ok
     again = collect(reopened, opts())

@@ -7,11 +7,10 @@ import json
 import subprocess
 import sys
 import textwrap
-import time
-from pathlib import Path
 
 import pytest
 from gc_helpers import SCHEMA, append_days, contents
+from support.clock import await_line, release
 
 from shardsink import Shard
 from shardsink.maintenance.verify import verify
@@ -28,30 +27,29 @@ GC = textwrap.dedent("""
 """)
 
 STAGER = textwrap.dedent("""
-    import json, os, sys, time
+    import json, sys
     import pyarrow as pa
     from shardsink import Shard
-    url, sig = sys.argv[1], sys.argv[2]
+    url = sys.argv[1]
     shard = Shard.open(url)
     lower = shard.info().upper
     n = 200_000
     table = pa.table({"k": [f"slow{i}" for i in range(n)], "_time": [lower + i % 10 for i in range(n)]})
-    open(os.path.join(sig, "staging"), "w").close()
+    print("staging", flush=True)
     staged = shard.stage(table, lower=lower, upper=lower + 10, desc_id="slow")
-    open(os.path.join(sig, "staged"), "w").close()
-    while not os.path.exists(os.path.join(sig, "go")):
-        time.sleep(0.05)
+    print("staged", flush=True)
+    sys.stdin.readline()  # the test's go
     r = shard.compare_and_append([staged], expected_upper=lower, new_upper=lower + 10, desc_id="slow")
     print(json.dumps({"status": r.status, "rows": r.rows, "parts": [p.key for p in staged.parts]}))
 """)
 
 SLOW_PUT = textwrap.dedent("""
-    import json, os, sys, time, uuid
+    import json, sys
     import pyarrow as pa
-    from shardsink import Shard, UpperMismatchError
+    from shardsink import Shard
     from shardsink.core import transitions as tr
     from shardsink.core.commands import AppendCommand
-    url, sig = sys.argv[1], sys.argv[2]
+    url = sys.argv[1]
     shard = Shard.open(url)
     lower = shard.info().upper
     staged = shard.stage(pa.table({"k": ["late"], "_time": [lower]}), lower=lower, upper=lower + 10, desc_id="late")
@@ -60,10 +58,9 @@ SLOW_PUT = textwrap.dedent("""
     apply = tr.apply
     def step(h, batches, c, stamp):  # the commit loop's pure step, observed
         seen.append(h.seqno)
-        if len(seen) == 1:  # read version n, then sleep through other commits and a GC before creating n+1
-            open(os.path.join(sig, "read"), "w").close()
-            while not os.path.exists(os.path.join(sig, "go")):
-                time.sleep(0.05)
+        if len(seen) == 1:  # read version n, then wait through other commits and a GC before creating n+1
+            print("read", flush=True)
+            sys.stdin.readline()  # the test's go
         return apply(h, batches, c, stamp)
     tr.apply = step
     out = shard.machine.commit(cmd, writer="slow-writer")
@@ -71,12 +68,10 @@ SLOW_PUT = textwrap.dedent("""
 """)
 
 
-def _wait(path: Path, proc: subprocess.Popen[str], timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        assert proc.poll() is None, proc.communicate()[0][-3000:]
-        assert time.monotonic() < deadline, f"{path.name} never signalled"
-        time.sleep(0.05)
+def _writer(script: str, url: str) -> subprocess.Popen[str]:
+    """A writer process that prints each step's name on a line and waits on stdin for the go."""
+    return subprocess.Popen([sys.executable, "-c", script, url], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
 
 
 def _gc(url: str) -> str:
@@ -85,17 +80,16 @@ def _gc(url: str) -> str:
     return r.stdout
 
 
-def test_writer_sleeping_through_gc_commits_intact_data(shard_url: str, tmp_path: Path) -> None:
+def test_writer_sleeping_through_gc_commits_intact_data(shard_url: str) -> None:
     shard = Shard.create(shard_url, SCHEMA)
     append_days(shard, 0, 12)
     before = contents(shard)
-    w = subprocess.Popen([sys.executable, "-c", STAGER, shard_url, str(tmp_path)], stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT, text=True)
-    _wait(tmp_path / "staging", w)
+    w = _writer(STAGER, shard_url)
+    await_line(w, "staging")
     _gc(shard_url)  # while the writer stages
-    _wait(tmp_path / "staged", w)
-    _gc(shard_url)  # while the writer sleeps between staging and committing
-    (tmp_path / "go").touch()
+    await_line(w, "staged")
+    _gc(shard_url)  # while the writer waits between staging and committing
+    release(w)
     out, _ = w.communicate(timeout=300)
     assert w.returncode == 0, out[-3000:]
     result = json.loads(out.strip().splitlines()[-1])
@@ -107,16 +101,15 @@ def test_writer_sleeping_through_gc_commits_intact_data(shard_url: str, tmp_path
     assert verify(fresh).ok
 
 
-def test_writer_that_read_the_head_before_a_gc_cannot_fork_the_history(shard_url: str, tmp_path: Path) -> None:
+def test_writer_that_read_the_head_before_a_gc_cannot_fork_the_history(shard_url: str) -> None:
     shard = Shard.create(shard_url, SCHEMA)
     append_days(shard, 0, 12)
-    w = subprocess.Popen([sys.executable, "-c", SLOW_PUT, shard_url, str(tmp_path)], stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT, text=True)
-    _wait(tmp_path / "read", w)
+    w = _writer(SLOW_PUT, shard_url)
+    await_line(w, "read")
     read_at = Shard.open(shard_url).info().seqno
     append_days(Shard.open(shard_url), 12, 10)  # others commit n+1 .. n+10 meanwhile
     _gc(shard_url)  # aggressive retention: only the grace period protects version n+1
-    (tmp_path / "go").touch()
+    release(w)
     out, _ = w.communicate(timeout=300)
     assert w.returncode == 0, out[-3000:]
     result = json.loads(out.strip().splitlines()[-1])

@@ -1,9 +1,11 @@
 """Appends racing compactions, in concurrent OS processes: every append commits, nothing is
 lost or duplicated, refused compactions leave nothing behind.
 
-Three appender processes (append at the upper, retry a lost race with a fresh description,
-pause briefly between appends) and two compactor processes (looping ``compact`` with a
-plan that merges at every chance) start together. The model is the union of the
+Three appender processes (append at the upper, retry a lost race with a fresh description)
+and two compactor processes (looping ``compact`` with a plan that merges at every chance)
+start together (each prints ``ready`` and waits on its stdin). Once an appender has made its
+appends it makes one more after each compaction the test saw applied, until two applied: so
+an append always follows an applied compaction, with no pause to tune. The model is the union of the
 appenders' records; :func:`support.audit` checks the shard against it (versions contiguous,
 each description committed once, maintenance commits keep the upper and remove only live
 batches, the data equals the model).
@@ -16,9 +18,10 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import subprocess
 import sys
-import time
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +29,7 @@ from typing import Any
 
 import pytest
 from support import SCHEMA, Row, audit
+from support.clock import await_line, release
 from support.faultproxy import fault_proxy
 
 from shardsink import Shard
@@ -38,24 +42,27 @@ BUCKET = "shardsink-test"
 APPENDERS, APPENDS, SPAN, COMPACTORS = 3, 8, 10, 2
 
 APPENDER = r'''
-"""An appender: at least K appends at whatever the upper is (more, until the test saw
-compactions land), a lost race retried with a fresh id, a short pause between appends."""
-import json, os, sys, time, uuid
+"""An appender: K appends at whatever the upper is, then one more per "more" line on stdin
+until "enough"; a lost race retried with a fresh id."""
+import json, sys, uuid
 import pyarrow as pa
 from shardsink import Shard, UpperMismatchError
-url, wid, k, span, record, ready, go, enough = sys.argv[1:9]
+url, wid, k, span, record = sys.argv[1:6]
 k, span = int(k), int(span)
 def table_of(rows):
     cols = {"k": pa.string(), "n": pa.int64(), "_time": pa.int64(), "_diff": pa.int64()}
     return pa.table({c: pa.array([r[i] for r in rows], t) for i, (c, t) in enumerate(cols.items())})
 shard = Shard(url)
 shard.info()
-open(ready, "w").close()
-while not os.path.exists(go):
-    time.sleep(0.002)
+print("ready", flush=True)
+sys.stdin.readline()  # go
 with open(record, "a") as out:
-    done = 0
-    while done < k or (not os.path.exists(enough) and done < 400):  # keep racing until compactions landed
+    done, want = 0, k
+    while True:
+        if done == want:  # one more append per "more" line, until "enough"
+            if sys.stdin.readline().strip() != "more":
+                break
+            want += 1
         lower = shard.info().upper
         desc = f"w{wid}-{uuid.uuid4().hex[:8]}"
         rows = [(f"{desc}:{i}", i, lower + (i * 7) % span, 1) for i in range(3)]
@@ -70,19 +77,17 @@ with open(record, "a") as out:
                               "rows": rows}) + "\n")
         out.flush()
         done += 1
-        time.sleep(0.05)
 '''
 
 COMPACTOR = r'''
-import json, os, sys, time
-from shardsink import Shard, UnknownOutcomeError
+import json, os, sys
+from shardsink import Shard
 from shardsink.maintenance import CompactOptions, PlanOptions, compact
-url, record, ready, go, stop = sys.argv[1:6]
+url, record, stop = sys.argv[1:4]
 shard = Shard(url)
 shard.info()
-open(ready, "w").close()
-while not os.path.exists(go):
-    time.sleep(0.002)
+print("ready", flush=True)
+sys.stdin.readline()  # go
 opts = CompactOptions(plan=PlanOptions(min_rows=1), writer=f"compactor-{os.getpid()}")
 with open(record, "a") as out:
     while True:
@@ -92,6 +97,8 @@ with open(record, "a") as out:
             out.write(json.dumps({"cid": m.compaction_id, "status": m.status, "seqno": m.seqno,
                                   "inputs": len(m.inputs), "deleted": m.deleted, "parts_out": m.parts_out}) + "\n")
             out.flush()
+            if m.status == "applied":
+                print("applied", flush=True)
         if last:
             break
 '''
@@ -118,55 +125,49 @@ def _records(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
+def _events(proc: subprocess.Popen[str], events: queue.Queue[int], c: int) -> None:
+    """Put ``c`` on ``events`` for each ``applied`` line ``proc`` prints, ``-1`` when it exits."""
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if line.strip() == "applied":
+            events.put(c)
+    events.put(-1)
+
+
 def test_appends_racing_compactions_in_os_processes_all_commit_and_nothing_is_lost_or_duplicated(
     target: tuple[str, Blob, dict[str, str]], tmp_path: Path
 ) -> None:
     url, blob, env = target
     (tmp_path / "appender.py").write_text(APPENDER)
     (tmp_path / "compactor.py").write_text(COMPACTOR)
-    go, stop, enough = tmp_path / "go", tmp_path / "stop", tmp_path / "enough"
-    procs: list[tuple[str, subprocess.Popen[bytes], Path]] = []
-    for w in range(APPENDERS):
-        args = [url, str(w), str(APPENDS), str(SPAN), str(tmp_path / f"a{w}.jsonl"), str(tmp_path / f"a{w}.ready"),
-                str(go), str(enough)]
-        procs.append(("appender", subprocess.Popen([sys.executable, str(tmp_path / "appender.py"), *args], env=env,
-                                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE),
-                      tmp_path / f"a{w}.ready"))
-    for c in range(COMPACTORS):
-        args = [url, str(tmp_path / f"c{c}.jsonl"), str(tmp_path / f"c{c}.ready"), str(go), str(stop)]
-        procs.append(("compactor", subprocess.Popen([sys.executable, str(tmp_path / "compactor.py"), *args], env=env,
-                                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE),
-                      tmp_path / f"c{c}.ready"))
+    stop = tmp_path / "stop"
+    pipes: dict[str, Any] = {"env": env, "stdin": subprocess.PIPE, "stdout": subprocess.PIPE,
+                             "stderr": subprocess.PIPE, "text": True}
+    appenders = [subprocess.Popen([sys.executable, str(tmp_path / "appender.py"), url, str(w), str(APPENDS), str(SPAN),
+                                   str(tmp_path / f"a{w}.jsonl")], **pipes) for w in range(APPENDERS)]
+    compactors = [subprocess.Popen([sys.executable, str(tmp_path / "compactor.py"), url,
+                                    str(tmp_path / f"c{c}.jsonl"), str(stop)], **pipes) for c in range(COMPACTORS)]
+    applied: queue.Queue[int] = queue.Queue()
     try:
-        deadline = time.monotonic() + 90
-        while not all(r.exists() for _, _, r in procs):
-            failed = [p.communicate() for _, p, _ in procs if p.poll() is not None]
-            assert not failed and time.monotonic() < deadline, f"processes did not start: {failed}"
-            time.sleep(0.01)
-        go.touch()
-        # Appenders keep going until two compactions applied (however slow the machine).
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
-            try:
-                landed = [r for c in range(COMPACTORS) for r in _records(tmp_path / f"c{c}.jsonl")
-                          if r["status"] == "applied"]
-            except ValueError:  # a line being written
-                landed = []
-            if len(landed) >= 2:
-                break
-            time.sleep(0.05)
-        enough.touch()
-        for kind, p, _ in procs:
-            if kind == "appender":
-                _, err = p.communicate(timeout=240)
-                assert p.returncode == 0, err.decode()[-3000:]
+        for p in (*appenders, *compactors):
+            await_line(p, "ready")
+        for c, p in enumerate(compactors):  # each "applied" line becomes an event
+            threading.Thread(target=_events, args=(p, applied, c), daemon=True).start()
+        for p in (*appenders, *compactors):
+            release(p)
+        for _ in range(2):  # the appenders go on, one append per applied compaction, until two applied
+            assert applied.get(timeout=300) >= 0, "a compactor exited before two compactions applied"
+            for p in appenders:
+                release(p, "more")
+        for p in appenders:
+            release(p, "enough")
+            _, err = p.communicate(timeout=240)
+            assert p.returncode == 0, err[-3000:]
         stop.touch()
-        for kind, p, _ in procs:
-            if kind == "compactor":
-                _, err = p.communicate(timeout=240)
-                assert p.returncode == 0, err.decode()[-3000:]
+        for p in compactors:
+            assert p.wait(timeout=240) == 0, p.stderr.read()[-3000:]  # type: ignore[union-attr]
     finally:
-        for _, p, _ in procs:
+        for p in (*appenders, *compactors):
             if p.poll() is None:
                 p.kill()
 

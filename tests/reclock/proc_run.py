@@ -94,7 +94,7 @@ def stage_and_hang(shard_url: str, spec: dict[str, Any], end: int, slots: int, o
             assert isinstance(d, Description), d
             write_slots(spark, Shard.open(shard_url), src, d, slots=slots)
             out.put(("staged", d.to_dict()))
-            time.sleep(3600)
+            time.sleep(3600)  # not ordering: hangs until the test kills this process
 
     _reporting(out, None, body)
 
@@ -106,6 +106,6 @@ def mint_and_hang(shard_url: str, spec: dict[str, Any], end: int, out: Any) -> N
         d = mint_desc(shard_url, source_from_spec(spec), interval_end=end, run_id="killed")
         assert isinstance(d, Description), d
         out.put(("minted", d.to_dict()))
-        time.sleep(3600)
+        time.sleep(3600)  # not ordering: hangs until the test kills this process
 
     _reporting(out, None, body)

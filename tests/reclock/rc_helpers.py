@@ -155,7 +155,7 @@ def tansu_broker() -> Iterator[str]:
             if proc.poll() is not None or time.monotonic() > deadline:
                 proc.kill()
                 raise RuntimeError(f"tansu did not start on {url}") from None
-            time.sleep(0.05)
+            time.sleep(0.05)  # not ordering: a foreign server's readiness has no event; bounded by the deadline
     try:
         yield f"127.0.0.1:{port}"
     finally:

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from support import tick
+from support.clock import Backdated
 
 from shardsink import Shard
 from shardsink.errors import CorruptionError
@@ -132,16 +131,17 @@ def test_gc_deletes_read_plans_past_the_grace_period_and_a_deleted_plan_is_rebui
         old[(lo, hi)] = plan.publish(shard_url, got.bindings, lo, hi)
     health.record_failure(shard_url, "StorageError: listing s3://x failed")
     health.write_sidecar(shard_url, shard_url, {"kind": "kafka", "remap": shard_url, "topic": "t"})
-    cutoff = tick()
+    aged = Backdated(open_blob(shard_url))
+    aged.backdate(3600)  # everything so far is an hour old; what follows is young
     got = remap.bind_through(130, lambda _: Proposal({"0": 9}))
     young = plan.publish(shard_url, got.bindings, 120, 130)
-    shard = Shard.open(shard_url)
+    shard = Shard.open(shard_url, blob=aged)
     blob = shard.blob
     before = verify(shard)
     assert before.ok and not before.leaks, "plans, health.json and reclock.json are not leaks"
 
     def opts(dry: bool = False) -> GcOptions:
-        return GcOptions(grace_s=time.time() - cutoff, dry_run=dry)
+        return GcOptions(grace_s=1800, dry_run=dry)
 
     assert collect(shard, opts(dry=True)).plans_deleted == 2
     assert {o.key for o in blob.list(PLANS_PREFIX)} == {plan.key(100, 110), plan.key(110, 120), plan.key(120, 130)}

@@ -30,6 +30,7 @@ from rc_helpers import (
     staged_objects,
     times_of,
 )
+from support.clock import await_line, release
 from support.faultproxy import FaultProxy, fault_proxy
 
 from shardsink import Shard
@@ -46,7 +47,7 @@ BUCKET = "shardsink-test"  # the session bucket of tests/conftest.py
 
 def proc_mint(shard_url: str, src: FileArrivals, end: int, *extra: str) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, str(HERE / "proc_mint.py"), shard_url, json.dumps(src.spec()), str(end),
-                             *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             *extra], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def setup(tmp_path: Path) -> tuple[str, str, FileArrivals]:
@@ -160,12 +161,14 @@ def test_racing_binders_in_separate_processes_mint_one_binding(tmp_path: Path) -
     root, data, src = setup(tmp_path)
     land(root, "0.parquet", range(5))
     Shard.create(data, SCHEMA, upper=START)
-    go = tmp_path / "go"
-    procs = [proc_mint(data, src, START + DAY, "--go", str(go)) for _ in range(4)]
+    procs = [proc_mint(data, src, START + DAY, "--go") for _ in range(4)]
     for i in range(3):  # files keep arriving while the binders list
         land(root, f"late-{i}.parquet", range(100 + 10 * i, 110 + 10 * i))
         if i == 0:
-            go.touch()
+            for p in procs:
+                await_line(p, "ready")
+            for p in procs:
+                release(p)
     outs = []
     for p in procs:
         out, err = p.communicate(timeout=180)

@@ -4,6 +4,8 @@ lost index re-scanned, and ``add_columns`` evolving from the index."""
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import time
 from collections import Counter
 from pathlib import Path
@@ -115,13 +117,15 @@ def test_a_partitioned_zone_ingests_exactly_once_refusing_late_and_misplaced_fil
     listed: list[str] = []
     blob = src.blob()
 
+    later: dict[str, float] = {}  # key -> seconds its listing shows it landed later (S3: checked by ETag)
+
     class Counting:  # the landing blob, its LIST calls recorded
         def __getattr__(self, name: str) -> Any:
             return getattr(blob, name)
 
         def list(self, prefix: str) -> Any:
             listed.append(prefix)
-            return blob.list(prefix)
+            return (dataclasses.replace(o, modified=o.modified + later.get(o.key, 0.0)) for o in blob.list(prefix))
 
     monkeypatch.setattr(src, "blob", Counting)
     want: Counter[tuple[Any, ...]] = Counter()
@@ -144,10 +148,14 @@ def test_a_partitioned_zone_ingests_exactly_once_refusing_late_and_misplaced_fil
         _run(spark, shard_url, src, 4 * DAY)
     # A late file within the horizon (day 3's folder, landed after day 3 was sealed): refused from the index.
     src.blob().delete("dt=1970-01-04/a.parquet")
-    # S3's LastModified has whole seconds: the late file must land in a later second than the
-    # commit that sealed day 3 (a file landed within that second is the documented clock hazard).
-    time.sleep(1.1)
+    # S3's LastModified has whole seconds (and a local mtime the kernel's coarse clock): the late
+    # file must appear later than the commit that sealed day 3 (a file landed within that second is
+    # the documented clock hazard), so it is stamped two seconds on: its mtime, or S3's listing.
     land_file(root, "dt=1970-01-03/late.parquet", landing_table(2 * DAY, 3 * DAY, 5, seed=7))
+    if root.startswith("s3://"):
+        later["dt=1970-01-03/late.parquet"] = 2.0
+    else:
+        os.utime(Path(root) / "dt=1970-01-03/late.parquet", (time.time() + 2, time.time() + 2))
     with pytest.raises(LateDataError, match=r"late file .*dt=1970-01-03/late\.parquet"):
         _run(spark, shard_url, src, 4 * DAY, tag="b")
     assert _rows(shard_url) == want, "nothing of the refused runs committed"

@@ -14,7 +14,6 @@ from __future__ import annotations
 import itertools
 import json
 import re
-import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -228,10 +227,3 @@ def assert_int(x: int | None) -> int:
     assert x is not None
     return x
 
-
-def tick() -> float:
-    """A cutoff strictly between objects written before and after it (S3 times are whole seconds)."""
-    time.sleep(1.1)
-    t = time.time()
-    time.sleep(1.1)
-    return t

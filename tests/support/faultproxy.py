@@ -183,6 +183,7 @@ class FaultProxy:
         self._lock = threading.Lock()
         self._conditional = threading.Lock()
         self._idle = threading.Condition()
+        self._changed = threading.Condition()  # notified when a request is logged or its upstream status set
         self._inflight = 0
         self._rng = random.Random(seed)
         self._server = _Server((host, port), _Handler)
@@ -271,6 +272,18 @@ class FaultProxy:
                     raise TimeoutError(f"faultproxy still has {self._inflight} requests in flight")
                 self._idle.wait(left)
 
+    def wait_for(self, predicate: Callable[[], bool], timeout: float = 30.0) -> bool:
+        """Block until ``predicate()`` (typically over :meth:`requests`) holds, re-checking it
+        each time a request is logged or gets its upstream status; False on ``timeout``."""
+        with self._changed:
+            return self._changed.wait_for(predicate, timeout)
+
+    def _notify(self) -> None:
+        # SUBTLE: never called with ``_lock`` held: a waiter holds ``_changed`` while its
+        # predicate takes ``_lock``.
+        with self._changed:
+            self._changed.notify_all()
+
     # --- the data path --------------------------------------------------------------
 
     def _pick(self, req: Request) -> Rule | None:
@@ -343,11 +356,12 @@ class FaultProxy:
 
     def _serve(self, h: _Handler, req: Request, headers: list[tuple[str, str]], body: bytes) -> None:
         rule = self._pick(req)
+        self._notify()
         kind = rule.kind if rule is not None else None
         if rule is not None and rule.action is not None and kind in ("status_before_forward", "call_before_forward"):
             rule.action()
         if rule is not None and kind == "delay" and rule.phase == "before":
-            time.sleep(rule.seconds)
+            time.sleep(rule.seconds)  # not ordering: the fault itself, a slow answer
         if rule is not None and kind == "status_before_forward":
             self._answer_error(h, req, rule)
             return
@@ -355,14 +369,16 @@ class FaultProxy:
             status, reason, up_headers, data = self._forward(req.method, h.path, headers, body)
         except OSError as e:
             req.upstream_status = None
+            self._notify()
             self._answer_error(h, req, Rule("status_before_forward", status=502, code=f"BadGateway:{e}"))
             return
         req.upstream_status = status
+        self._notify()
         if rule is not None and rule.action is not None and kind not in ("status_before_forward",
                                                                           "call_before_forward"):
             rule.action()
         if rule is not None and kind == "delay" and rule.phase == "after":
-            time.sleep(rule.seconds)
+            time.sleep(rule.seconds)  # not ordering: the fault itself, a slow answer
         if rule is not None and kind == "drop_response_after_forward":
             h.drop()
             return

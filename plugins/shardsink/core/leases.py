@@ -220,11 +220,13 @@ class LeaseKeeper:
     ``close`` releases every lease and raises LeaseLostError if one was lost on the way
     (a renewal found it deleted or expired, or renewals kept failing until it expired):
     the job's reads may not have been protected and should be re-run.
+    ``after_renewal``: a test hook the thread calls after each round of renewals.
     """
 
-    def __init__(self, *, ttl_s: float = DEFAULT_TTL_S, clock: Clock = time.time) -> None:
+    def __init__(self, *, ttl_s: float = DEFAULT_TTL_S, clock: Clock = time.time,
+                 after_renewal: Callable[[], None] | None = None) -> None:
         self.ttl_s = ck.check_seconds(ttl_s, what="lease ttl", positive=True)
-        self.clock = clock
+        self.clock, self.after_renewal = clock, after_renewal
         self.held: list[tuple[LeaseHost, Lease]] = []
         self.lost: list[str] = []
         self._lock = threading.Lock()
@@ -252,6 +254,8 @@ class LeaseKeeper:
     def _run(self) -> None:
         while not self._stop.wait(self.ttl_s / 3):
             self.renew_all()
+            if self.after_renewal is not None:
+                self.after_renewal()
 
     def renew_all(self) -> None:
         """Renew every held lease once (the thread calls this every ttl/3)."""

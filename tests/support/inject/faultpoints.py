@@ -66,7 +66,7 @@ def install(spec: Mapping[str, Mapping[str, Any]]) -> Callable[[], None]:
                 return
             deadline = time.monotonic() + float(wait.get("timeout", 300))
             while not os.path.exists(wait["until"]) and time.monotonic() < deadline:
-                time.sleep(0.2)
+                time.sleep(0.2)  # a file handshake across Airflow's processes (no pipe to them): polled, bounded
 
         removers.append(hooks.register("append.before_commit", append_wait))
     if (lost := spec.get("append_ack_lost")) is not None:
