@@ -7,11 +7,11 @@ the facts, they read nothing themselves) and the run's context; a wait raises ``
 an end raises ``DownstreamTasksSkipped`` / ``AirflowSkipException``, so callers push their
 XComs before calling.
 
-Why defer, not reschedule (issue 21): with rescheduled mints, a ``--run-backwards
---max-active-runs 1`` backfill under a real scheduler failed 4 of 5 runs (the scheduler
-logged "finished with state success, but the task instance's state attribute is queued"
-and a try_number mismatch, then marked the rescheduled mint failed). Deferring is the wait
-Airflow 3 provides for tasks: the triggerer watches, the task keeps its try.
+Why defer, not reschedule: a rescheduled task under a real scheduler can race its own state
+(the scheduler logs "finished with state success, but the task instance's state attribute
+is queued" and a try_number mismatch, then fails the task), which a ``--run-backwards
+--max-active-runs 1`` backfill hits on most runs. Deferring is the wait Airflow 3 provides
+for tasks: the triggerer watches, the task keeps its try.
 """
 
 from __future__ import annotations

@@ -154,8 +154,8 @@ def check_props(props: object) -> Mapping[str, str]:
 def as_table(table: object, *, what: str = "table") -> Any:
     """A ``pyarrow.Table`` from a table, a record batch, or a mapping of column name to values.
 
-    Anything else is refused with InvalidUsageError (a plain dict used to fail later with
-    AttributeError).
+    Anything else is refused with InvalidUsageError, before any use (a plain dict would
+    otherwise fail later with AttributeError).
     """
     import pyarrow as pa
 

@@ -7,8 +7,8 @@ or in a verifier. IEEE 754 gives floats two notions of equality that disagree ex
 here: ``-0.0 == 0.0`` while their bits differ, and ``NaN != NaN`` while there are 2^52
 NaN bit patterns (sign and payload). Arrow's hash group-by compares bits; staging's
 sort kernel compared values; Spark normalises both in grouping keys. So a ``+1`` of
-``0.0`` and a ``-1`` of ``-0.0`` in different batches used to leave a shard whose
-snapshot reported a negative multiplicity.
+``0.0`` and a ``-1`` of ``-0.0`` in different batches, stored as written, would leave a
+shard whose snapshot reports a negative multiplicity.
 
 **The rule.** Float values are *canonical* in every part shardsink writes: ``-0.0`` is
 stored as ``+0.0`` and every NaN (any sign, any payload, signalling or quiet) as the one

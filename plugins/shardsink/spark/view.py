@@ -20,7 +20,7 @@ batch's append are two commits: between them (or if the append then loses its ra
 see the old rows with nulls in the new column; the batch that commits, or the next run's,
 corrects them.
 
-Reads (issue 18, each fact once per task): the output's state version comes from the write
+Reads (each fact once per task): the output's state version comes from the write
 task's fate decision (``decided_at``, fetched as an immutable version) or ONE head read; each
 input's head is read once (:class:`Facts`); both are passed down (``at=``/``head=``/``heads=``).
 The leased reads add what the lease protocol needs (:mod:`shardsink.core.leases`: the checks
