@@ -9,8 +9,9 @@ the library calls the Airflow tasks and the spark-submit job make). Measured: wa
 bytes of landed files (a ranged GET counts its range; a whole GET the object's size), LIST
 requests on the zone, CPU seconds of the process tree (this process, the Spark JVM and its
 Python workers; the moto server left out: the machine is shared, so CPU is the steadier
-figure), and the ``add_columns`` mint: the mint plus its check
-(:func:`evolve_for_source` with the chain the mint just prepared). Two arms, each against its own
+figure), the ``add_columns`` mint: the mint plus its check
+(:func:`evolve_for_source` with the chain the mint just prepared), and the bytes the run wrote
+to the landed-file index (a delta of its new entries) next to the whole index's size. Two arms, each against its own
 3-day baseline: a flat zone (``dt=NNNN/`` folders, no declared layout: one LIST of the zone per
 run) and a declared ``partitions="dt=YYYY-MM-DD"`` layout (lateness 1d: the run lists 2 day
 folders). Then peak RSS of a Python process streaming a large Parquet file
@@ -136,8 +137,10 @@ def history_run(spark: Any, proxy: Any, days: int, files: int, rows: int, layout
     import pyarrow as pa
 
     from shardsink import Shard
+    from shardsink.core.roots import RootObjects
     from shardsink.sinks.evolve import evolve_for_source
     from shardsink.sources.landing import LandingSource
+    from shardsink.sources.landing_layout import INDEX_KEY
 
     pre = f"s3://bench/h{days}-{uuid.uuid4().hex[:6]}"
     root, shard_url = f"{pre}/landing", f"{pre}/shard"
@@ -165,12 +168,18 @@ def history_run(spark: Any, proxy: Any, days: int, files: int, rows: int, layout
     wall, cpu, mint_s, check_s = (min(x) for x in zip(*samples, strict=True))
     gets, nbytes = landed_reads(proxy, "landing", sizes)
     lists = sum(1 for q in proxy.requests() if q.method == "GET" and "list-type" in q.query and "landing" in q.query)
+    # The proxy does not log body sizes: read back what the last day's PUTs left (its own objects).
+    store = RootObjects(shard_url)
+    index_puts = [len(store.get(q.key.split("/shard/", 1)[1]) or b"") for q in proxy.requests()
+                  if q.method == "PUT" and "/shard/landing/index" in q.key]
+    base = store.get(INDEX_KEY) or b""
     day_bytes = sum(v for k, v in sizes.items() if k.startswith(day_folder(days + 1, layout)))
     return {"history_days": days, "layout": layout or "flat", "files": (days + 2) * files,
             "cold_seconds": round(cold, 3), "seconds": round(wall, 3), "cpu_seconds": round(cpu, 3),
             "landing_lists": lists, "landed_gets": gets,
             "landed_bytes": nbytes, "day_bytes": day_bytes, "day_files": files, "mint_seconds": round(mint_s, 3),
-            "add_columns_check_seconds": round(check_s, 3), "add_columns_mint_seconds": round(mint_s + check_s, 3)}
+            "add_columns_check_seconds": round(check_s, 3), "add_columns_mint_seconds": round(mint_s + check_s, 3),
+            "index_puts": len(index_puts), "index_put_bytes": sum(index_puts), "index_base_bytes": len(base)}
 
 
 RSS_CHILD = """
@@ -246,7 +255,8 @@ def main() -> None:
 
 def report(runs: list[dict[str, Any]], rss: dict[str, Any], *, rows: int, files: int) -> None:
     load = os.getloadavg()
-    lines, top = [], {}
+    lines: list[str] = []
+    top: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
     for r in runs:
         base = next(b for b in runs if b["layout"] == r["layout"])  # the arm's 3-day baseline
         if r is base:
@@ -261,8 +271,9 @@ def report(runs: list[dict[str, Any]], rss: dict[str, Any], *, rows: int, files:
             f"included) | GETs {r['landed_gets']} (3 d: {base['landed_gets']}; day's files {r['day_files']}) | "
             f"add_columns mint {mint:.2f}x ({r['add_columns_mint_seconds']:.2f} s vs "
             f"{base['add_columns_mint_seconds']:.2f} s; check alone {r['add_columns_check_seconds']:.2f} s vs "
-            f"{base['add_columns_check_seconds']:.2f} s) |")
-        top[r["layout"]] = (r, base)
+            f"{base['add_columns_check_seconds']:.2f} s) | index written {r['index_put_bytes']} B in "
+            f"{r['index_puts']} PUT (the whole index: {r['index_base_bytes']} B) |")
+        top[f"{r['layout']} {r['history_days']} d"] = (r, base)
     rss_line = (f"| peak RSS streaming a {rss['file_bytes'] / 2**30:.2f} GiB Parquet file ({rss['rows']} rows) | "
                 f"{rss['peak_rss_mib']} MiB (target <= 512) |")
     stamp = time.strftime("%Y-%m-%d %H:%M")
@@ -270,7 +281,7 @@ def report(runs: list[dict[str, Any]], rss: dict[str, Any], *, rows: int, files:
             f"{platform.machine()}, {os.cpu_count()} cpus)\n\n" + "\n".join(lines) + "\n" + rss_line + "\n")
     print(text)
     arms = "; ".join(
-        f"{name} {r['history_days']} d / 3 d wall {r['seconds'] / b['seconds']:.2f}x CPU "
+        f"{name} / 3 d wall {r['seconds'] / b['seconds']:.2f}x CPU "
         f"{r['cpu_seconds'] / b['cpu_seconds']:.2f}x LISTs {r['landing_lists']} vs {b['landing_lists']} add_columns "
         f"mint {r['add_columns_mint_seconds'] / b['add_columns_mint_seconds']:.2f}x bytes "
         f"{r['landed_bytes'] / r['day_bytes']:.3f}x day GETs {r['landed_gets']} vs {b['landed_gets']}"

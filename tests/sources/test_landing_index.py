@@ -7,6 +7,7 @@ import os
 import time
 from pathlib import Path
 
+import msgspec
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -18,7 +19,8 @@ from shardsink.core.updates import TIME
 from shardsink.sources import LandingSource, MalformedInputError
 from shardsink.sources.landing import read_landing_file
 from shardsink.sources.landing_index import IndexEntry, get_plan, make_plan, refresh
-from shardsink.sources.landing_layout import INDEX_KEY
+from shardsink.sources.landing_index_store import FORMAT, FORMAT_V1, RING, LandingIndexDoc, load
+from shardsink.sources.landing_layout import INDEX_KEY, delta_key
 from shardsink.sources.landing_read import stream_rows
 from shardsink.storage.retry import RetryingBlob
 from shardsink_dev.synthetic import SCHEMA, land_file, landing_table
@@ -129,8 +131,7 @@ def test_a_file_changed_after_listing_is_refused_not_half_read(where: tuple[str,
     land_file(root, "a.parquet", landing_table(0, DAY, 50, seed=1))
     src = LandingSource(root)
     f = src.files()[0]
-    time.sleep(0.01)
-    land_file(root, "a.parquet", landing_table(0, DAY, 60, seed=2))  # rewritten in place
+    land_file(root, "a.parquet", landing_table(0, DAY, 60, seed=2))  # rewritten in place: other bytes, other size
     with pytest.raises(MalformedInputError, match="changed or disappeared since it was listed"):
         list(stream_rows(src.blob(), f, SCHEMA, "event_time", root=root, window=(0, DAY)))
 
@@ -156,7 +157,82 @@ def test_add_columns_schemas_from_the_index_equal_the_files(where: tuple[str, st
     # Each distinct schema once (a repeat cannot change the target nor fail first), named by its first file.
     assert set(indexed) <= set(read) and {s for _, s in indexed} == {s for _, s in read}
     assert [w for w, _ in indexed] == [next(w for w, s in read if s == s2) for _, s2 in indexed]
-    # The add_columns step after the mint: the same, from the mint's own listing (no second listing).
-    src.prepare_chain(shard, [type("D", (), {"desc_id": "d-1", "lower": 0, "upper": DAY})()])
+    # The add_columns step after the mint: from the mint's own plans (no second listing), so only
+    # the files the chain reads: not an older one (its rows were sealed), whatever its columns.
+    land_file(root, "old/z.parquet", landing_table(0, DAY, 5, seed=5).append_column("extra", pa.array([1] * 5)))
+    src.prepare_chain(shard, [type("D", (), {"desc_id": "d-1", "lower": DAY, "upper": 2 * DAY})()])
+    assert any("extra" in s.names for _, s in src.file_schemas(SCHEMA, shard_url=shard)), "the zone holds it"
     src.files = lambda **_: pytest.fail("the zone was listed a second time")  # type: ignore[method-assign]
-    assert [(w, s.to_string()) for w, s in src.file_schemas(SCHEMA, shard_url=shard, desc_id="d-1")] == indexed
+    chain = [(w, s.to_string()) for w, s in src.file_schemas(SCHEMA, shard_url=shard, desc_id="d-1")]
+    assert chain == [(f"{src.root}/day1/a.parquet", s) for _, s in indexed[:1]]
+
+
+def test_index_updates_write_only_what_changed_and_consolidate(tmp_path: Path) -> None:
+    """A run adds a delta of its new entries; every RING + 1 updates one rewrites the base; racing
+    writers both land; a crash or a lost delta costs a re-index of those files, never a wrong entry."""
+    root, shard = str(tmp_path / "landing"), (tmp_path / "shard").as_uri()
+    _land_days(root, 20)
+    src, store = LandingSource(root), RootObjects(shard)
+    puts: list[int] = []
+    remove = hooks.register("landing.index_put", lambda **kw: puts.append(kw["entries"]))
+    try:
+        _index(src, shard)
+        for d in range(20, 20 + RING + 2):
+            land_file(root, f"day{d}/a.parquet", landing_table(d * DAY, (d + 1) * DAY, 30, seed=d))
+            _index(src, shard)
+    finally:
+        remove()
+    assert puts == [20, *[1] * RING, 20 + RING + 1, 1], "deltas of the new entries; the base once per RING + 1"
+    full = _index(src, (tmp_path / "rebuilt").as_uri())
+
+    def loaded() -> dict[str, IndexEntry]:
+        return load(store, root=src.root, time_column="event_time").entries
+
+    assert loaded() == full
+    # Racing writers: each saw the same index; the loser re-reads and adds its entry as the next delta.
+    for d in (40, 41):
+        land_file(root, f"day{d}/a.parquet", landing_table(d * DAY, (d + 1) * DAY, 30, seed=d))
+    listing = src.files()
+    mine = [f for f in listing if f.key != "day41/a.parquet"]
+    theirs = [f for f in listing if f.key != "day40/a.parquet"]
+    raced: list[bool] = []
+
+    def racer(**_: object) -> None:  # the other mint writes first, once
+        if not raced:
+            raced.append(True)
+            refresh(src.blob(), shard, root=src.root, time_column="event_time", listing=theirs)
+
+    remove = hooks.register("landing.index_put", racer)
+    try:
+        refresh(src.blob(), shard, root=src.root, time_column="event_time", listing=mine)
+    finally:
+        remove()
+    assert loaded() == _index(src, (tmp_path / "rebuilt").as_uri())
+    # A crash while a delta is written leaves the index as it was.
+    before = loaded()
+    land_file(root, "day42/a.parquet", landing_table(42 * DAY, 43 * DAY, 30, seed=42))
+
+    def crash(**_: object) -> None:
+        raise RuntimeError("killed while writing a delta")
+
+    remove = hooks.register("landing.index_put", crash)
+    try:
+        with pytest.raises(RuntimeError):
+            _index(src, shard)
+    finally:
+        remove()
+    assert loaded() == before
+    _index(src, shard)
+    # A lost delta ends the chain: its files and later ones are indexed again, equal to before.
+    last = load(store, root=src.root, time_column="event_time").last
+    (tmp_path / "shard" / delta_key((last - 1) % RING)).unlink()  # day40's delta; day42's follows it
+    blob = RetryingBlob(src.blob())
+    again = refresh(blob, shard, root=src.root, time_column="event_time", listing=src.files()).entries
+    assert again == _index(src, (tmp_path / "rebuilt").as_uri()) and blob.requests == 2
+    # A /1 index (one document) is read, and rewritten as a /2 base by the next update.
+    store.put(INDEX_KEY, msgspec.json.encode(LandingIndexDoc(format=FORMAT_V1, root=src.root, time_column="event_time",
+                                                             entries=list(full.values()))))
+    assert set(loaded()) == set(full)
+    land_file(root, "day43/a.parquet", landing_table(43 * DAY, 44 * DAY, 30, seed=43))
+    _index(src, shard)
+    assert msgspec.json.decode(store.get(INDEX_KEY) or b"{}", type=dict)["format"] == FORMAT

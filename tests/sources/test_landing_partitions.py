@@ -63,7 +63,8 @@ class _Counting:
     """A blob that counts its LIST calls (by prefix)."""
 
     def __init__(self, blob: Any) -> None:
-        self.blob, self.lists = blob, []  # type: list[str]
+        self.blob = blob
+        self.lists: list[str] = []
 
     def list(self, prefix: str) -> Iterator[Any]:
         self.lists.append(prefix)

@@ -13,9 +13,10 @@ boto3), so no hadoop-aws jars are needed. A declared day-folder layout (``partit
 
 The parts, each importing only those before it: one file at a time (reading, shaping rows,
 the late check: :mod:`.landing_files`, whose names this module re-exports), the layout
-(:mod:`.landing_partitions`), the landed-file index and the mint's plans
-(:mod:`.landing_index`), reading a plan in bounded memory (:mod:`.landing_read`), the
-``add_columns`` schemas (:mod:`.landing_schemas`), and this source, which ties them together.
+(:mod:`.landing_partitions`), the landed-file index as stored (:mod:`.landing_index_store`),
+the index's entries and the mint's plans (:mod:`.landing_index`), reading a plan in bounded
+memory (:mod:`.landing_read`), the ``add_columns`` schemas (:mod:`.landing_schemas`), and
+this source, which ties them together.
 
 SUBTLE (late data): a file may hold times below the description's lower. That is fine
 when the file was already there when those times were sealed (its rows were ingested
@@ -36,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from shardsink.core.roots import RootObjects
 from shardsink.core.state_codec import schema_from_json, schema_to_json
 from shardsink.core.updates import TIME, user_schema
 from shardsink.sources.base import Seal, map_on_executors
@@ -132,11 +134,12 @@ class LandingSource:
             raise MalformedInputError(f"{self.root}/{WATERMARK_KEY}: watermark {wm!r} is not integer milliseconds")
         return wm
 
-    def files(self, *, window: tuple[int, int] | None = None) -> list[LandingFile]:
+    def files(self, *, window: tuple[int, int] | None = None, blob: Blob | None = None) -> list[LandingFile]:
         """Every data file under the root, sorted by key. With a declared layout, only files in day
         folders; with ``window`` too (a run's ``[lower, upper)``), only those of the folders
-        that run lists (:func:`shardsink.sources.landing_partitions.day_prefixes`)."""
-        blob, layout = self.blob(), self.partitions
+        that run lists (:func:`shardsink.sources.landing_partitions.day_prefixes`). ``blob``: the
+        root's store, when the caller has one open."""
+        blob, layout = blob or self.blob(), self.partitions
         span = day_span(self.lateness_ms, *window) if layout and window else None
         prefixes = day_prefixes(layout, span) if layout and span else None
         listed = (o for p in prefixes for o in blob.list(p)) if prefixes is not None else blob.list("")
@@ -164,17 +167,19 @@ class LandingSource:
         """The mint's step (:func:`shardsink.sinks.ingest.mint_chain`): list the zone ONCE (with a
         declared layout, the chain's day folders only), bring the shard's landed-file index up to
         date (new and changed files only), write each description's file plan for its write slots
-        (:mod:`shardsink.sources.landing_index`) and the listed files' schemas for the
-        ``add_columns`` check (:mod:`shardsink.sources.landing_schemas`)."""
+        (:mod:`shardsink.sources.landing_index`) and the schemas of the files those plans read,
+        for the ``add_columns`` check (:mod:`shardsink.sources.landing_schemas`)."""
         if not descs:
             return
-        listing = self.files(window=(descs[0].lower, descs[-1].upper))
-        indexed = refresh(self.blob(), shard_url, root=self.root, time_column=self.time_column, listing=listing)
-        for d in descs:
-            put_plan(shard_url, make_plan(indexed, desc_id=d.desc_id, lower=d.lower, upper=d.upper, root=self.root,
-                                          time_column=self.time_column, listing=listing))
-        put_chain_schemas(shard_url, indexed, desc_id=descs[0].desc_id, root=self.root,
-                          time_column=self.time_column, listing=listing)
+        blob, store = self.blob(), RootObjects(shard_url)  # one client each for the whole step
+        listing = self.files(window=(descs[0].lower, descs[-1].upper), blob=blob)
+        indexed = refresh(blob, store, root=self.root, time_column=self.time_column, listing=listing)
+        plans = [make_plan(indexed, desc_id=d.desc_id, lower=d.lower, upper=d.upper, root=self.root,
+                           time_column=self.time_column, listing=listing) for d in descs]
+        for p in plans:
+            put_plan(store, p)
+        put_chain_schemas(store, indexed, desc_id=descs[0].desc_id, root=self.root,
+                          time_column=self.time_column, plans=plans)
 
     def file_schemas(self, schema: pa.Schema | None = None, *, shard_url: str | None = None,
                      desc_id: str | None = None) -> Iterator[tuple[str, pa.Schema]]:
@@ -185,10 +190,11 @@ class LandingSource:
         it, schemas come from that shard's landed-file index, and only files it does not hold
         yet are read (footers; a CSV / JSONL file once, streaming), as is a CSV / JSONL file
         whose pinned columns were inferred as other types (read pinned, as without an index).
-        ``desc_id`` (the first description of the chain the mint just prepared): the files of
-        that mint's listing, recorded with their schemas, so the zone is not listed again
-        (:mod:`shardsink.sources.landing_schemas`). MalformedInputError names a file that
-        cannot be read."""
+        ``desc_id`` (the first description of the chain the mint just prepared): only the files
+        that chain's plans read (those overlapping its window, and the unindexed ones), recorded
+        by that mint with their schemas, so the zone is not listed again and the cost does not
+        grow with history (:mod:`shardsink.sources.landing_schemas`). MalformedInputError names
+        a file that cannot be read."""
         if shard_url is not None:
             yield from indexed_schemas(self, shard_url, schema, desc_id=desc_id)
             return

@@ -13,10 +13,9 @@ re-landing as it always did). A file that cannot be indexed (unreadable, no or n
 times) is left out: the write job reads it whole and refuses it as before.
 
 The index is a cache: a missing, unreadable or foreign (another root or time column) index
-costs one re-scan, never wrong data. SUBTLE (racing mints): it is written with a conditional
-put on the etag read; the loser re-reads, merges its new entries into the winner's and tries
-again (entries for the same file and listing are equal, so a merge never loses a fact). A
-crash while writing leaves the old document (the store's put is atomic).
+costs one re-scan, never wrong data. It is stored as a base document plus small delta
+segments, so a run writes only its new entries (:mod:`shardsink.sources.landing_index_store`:
+the layout, consolidation, and the racing mints).
 
 **A plan** (``landing/plans/<desc_id>.json``) is what the mint's ONE listing decided for one
 description: the files whose event times overlap ``[lower, upper)`` (``read``), those that
@@ -41,43 +40,17 @@ import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
-from shardsink import hooks
 from shardsink.core.roots import RootObjects
-from shardsink.errors import ConditionFailedError, InvalidUsageError, StorageError, UnknownOutcomeError
+from shardsink.errors import InvalidUsageError
 from shardsink.sources.landing_files import LandingFile, MalformedInputError, to_millis
-from shardsink.sources.landing_layout import INDEX_KEY, PLANS_PREFIX
+from shardsink.sources.landing_index_store import IndexEntry, load, save
+from shardsink.sources.landing_layout import PLANS_PREFIX
 from shardsink.storage.base import SourceVersion
 from shardsink.storage.ranged import RangedFile, SourceChangedError
 
 log = logging.getLogger("shardsink.sources")
 
-FORMAT = "shardsink.landing-index/1"
 PLAN_FORMAT = "shardsink.landing-plan/2"
-_SAVE_ATTEMPTS = 8
-
-
-class IndexEntry(msgspec.Struct, frozen=True, array_like=True):
-    """One landed file (see the module docstring); ``tmin`` / ``tmax`` None: no rows."""
-
-    key: str
-    size: int
-    modified: float
-    identity: str
-    fmt: str
-    rows: int
-    tmin: int | None
-    tmax: int | None
-    schema: str
-    first_seen: float
-
-
-class LandingIndexDoc(msgspec.Struct, frozen=True, kw_only=True):
-    format: str = FORMAT
-    root: str
-    time_column: str
-    #: fingerprint -> base64 Arrow IPC schema of the file's columns (the event time included).
-    schemas: dict[str, str] = msgspec.field(default_factory=dict)
-    entries: list[IndexEntry] = msgspec.field(default_factory=list)
 
 
 class Listed(msgspec.Struct, frozen=True, array_like=True):
@@ -239,42 +212,27 @@ def _stream_facts(rf: RangedFile, fmt: str, time_column: str, where: str
     return rows, times, schema
 
 
-# --- the index document ----------------------------------------------------------------------
+# --- joining a listing with the index -----------------------------------------------------------
 
 
-def _load(store: RootObjects, root: str, time_column: str) -> tuple[LandingIndexDoc | None, str | None, bool]:
-    """``(doc, etag, writable)``: doc None if absent, unreadable or foreign (a cache: re-scan);
-    ``writable`` False for a newer format (left to the newer writer)."""
-    got = store.fetch(INDEX_KEY)
-    if got is None:
-        return None, None, True
-    try:
-        fmt = msgspec.json.decode(got.data, type=dict).get("format")
-        if fmt != FORMAT:
-            log.warning("%s has format %r, not %r: ignored (re-scanning)", store.where(INDEX_KEY), fmt, FORMAT)
-            return None, got.etag, False
-        doc = msgspec.json.decode(got.data, type=LandingIndexDoc)
-    except (msgspec.DecodeError, msgspec.ValidationError, AttributeError) as e:
-        log.warning("%s is unreadable (%s): rebuilt from the landing zone", store.where(INDEX_KEY), e)
-        return None, got.etag, True
-    if doc.root != root or doc.time_column != time_column:
-        return None, got.etag, True
-    return doc, got.etag, True
+def store_of(shard: str | RootObjects) -> RootObjects:
+    """The shard's root objects (``shard``: its URL, or the store one caller reuses for its writes)."""
+    return shard if isinstance(shard, RootObjects) else RootObjects(shard)
 
 
-def refresh(blob: object, shard_url: str, *, root: str, time_column: str,
+def refresh(blob: object, shard_url: str | RootObjects, *, root: str, time_column: str,
             listing: Sequence[LandingFile], write: bool = True) -> Indexed:
     """Join ``listing`` with the index of ``shard_url``, indexing new and changed files (and,
-    with ``write``, writing the index back if any); see the module docstring."""
-    store = RootObjects(shard_url)
-    doc, etag, writable = _load(store, root, time_column)
-    have = {e.key: e for e in doc.entries} if doc is not None else {}
-    schemas = dict(doc.schemas) if doc is not None else {}
+    with ``write``, adding them to the index: :func:`shardsink.sources.landing_index_store.save`);
+    see the module docstring."""
+    store = store_of(shard_url)
+    loaded = load(store, root=root, time_column=time_column)
+    schemas = dict(loaded.schemas)
     entries: dict[str, IndexEntry] = {}
     fresh: dict[str, IndexEntry] = {}
     unindexed: list[LandingFile] = []
     for f in listing:
-        e = have.get(f.key)
+        e = loaded.entries.get(f.key)
         if e is None or not _unchanged(e, f):
             try:
                 e, schema = build_entry(blob, f, time_column, where=f"{root}/{f.key}")
@@ -286,35 +244,9 @@ def refresh(blob: object, shard_url: str, *, root: str, time_column: str,
             schemas[fp] = b64
             fresh[f.key] = e
         entries[f.key] = e
-    if fresh and writable and write:
-        _save(store, doc, etag, fresh, schemas, root=root, time_column=time_column)
+    if fresh and write:
+        save(store, loaded, fresh, schemas, root=root, time_column=time_column)
     return Indexed(entries, unindexed, schemas)
-
-
-def _save(store: RootObjects, doc: LandingIndexDoc | None, etag: str | None, fresh: dict[str, IndexEntry],
-          schemas: dict[str, str], *, root: str, time_column: str) -> None:
-    """Merge ``fresh`` into the index by conditional put (re-read and merge on a lost race).
-    Best effort: the index is a cache, so a write that cannot be made is logged, not raised."""
-    for _ in range(_SAVE_ATTEMPTS):
-        base = {e.key: e for e in doc.entries} if doc is not None else {}
-        merged = {**base, **fresh}
-        used = {e.schema for e in merged.values()}
-        all_schemas = {**(doc.schemas if doc is not None else {}), **schemas}
-        out = LandingIndexDoc(root=root, time_column=time_column,
-                              schemas={k: v for k, v in sorted(all_schemas.items()) if k in used},
-                              entries=sorted(merged.values(), key=lambda e: e.key))
-        hooks.fire("landing.index_put", shard_url=store.url, entries=len(out.entries))
-        try:
-            store.replace(INDEX_KEY, msgspec.json.encode(out), etag=etag)
-            return
-        except ConditionFailedError:
-            doc, etag, writable = _load(store, root, time_column)
-            if not writable:
-                return
-        except (UnknownOutcomeError, StorageError) as e:
-            log.warning("could not write %s (%s): the next run indexes these files again", store.where(INDEX_KEY), e)
-            return
-    log.warning("%s: other mints kept writing it; left as they wrote it", store.where(INDEX_KEY))
 
 
 # --- plans -------------------------------------------------------------------------------------
@@ -343,8 +275,8 @@ def make_plan(indexed: Indexed, *, desc_id: str, lower: int, upper: int, root: s
                        older=older)
 
 
-def put_plan(shard_url: str, plan: LandingPlan) -> None:
-    RootObjects(shard_url).put(plan_key(plan.desc_id), msgspec.json.encode(plan))
+def put_plan(shard_url: str | RootObjects, plan: LandingPlan) -> None:
+    store_of(shard_url).put(plan_key(plan.desc_id), msgspec.json.encode(plan))
 
 
 def get_plan(shard_url: str, *, desc_id: str, lower: int, upper: int, root: str, time_column: str

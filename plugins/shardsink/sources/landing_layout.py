@@ -1,8 +1,10 @@
 """The root objects the landing-zone source keeps in each data shard it feeds, registered with
-core's layout (:mod:`shardsink.core.keys`):
+core (:mod:`shardsink.core.roots`):
 
 * ``landing/index.json``: the landed-file index (:mod:`shardsink.sources.landing_index`), a
-  cache GC keeps (losing it costs one re-scan of the landing zone, never wrong data);
+  cache GC keeps (losing it costs one re-scan of the landing zone, never wrong data), and
+  ``landing/index-delta/<n>.json``: its ring of delta segments, a fixed number of slots
+  reused in turn (:mod:`shardsink.sources.landing_index_store`), kept by GC too;
 * ``landing/plans/<desc_id>.json``: the file plan a mint made for one description, read by
   its write jobs, and ``landing/plans/<desc_id>.schemas.json``: the schemas of the files that
   mint listed, read by its ``add_columns`` check (:mod:`shardsink.sources.landing_schemas`);
@@ -14,10 +16,17 @@ Importing this module registers them; GC and verify import it so they know these
 
 from __future__ import annotations
 
-from shardsink.core.keys import register_root
+from shardsink.core.roots import register_root
 
 INDEX_KEY = "landing/index.json"
+DELTAS_PREFIX = "landing/index-delta/"
 PLANS_PREFIX = "landing/plans/"
 
 register_root(INDEX_KEY, owner="landing")
+register_root(DELTAS_PREFIX, owner="landing", prefix=True)
 register_root(PLANS_PREFIX, owner="landing", prefix=True, expiry="after_grace")
+
+
+def delta_key(slot: int) -> str:
+    """The index's delta ring slot ``slot``."""
+    return f"{DELTAS_PREFIX}{slot}.json"

@@ -1,12 +1,16 @@
-"""The file schemas ``schema_mode="add_columns"``'s mint checks, from the mint's own listing.
+"""The file schemas ``schema_mode="add_columns"``'s mint checks, from the mint's own plans.
 
 The mint lists the landing zone once (:meth:`shardsink.sources.landing.LandingSource.prepare_chain`)
-and, next to its descriptions' plans, writes the schema of every file that listing found:
-``landing/plans/<first desc_id>.schemas.json`` (a cache under the plans' prefix, deleted by GC
-after its grace period; :mod:`shardsink.sources.landing_layout`). The evolution step that
-follows in the same mint (:func:`shardsink.sinks.evolve.evolve_for_source`) reads it instead of
-listing the zone a second time. A missing or foreign one (a mint that crashed before writing
-it, another source) costs that second listing and a join with the index, never a wrong schema.
+and, next to its descriptions' plans, writes the schema of every file those plans make the
+write jobs read (the files whose event times overlap the chain's window, and those the index
+could not hold, read whole): ``landing/plans/<first desc_id>.schemas.json`` (a cache under the
+plans' prefix, deleted by GC after its grace period; :mod:`shardsink.sources.landing_layout`).
+So its size, and the check's cost, are the chain's files, not the zone's history: an older
+file is never read again (its rows were ingested when they were sealed, or it is refused as
+late). The evolution step that follows in the same mint
+(:func:`shardsink.sinks.evolve.evolve_for_source`) reads it instead of listing the zone a second
+time. A missing or foreign one (a mint that crashed before writing it, another source) costs
+that second listing and a join with the index over every listed file, never a wrong schema.
 """
 
 from __future__ import annotations
@@ -19,16 +23,16 @@ import msgspec
 import pyarrow as pa
 
 from shardsink.core.roots import RootObjects
-from shardsink.sources.landing_files import LandingFile, MalformedInputError, read_file_schema
-from shardsink.sources.landing_index import Indexed, decode_schema, plan_key, refresh
+from shardsink.sources.landing_files import MalformedInputError, read_file_schema
+from shardsink.sources.landing_index import Indexed, LandingPlan, decode_schema, plan_key, refresh, store_of
 
 log = logging.getLogger("shardsink.sources")
 
-SCHEMAS_FORMAT = "shardsink.landing-schemas/1"
+SCHEMAS_FORMAT = "shardsink.landing-schemas/2"
 
 
 class FileSchema(msgspec.Struct, frozen=True, array_like=True):
-    """One listed file: its format and schema fingerprint ("": it could not be indexed)."""
+    """One file the chain reads: its format and schema fingerprint ("": it could not be indexed)."""
 
     key: str
     fmt: str
@@ -49,17 +53,18 @@ def schemas_key(desc_id: str) -> str:
     return plan_key(desc_id).removesuffix(".json") + ".schemas.json"
 
 
-def put_chain_schemas(shard_url: str, indexed: Indexed, *, desc_id: str, root: str, time_column: str,
-                      listing: Sequence[LandingFile]) -> None:
-    """Record the schema of every file of the mint's ``listing`` (see the module docstring)."""
+def put_chain_schemas(shard_url: str | RootObjects, indexed: Indexed, *, desc_id: str, root: str, time_column: str,
+                      plans: Sequence[LandingPlan]) -> None:
+    """Record the schema of every file ``plans`` read (see the module docstring), in listing (key) order."""
+    keys = sorted({e.key for p in plans for e in p.read} | {u.key for p in plans for u in p.unindexed})
     files = []
-    for f in listing:
-        e = indexed.entries.get(f.key)
-        files.append(FileSchema(f.key, f.key.lower().rsplit(".", 1)[-1], e.schema if e is not None else ""))
+    for key in keys:
+        e = indexed.entries.get(key)
+        files.append(FileSchema(key, key.lower().rsplit(".", 1)[-1], e.schema if e is not None else ""))
     used = {f.schema for f in files if f.schema}
     doc = ChainSchemas(desc_id=desc_id, root=root, time_column=time_column,
                        schemas={k: v for k, v in indexed.schemas.items() if k in used}, files=files)
-    RootObjects(shard_url).put(schemas_key(desc_id), msgspec.json.encode(doc))
+    store_of(shard_url).put(schemas_key(desc_id), msgspec.json.encode(doc))
 
 
 def _get_chain_schemas(shard_url: str, *, desc_id: str, root: str, time_column: str) -> ChainSchemas | None:
@@ -79,10 +84,11 @@ def _get_chain_schemas(shard_url: str, *, desc_id: str, root: str, time_column: 
 
 def indexed_schemas(src: Any, shard_url: str, schema: pa.Schema | None, *, desc_id: str | None = None
                     ) -> Iterator[tuple[str, pa.Schema]]:
-    """:meth:`shardsink.sources.landing.LandingSource.file_schemas` from the mint's listing
-    (``desc_id``: the chain's first description) or, without it, from one listing joined with
-    the index of ``shard_url``. A file whose columns (as pinned by ``schema``) equal an earlier
-    file's is not yielded again: it could not change the target schema, nor fail first."""
+    """:meth:`shardsink.sources.landing.LandingSource.file_schemas` from the mint's plans
+    (``desc_id``: the chain's first description: the files that chain reads) or, without it,
+    from one listing joined with the index of ``shard_url`` (every listed file). A file whose
+    columns (as pinned by ``schema``) equal an earlier file's is not yielded again: it could
+    not change the target schema, nor fail first."""
     doc = _get_chain_schemas(shard_url, desc_id=desc_id, root=src.root, time_column=src.time_column) \
         if desc_id is not None else None
     if doc is not None:
@@ -96,7 +102,7 @@ def indexed_schemas(src: Any, shard_url: str, schema: pa.Schema | None, *, desc_
         schemas = idx.schemas
         files = [(f.key, f.key.lower().rsplit(".", 1)[-1], e.schema if (e := idx.entries.get(f.key)) else "")
                  for f in listing]
-    blob, seen = src.blob(), set()
+    blob, seen = None, set()
     for key, fmt, fp in files:
         where = f"{src.root}/{key}"
         fs = _pinned(decode_schema(schemas[fp]), fmt, schema) if fp and fp in schemas else None
@@ -106,6 +112,7 @@ def indexed_schemas(src: Any, shard_url: str, schema: pa.Schema | None, *, desc_
                 continue
             seen.add(same)
         else:
+            blob = blob or src.blob()  # only for a file the index cannot answer for
             fs = read_file_schema(blob, key, schema, where=where)
         if src.time_column not in fs.names:
             raise MalformedInputError(f"{where} has no event-time column {src.time_column!r} (columns: {fs.names})")
