@@ -120,11 +120,12 @@ def _append(shard: Shard, args: argparse.Namespace) -> int:
 def _inspect(shard: Shard, args: argparse.Namespace) -> int:
     d = inspect_json(shard)
     from shardsink.reclock.inspect import reclock_info
+    from shardsink.sinks.waiting import waiting_json
 
     rc = reclock_info(shard)
     if rc is not None:
         d["reclock"] = rc
-    d["staged_waiting"] = _staged_waiting(shard, d["upper"])
+    d["staged_waiting"] = waiting_json(shard, d["upper"])
     if args.leaks:
         d["leaked_parts"] = [
             {"key": o.key, "bytes": o.size, "modified": o.modified}
@@ -160,18 +161,6 @@ def _inspect(shard: Shard, args: argparse.Namespace) -> int:
                 print(_table([[x["key"], x["bytes"], f"{now - x['modified']:.0f}"] for x in leaks],
                              ["key", "bytes", "age_s"]))
     return 0
-
-
-def _staged_waiting(shard: Shard, upper: int | None) -> list[dict[str, object]]:
-    """Descriptions staged at or ahead of ``upper`` (a backfill's runs waiting to append in order;
-    :mod:`shardsink.sinks.waiting`): one listing of ``staging/``, one manifest read each."""
-    from shardsink.sinks.waiting import staged_descriptions
-
-    if upper is None:
-        return []
-    return [{"desc_id": s.desc_id, "lower": s.lower, "upper": s.upper, "staged_slots": s.staged_slots,
-             "slots": s.slots, "turn": "next" if s.lower == upper else "waiting"}
-            for s in staged_descriptions(shard) if s.lower >= upper]
 
 
 def _log(shard: Shard, args: argparse.Namespace) -> int:

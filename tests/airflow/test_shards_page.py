@@ -7,14 +7,16 @@ the shardsink plugin loaded from its entry point and the simple auth manager (us
 ``viewer``, ``admin`` and ``noassets`` with passwords from a file), extended by the
 test-only tests/support/auth/shardsink_test_auth.py to deny ``noassets`` (an admin) access
 to assets. ``[shardsink] shard_urls`` also names a shard not created yet and one evolved
-with ``shardsink schema --add/--rename`` (its schema history). The browser test drives
-Debian's headless Chromium (``make test`` installs it, as it does Java).
+with ``shardsink schema --add/--rename`` (its schema history). The DAG's shard also holds a
+later day staged ahead of its upper (a backfill's run waiting its turn to append). The
+browser test drives Debian's headless Chromium (``make test`` installs it, as it does Java).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -29,11 +31,13 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from af_helpers import REPO, START, VENV_BIN, Env, UdpListener, lineage_env, make_env, ok, read_lineage
+from af_helpers import DAY, REPO, START, VENV_BIN, Env, UdpListener, lineage_env, make_env, ok, read_lineage
 
 from shardsink import Shard
 from shardsink.cli import main
 from shardsink.provider.inventory import shard_id
+from shardsink.sinks.description import Description
+from shardsink.sinks.staging import write_manifest
 from shardsink_dev.synthetic import generate
 from shardsink_dev.testing import free_port
 
@@ -41,6 +45,8 @@ PASSWORDS = {"viewer": "viewer-pw-3141", "admin": "admin-pw-2718", "noassets": "
 AUTH_DIR = REPO / "tests" / "support" / "auth"  # the test-only auth manager (shardsink_test_auth)
 #: Planted in the api-server's and the DAG run's environment: must never appear in any response.
 SECRET = "AKIAFAKE/not-a-real-secret-shardsink-9f8e7d"
+#: A backfill's later day (2024-01-03), staged ahead of the shard's upper (2024-01-02), waiting its turn.
+AHEAD = Description("backfill-2024-01-03", START + 2 * DAY, START + 3 * DAY, 1)
 SCREENSHOT = os.environ.get("SHARDSINK_SCREENSHOT")  # e.g. docs/img/shards-page.png to refresh the README's
 
 
@@ -105,6 +111,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory, airflow_template: Path) -> I
     writer = shard.log(limit=1)[0][1].writer
     assert writer.startswith("airflow:example_ingest/"), writer
     evolved = _evolved_shard((tmp / "evolved").as_uri())
+    staged = shard.stage(pa.table({"user": ["u001"], "action": ["view"], "amount": [1], "_time": [AHEAD.lower]}),
+                         lower=AHEAD.lower, upper=AHEAD.upper, desc_id=AHEAD.desc_id)
+    write_manifest(shard, AHEAD, slot=0, slots=2, parts=staged.parts)  # one of its two slots staged
     log = open(af.home / "api-server.log", "w")  # noqa: SIM115 - closed below
     proc = subprocess.Popen([str(VENV_BIN / "airflow"), "api-server", "--port", str(port), "--workers", "1"],
                             env=af.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -120,7 +129,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, airflow_template: Path) -> I
                     log.flush()
                     raise AssertionError("api-server did not start:\n" +
                                          (af.home / "api-server.log").read_text()[-4000:]) from None
-                time.sleep(0.5)
+                time.sleep(0.5)  # not ordering: the api-server's readiness, bounded by the deadline
         yield Stack(af, base, writer.split("/", 1)[1], shard.url, lineage, listener.lines, out, evolved)
     finally:
         if proc.poll() is None:
@@ -179,6 +188,11 @@ def test_shards_api_lists_the_dag_shard_with_its_frontiers_and_last_dag_run(stac
     info = Shard.open(stack.shard_url).info()
     assert (row["upper"], row["seqno"], row["rows"]) == (info.upper, info.seqno, 120)
     assert row["upper_time"] == "2024-01-02T00:00:00.000Z" and row["leaked"] == 0
+    waiting = json.loads(stack.get(f"/shardsink/api/shards/{row['id']}", token=stack.token("viewer"))[1])[
+        "staged_waiting"]
+    assert [(w["desc_id"], w["lower_time"], w["upper_time"], w["staged_slots"], w["slots"], w["turn"])
+            for w in waiting] == [(AHEAD.desc_id, "2024-01-03T00:00:00.000Z", "2024-01-04T00:00:00.000Z", 1, 2,
+                                   "waiting")]
     assert (row["last_commit"]["dag_id"], row["last_commit"]["run_id"]) == ("example_ingest", stack.run_id)
     # The DAG run's "Shards" tab: the shards this run committed to.
     q = urllib.parse.urlencode({"dag_id": "example_ingest", "run_id": stack.run_id})
@@ -245,7 +259,15 @@ def test_browser_logs_in_sees_the_shard_page_and_opens_the_commits_dag_run(stack
 
         wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "#snapshot tbody tr")))
         assert "2024-01-02 00:00:00 UTC" in d.find_element(By.CSS_SELECTOR, ".card .upper").text
-        assert d.find_elements(By.CSS_SELECTOR, "#frontier-chart path.series-up")
+        up = d.find_element(By.CSS_SELECTOR, "#frontier-chart path.series-up").get_attribute("d")
+        # The staged day: a band ahead of (above) the upper line, with its lower/upper, and its row.
+        band = d.find_element(By.CSS_SELECTOR, f"#frontier-chart rect.staged-band[data-desc='{AHEAD.desc_id}']")
+        assert (band.get_attribute("data-lower"), band.get_attribute("data-upper")) == (str(AHEAD.lower),
+                                                                                      str(AHEAD.upper))
+        bottom = float(band.get_attribute("y")) + float(band.get_attribute("height"))
+        assert bottom < float(re.split(r"[V,]", up)[-1]), (band.get_attribute("y"), up)  # SVG y grows downwards
+        waiting = d.find_element(By.CSS_SELECTOR, f"#staged-waiting tr.staged[data-desc='{AHEAD.desc_id}']").text
+        assert "[2024-01-03 00:00:00 UTC, 2024-01-04 00:00:00 UTC)" in waiting and "1 / 2" in waiting, waiting
         commit = d.find_element(By.CSS_SELECTOR, "tr.commit[data-seqno='1']")
         assert "append" in commit.text and "120" in commit.text
         schema = d.find_element(By.CSS_SELECTOR, "#schema-history tr.schema[data-schema-id='0']").text

@@ -13,6 +13,8 @@ from shardsink import ReadFrontierError, Shard
 from shardsink.cli import main
 from shardsink.provider import inventory, lineage
 from shardsink.provider.inventory import dag_run_of
+from shardsink.sinks.description import Description
+from shardsink.sinks.staging import write_manifest
 
 SCHEMA = pa.schema([("user", pa.string()), ("n", pa.int64())])
 DAY = 86_400_000
@@ -40,6 +42,19 @@ def test_detail_shows_frontiers_commits_with_their_dag_runs_and_leaked_parts(tmp
     assert inventory.summary(url, grace_s=3600)["leaked"] == 0  # young parts may be an in-flight writer's
     assert d["retention_ms"] is None and d["lease_list"] == []
     assert inventory.shard_id(url) == inventory.shard_id(url + "/") == d["id"]
+    assert d["staged_waiting"] == []  # staged parts without a manifest: no description waiting
+
+    # A backfill's later days, staged ahead of the upper (3 DAY): the band the page draws ahead of it.
+    for day, slots in ((4, 2), (3, 1)):
+        desc = Description(f"backfill-day-{day}", day * DAY, (day + 1) * DAY, 1)
+        staged = shard.stage(_rows(day * DAY, 1), lower=desc.lower, upper=desc.upper, desc_id=desc.desc_id)
+        write_manifest(shard, desc, slot=0, slots=slots, parts=staged.parts)
+    band = inventory.detail(url, grace_s=3600)["staged_waiting"]
+    assert [(w["desc_id"], w["lower"], w["upper"], w["lower_time"], w["staged_slots"], w["slots"], w["turn"])
+            for w in band] == [
+        ("backfill-day-3", 3 * DAY, 4 * DAY, "1970-01-04T00:00:00.000Z", 1, 1, "next"),
+        ("backfill-day-4", 4 * DAY, 5 * DAY, "1970-01-05T00:00:00.000Z", 1, 2, "waiting")]
+    assert band[1]["upper_time"] == "1970-01-06T00:00:00.000Z"
 
 
 def test_preview_shows_the_first_rows_as_of_a_time_and_refuses_unreadable_times(tmp_path: Path) -> None:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -131,6 +132,25 @@ def test_backfills_in_both_orders_at_any_concurrency_defer_and_cover_every_inter
     masters = {a["properties"].get("spark.master") for a in topology.spark_apps().values()
                if any(f"-{dag_id}-" in str(a["properties"].get("spark.app.name")) for dag_id in SCENARIOS)}
     assert masters == {"local[1]"}, masters
+
+    # Reprocessing (issue 34, "every way users run backfills"): ``--reprocess-behavior completed``
+    # over days the shard has covered clears the successful runs and runs them again; each new
+    # try finds its day covered and ends at the mint (no Spark job): green, nothing committed.
+    dag_id, (days, _, _) = "dw_fwd_one", SCENARIOS["dw_fwd_one"]
+    url = spec[dag_id][0]
+    seqno = Shard.open(url).info().seqno
+    before = {r["dag_run_id"]: r["end_date"] for r in runs[dag_id]}
+    ok(topology.airflow("backfill", "create", "--dag-id", dag_id, "--from-date", "2024-01-01",
+                        "--to-date", f"2024-01-{days:02d}", "--reprocess-behavior", "completed"))
+    again = topology.wait_for_runs(dag_id, at_least=days, timeout=300, done=lambda rs: all(
+        r["end_date"] not in (None, before.get(r["dag_run_id"])) for r in rs))
+    assert {r["state"] for r in again} == {"success"} and len(again) == days, again
+    assert Shard.open(url).info().seqno == seqno, "a reprocessed, covered day committed again"
+    for r in again:  # the re-run's own try of the mint (a cleared task's try number goes up)
+        mint = _ti(topology.task_instances(dag_id), r["dag_run_id"], "attempt_1.mint")
+        folder = Path(topology.env["AIRFLOW_HOME"]) / "logs" / f"dag_id={dag_id}" / f"run_id={r['dag_run_id']}"
+        text = (folder / "task_id=attempt_1.mint" / f"attempt={mint['try_number']}.log").read_text(errors="replace")
+        assert mint["try_number"] >= 2 and "skipping the rest of this run" in text, (r["dag_run_id"], mint)
 
 
 def _ti(tis: list[dict[str, Any]], run_id: str, task_id: str) -> dict[str, Any]:

@@ -31,8 +31,10 @@ def spark_defaults(root: Path) -> str:
     return " ".join(f"-D{k}={v}" for k, v in props.items())
 
 
-def start_spark(start: Start, root: Path, env: dict[str, str]) -> tuple[str, str, tuple[str, ...]]:
-    """The master and two workers, started by ``start``; returns (master URL, master UI, worker UIs)."""
+def start_spark(start: Start, root: Path, env: dict[str, str], *, cores: int = 2
+                ) -> tuple[str, str, tuple[str, ...]]:
+    """The master and two workers of ``cores`` cores each (512 MiB of executor memory per core),
+    started by ``start``; returns (master URL, master UI, worker UIs)."""
     port, ui = free_port(), free_port()
     spark_env = {**env, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_DAEMON_JAVA_OPTS": JVM_OPTS,
                  "SPARK_DAEMON_MEMORY": "256m", "SPARK_LOG_DIR": str(root / "logs")}
@@ -47,7 +49,8 @@ def start_spark(start: Start, root: Path, env: dict[str, str]) -> tuple[str, str
         work.mkdir()
         # Executors are the worker's children: they inherit its environment (the S3 endpoint).
         start(f"spark-worker-{i}", [cls, "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
-                                            "--webui-port", str(wui), "--cores", "2", "--memory", "1g",
+                                            "--webui-port", str(wui), "--cores", str(cores),
+                                            "--memory", f"{512 * cores}m",
                                             "--work-dir", str(work), master], spark_env)
         worker_uis.append(f"http://127.0.0.1:{wui}")
     return master, f"http://127.0.0.1:{ui}", tuple(worker_uis)

@@ -71,7 +71,7 @@ def wait_for(what: str, probe: Callable[[], T | None], *, timeout: float, every:
         if time.monotonic() > deadline:
             tail = log.read_text()[-4000:] if log is not None and log.exists() else ""
             raise AssertionError(f"{what}: not within {timeout:.0f}s\n{tail}")
-        time.sleep(every)
+        time.sleep(every)  # not ordering: a poll of foreign servers (no event to wait on), bounded by timeout
 
 
 def get_json(url: str, *, headers: dict[str, str] | None = None, timeout: float = 30) -> Any:
@@ -290,7 +290,7 @@ def postgres() -> Iterator[str]:
         shutil.rmtree(data, ignore_errors=True)
 
 
-def _airflow_env(root: Path, pg: str, redis_port: int, master: str, api_port: int) -> dict[str, str]:
+def _airflow_env(root: Path, pg: str, redis_port: int, master: str, api_port: int, slots: int) -> dict[str, str]:
     home = root / "airflow"
     (home / "dags").mkdir(parents=True)
     (root / "pythonpath").mkdir()
@@ -302,7 +302,7 @@ def _airflow_env(root: Path, pg: str, redis_port: int, master: str, api_port: in
         "AIRFLOW__CORE__EXECUTOR": "CeleryExecutor",
         "AIRFLOW__CELERY__BROKER_URL": f"redis://127.0.0.1:{redis_port}/0",
         "AIRFLOW__CELERY__RESULT_BACKEND": f"db+postgresql://{pg}",
-        "AIRFLOW__CELERY__WORKER_CONCURRENCY": "2",
+        "AIRFLOW__CELERY__WORKER_CONCURRENCY": str(slots),
         "AIRFLOW__CELERY__CELERY_CONFIG_OPTIONS": "shardsink.airflow.celery_config.CELERY_CONFIG",  # the preload
         "AIRFLOW__CORE__DAGS_FOLDER": str(home / "dags"),
         "AIRFLOW__CORE__HOSTNAME_CALLABLE": "topology_host.hostname",
@@ -331,8 +331,12 @@ def _airflow_env(root: Path, pg: str, redis_port: int, master: str, api_port: in
 
 
 @contextmanager
-def topology_stack(root: Path) -> Iterator[Topology]:
-    """Start the topology under ``root`` (the moto server's AWS settings must be in ``os.environ``)."""
+def topology_stack(root: Path, *, slots: int = 2) -> Iterator[Topology]:
+    """Start the topology under ``root`` (the moto server's AWS settings must be in ``os.environ``).
+    ``slots``: task slots of each Celery worker and cores of each Spark worker (the tests' 2;
+    bench/backfill.py gives a parallel backfill more, as a larger cluster would)."""
+    if not 1 <= slots <= 16:
+        raise ValueError(f"slots={slots!r}: expected 1..16")
     logs = root / "logs"
     logs.mkdir(parents=True)
     with ExitStack() as stack:
@@ -341,10 +345,10 @@ def topology_stack(root: Path) -> Iterator[Topology]:
         redis_port, api_port = free_port(), free_port()
         daemons.start("redis", ["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "",
                                 "--appendonly", "no", "--daemonize", "no"], dict(os.environ))
-        master, master_ui, worker_uis = start_spark(daemons.start, root, base_env(root))
+        master, master_ui, worker_uis = start_spark(daemons.start, root, base_env(root), cores=slots)
         pg = stack.enter_context(postgres())
         stack.callback(daemons.stop)  # again (idempotent): Airflow's processes stop before PostgreSQL does
-        env = _airflow_env(root, pg, redis_port, master, api_port)
+        env = _airflow_env(root, pg, redis_port, master, api_port, slots)
         migrate = subprocess.run([str(VENV_BIN / "airflow"), "db", "migrate"], env=env, capture_output=True,
                                  text=True, timeout=600)
         assert migrate.returncode == 0, migrate.stdout[-3000:] + migrate.stderr[-3000:]
@@ -357,7 +361,7 @@ def topology_stack(root: Path) -> Iterator[Topology]:
             worker_env = {**env, "TOPOLOGY_HOSTNAME": host,
                           "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port())}
             daemons.start(f"celery-worker-{i}", [af, "celery", "worker", "--celery-hostname", f"worker{i}@{host}",
-                                                 "--concurrency", "2", "--without-mingle", "--without-gossip"],
+                                                 "--concurrency", str(slots), "--without-mingle", "--without-gossip"],
                           worker_env)
         topo = Topology(root=root, env=env, api_url=f"http://127.0.0.1:{api_port}", spark_master_ui=master_ui,
                         spark_worker_uis=worker_uis, spark_events=root / "spark-events", daemons=daemons)

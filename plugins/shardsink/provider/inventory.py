@@ -6,9 +6,11 @@ never credentials (:mod:`shardsink.storage.url` refuses anything else), so they 
 to show.
 
 Cost per shard: ``summary`` = one head read + one listing of ``parts/`` + one of
-``leases/``; ``history`` = one read per state version shown (bounded by ``limit``);
-``preview`` = a full snapshot read (bounded by the shard's size; meant for small/medium
-shards and on-call inspection, not for bulk export); ``schema_history`` = one head read.
+``leases/``; ``detail`` adds one read per state version shown (bounded by ``limit``) and,
+for the staged-but-waiting band, one listing of ``staging/`` and one manifest read per staged
+description; ``preview`` = a full snapshot read (bounded by the shard's size; meant for
+small/medium shards and on-call inspection, not for bulk export); ``schema_history`` = one
+head read.
 The schema history is the JSON ``shardsink schema URL --json`` prints
 (:func:`shardsink.cli_schema.entry_json`).
 """
@@ -26,6 +28,7 @@ from shardsink.cli_schema import entry_json
 from shardsink.core import schema as sch
 from shardsink.core.commits import Commit
 from shardsink.core.shard import Shard
+from shardsink.sinks.waiting import waiting_json
 from shardsink.storage.url import parse_url
 
 #: Parts younger than this are not reported as leaked (an in-flight writer may commit them).
@@ -103,7 +106,10 @@ def missing(url: str) -> dict[str, Any]:
 def detail(url: str, *, limit: int = DEFAULT_HISTORY, grace_s: float = DEFAULT_GRACE_S) -> dict[str, Any]:
     """A shard's page: its summary, the last ``limit`` commits (newest first, each with the shard's
     upper and since after it: the chart's points), the schema history (oldest first, as of the
-    summary's seqno), live leases and leaked parts."""
+    summary's seqno), the descriptions staged at or ahead of the upper (a backfill's band of
+    intervals waiting to append in order: :func:`shardsink.sinks.waiting.waiting_json`, each with
+    its ``lower_time`` / ``upper_time``; reads only, never a fate: one may have committed since),
+    live leases and leaked parts."""
     out = summary(url, grace_s=grace_s)
     shard = Shard.open(url)
     head = out["seqno"]
@@ -111,6 +117,8 @@ def detail(url: str, *, limit: int = DEFAULT_HISTORY, grace_s: float = DEFAULT_G
     out["schema_history"] = [entry_json(e) for e in sch.history(versions[0].header)]
     out["commits"] = [_commit(v.seqno, v.commit, upper=v.header.upper, since=v.header.since) for v in versions]
     out["history_complete"] = head - limit < 0
+    out["staged_waiting"] = [{**w, "lower_time": iso(w["lower"]), "upper_time": iso(w["upper"])}
+                             for w in waiting_json(shard, out["upper"])]
     out["lease_list"] = [
         {"lease_id": ls.lease_id, "as_of": ls.as_of, "as_of_time": iso(ls.as_of), "holder": ls.holder,
          "acquired_at": iso(int(ls.acquired_at * 1000)), "expires_at": iso(int(ls.expires_at * 1000))}

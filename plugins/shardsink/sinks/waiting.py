@@ -6,6 +6,7 @@ behind, and the band of descriptions staged ahead of the shard's upper.
     staged = staged_descriptions(shard)            # every ingest description with a manifest
     behind = at_upper(staged, upper)               # the one(s) whose lower is the upper: next in line
     band = ahead_of(staged, upper)                 # lower > upper: staged, waiting for their turn
+    waiting_json(shard, upper)                     # lower >= upper, as JSON (inspect, the Shards page)
 
 A backfill mints each interval's description as soon as the source covers it, its writes stage
 at once, and its append waits until the shard's upper reaches its lower
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from shardsink.core import manifests as mf
 from shardsink.core.shard import Shard
@@ -85,3 +87,15 @@ def at_upper(staged: Sequence[Staged], upper: int | None) -> list[Staged]:
 def ahead_of(staged: Sequence[Staged], upper: int | None) -> list[Staged]:
     """The staged descriptions whose lower is past ``upper``: waiting for their turn."""
     return [s for s in staged if upper is not None and s.lower > upper]
+
+
+def waiting_json(shard: Shard, upper: int | None) -> list[dict[str, Any]]:
+    """The descriptions staged at or ahead of ``upper`` (by lower), as ``shardsink inspect --json``
+    and the Shards page show them: ``desc_id``, ``lower``, ``upper``, ``staged_slots``, ``slots`` and
+    ``turn`` (``"next"``: its lower is the upper; ``"waiting"``: behind another). None (a closed
+    shard): none. One listing of ``staging/``, one manifest read per description."""
+    if upper is None:
+        return []
+    return [{"desc_id": s.desc_id, "lower": s.lower, "upper": s.upper, "staged_slots": s.staged_slots,
+             "slots": s.slots, "turn": "next" if s.lower == upper else "waiting"}
+            for s in staged_descriptions(shard) if s.lower >= upper]

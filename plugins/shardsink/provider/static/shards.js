@@ -94,7 +94,9 @@
         : el("p", { class: "muted" }, "No shards found."));
   }
 
-  function chart(commits) {
+  // waiting: descriptions staged at or ahead of the upper (a backfill's later intervals waiting
+  // to append in order), drawn as a band ahead of the upper line, one rectangle each.
+  function chart(commits, waiting) {
     // since = 0 means "never advanced": plotted only once it moves (else it would squash the upper line).
     const moved = commits.some((c) => c.shard_since > 0);
     const pts = commits.filter((c) => c.at).slice().sort((a, b) => a.seqno - b.seqno)
@@ -102,7 +104,8 @@
     const W = 860, H = 260, L = 150, R = 20, T = 14, B = 40;
     const svg = svgEl("svg", { width: W, height: H, viewBox: `0 0 ${W} ${H}`, id: "frontier-chart", role: "img" });
     if (pts.length < 1) return svg;
-    const xs = pts.map((p) => p.x), ys = pts.flatMap((p) => [p.up, p.since]).filter((v) => v !== null);
+    const xs = pts.map((p) => p.x);
+    const ys = pts.flatMap((p) => [p.up, p.since]).concat(waiting.flatMap((w) => [w.lower, w.upper])).filter((v) => v !== null);
     let x0 = Math.min(...xs), x1 = Math.max(...xs); if (x1 === x0) { x0 -= 1000; x1 += 1000; }
     let y0 = Math.min(...ys), y1 = Math.max(...ys); if (y1 === y0) { y0 -= 3600000; y1 += 3600000; }
     const sx = (x) => L + ((x - x0) / (x1 - x0)) * (W - L - R), sy = (y) => H - B - ((y - y0) / (y1 - y0)) * (H - T - B);
@@ -135,7 +138,25 @@
       }
     };
     step("since", "#dd6b20", "5 3"); step("up", "#017cee");
+    const bx = Math.min(sx(pts[pts.length - 1].x), W - R - 24);
+    for (const w of waiting) {
+      const band = svgEl("rect", { x: bx, y: sy(w.upper), width: W - R - bx, height: Math.max(2, sy(w.lower) - sy(w.upper)),
+        fill: "#805ad5", "fill-opacity": w.turn === "next" ? 0.35 : 0.18, stroke: "#805ad5", class: "staged-band",
+        "data-desc": w.desc_id, "data-lower": w.lower, "data-upper": w.upper });
+      band.append(svgEl("title", {}, `staged, ${w.turn === "next" ? "next to append" : "waiting its turn"}: ${w.desc_id} ` +
+        `[${when(w.lower_time)}, ${when(w.upper_time)}), ${w.staged_slots}/${w.slots} slots`));
+      svg.append(band);
+    }
     return svg;
+  }
+
+  function waitingTable(waiting) {
+    const head = el("tr", {}, ["Description", "Interval [lower, upper)", "Slots staged", "Turn"].map((h) => el("th", {}, h)));
+    return el("table", { id: "staged-waiting" }, el("thead", {}, head), el("tbody", {}, waiting.map((w) =>
+      el("tr", { class: "staged", "data-desc": w.desc_id },
+        el("td", { class: "mono wrap" }, w.desc_id), el("td", { class: "mono" }, "[" + when(w.lower_time) + ", " + when(w.upper_time) + ")"),
+        el("td", { class: "num" }, w.staged_slots + " / " + w.slots),
+        el("td", {}, w.turn === "next" ? "next: its lower is the upper" : "waiting for the interval before")))));
   }
 
   function commitsTable(commits) {
@@ -182,6 +203,7 @@
     const back = el("a", { href: "./" }, "← all shards");
     app.className = "";
     if (!s.exists) { app.replaceChildren(back, el("h1", {}, s.url), el("p", { class: "muted" }, "This shard has not been created yet.")); return; }
+    const waiting = s.staged_waiting || [];
     const card = (k, v, cls) => el("div", { class: "card" }, el("div", { class: "k" }, k), el("div", { class: "v " + (cls || "") }, v));
     const cards = el("div", { class: "cards" },
       card("upper", frontier(s.upper, s.upper_time, s.closed), "upper"), card("since", when(s.since_time)), card("seqno", s.seqno),
@@ -189,6 +211,7 @@
       card("retention", duration(s.retention_ms)), card("live leases", s.leases), card("leaked parts", s.leaked, s.leaked ? "warn" : "ok"));
     const legend = el("div", { class: "legend muted" }, el("span", {}, el("i", { class: "sw", style: "background:#017cee" }), "upper (write frontier)"),
       el("span", {}, el("i", { class: "sw", style: "background:#dd6b20" }), "since (read frontier)" + (s.commits.some((c) => c.shard_since > 0) ? "" : ": not advanced yet (0)")),
+      waiting.length ? el("span", {}, el("i", { class: "sw", style: "background:#805ad5;height:10px" }), "staged, waiting to append (ahead of the upper)") : null,
       s.history_complete ? null : el("span", {}, `last ${s.commits.length} commits`));
     const out = el("div", { id: "preview" });
     const input = el("input", { type: "datetime-local", step: "0.001", id: "as-of" });
@@ -196,7 +219,9 @@
     const form = el("form", { class: "asof" }, el("label", { for: "as-of" }, "Snapshot as of (UTC)"), input, el("button", { type: "submit" }, "Show"));
     form.addEventListener("submit", (ev) => { ev.preventDefault(); const t = Date.parse(input.value + "Z"); preview(id, out, Number.isFinite(t) ? t : null); });
     app.replaceChildren(back, el("h1", {}, "Shard"), el("div", { class: "sub mono", id: "shard-url" }, s.url), cards,
-      el("h2", {}, "Upper and since over time"), legend, el("div", { class: "scroll" }, chart(s.commits)),
+      el("h2", {}, "Upper and since over time"), legend, el("div", { class: "scroll" }, chart(s.commits, waiting)),
+      ...(waiting.length ? [el("h2", {}, "Staged, waiting to append"), el("div", { class: "sub" }, "Descriptions whose writes staged at or ahead of the upper: each appends when the upper reaches its lower (a backfill commits in order). Read now; one may have committed since."),
+        el("div", { class: "scroll" }, waitingTable(waiting))] : []),
       el("h2", {}, "Commit log"), el("div", { class: "scroll" }, commitsTable(s.commits)),
       el("h2", {}, "Schema history"), el("div", { class: "scroll" }, schemaTable(s.schema_history || [])),
       el("h2", {}, "Live leases"), simpleTable("leases", [["Holder", (l) => l.holder], ["As of", (l) => when(l.as_of_time)], ["Acquired", (l) => when(l.acquired_at)], ["Expires", (l) => when(l.expires_at)]], s.lease_list, "No live leases."),
