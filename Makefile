@@ -113,7 +113,7 @@ ui: venv
 # mostly wait (Airflow parses and schedules, spark-submit starts JVMs) while the rest mostly
 # computes. The Airflow tests run as two groups balanced on measured durations. Group 1 is the
 # production-topology tests (tests/topology: PostgreSQL, Redis, Celery workers, Spark
-# standalone, moto, a 10-day backfill; they replace the SQLite real-scheduler backfill test)
+# standalone, moto, a 5-day backfill; they replace the SQLite real-scheduler backfill test)
 # with the AWS-connection, reclock DAG and schema-evolution DAG tests (tests/reclock, Kafka broker
 # and crash replays, moved to the rest on 11-25: the rest ended 2-3 min before group 1); group 2
 # is the other DAG tests, whose `airflow dags test` runs go to a warm
