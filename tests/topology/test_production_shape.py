@@ -8,8 +8,8 @@ while the backfill runs, runs on the shard's asset events (its first run catches
 already committed); then the maintenance DAG over both shards. Every run must be
 green; the backfill runs in parallel (issue 34): every later day's run mints its own day at
 once and its write tasks stage while earlier days are still being written, and its append
-waits its turn deferred (the triggerer hands it back), so later days' writes start before
-earlier days' appends commit (Airflow's own task-instance records); the shard must hold the
+waits its turn deferred when its writes finish first (the triggerer hands it back), so later
+days' writes start before earlier days' appends commit (Airflow's own task-instance records); the shard must hold the
 days exactly once (against the source
 read directly); the view must equal its query over the shard; ``shardsink verify`` must
 pass; every commit must name its run and that run's report list exactly its commits; every
@@ -168,7 +168,7 @@ def _ts(value: str) -> float:
 def _assert_staged_in_parallel_and_appended_in_order(topology: Topology, runs: list[dict[str, Any]]) -> None:
     """Forwards at the default concurrency the runs start together: each later day mints its own
     day at once (its mint never waits, try 1), its writes start while earlier days are still
-    being written, and its append waits its turn deferred, handed back in the same try. From
+    being written, and its append, if its writes finish first, waits its turn deferred. From
     Airflow's task-instance records: later days' write tasks started before earlier days'
     appends committed (the append that committed each day ended after the commit)."""
     tis = topology.task_instances(INGEST_DAG)
@@ -189,9 +189,13 @@ def _assert_staged_in_parallel_and_appended_in_order(topology: Topology, runs: l
     assert len(ahead) >= DAYS // 2, (ahead, writes_from, committed_by)
     assert all("minted ahead of the shard's upper" in topology.task_log(INGEST_DAG, run, "attempt_1.mint")
                for run in ahead)
+    # An append waits its turn only if its day's writes finish before the day before commits:
+    # a race on the cluster, not a guarantee (with 5 days they may finish in order). The wait
+    # itself is asserted where it is certain: test_deferred_wait.py's one-active-run backwards
+    # backfill, tests/airflow/test_append_wait.py and tests/sinks/test_ahead_appends.py.
     waited = [run for run in ahead if "deferred to the triggerer" in topology.task_log(INGEST_DAG, run,
                                                                                          "attempt_1.append")]
-    assert waited, "no append waited its turn"  # the writes finish out of order on the cluster
+    print(f"appends that waited their turn, deferred: {len(waited)} of {len(ahead)}")
 
 
 def _assert_commits_answerable(topology: Topology, shard: Shard) -> None:
