@@ -109,7 +109,7 @@ ui: venv
 	  AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS=True PYTHONWARNINGS=ignore \
 	  $(VENV)/bin/airflow api-server --port $${PORT:-8080} --workers 1
 
-# Four pytest processes side by side on two cores: the real-Airflow tests (tests/airflow)
+# Three pytest processes side by side on two cores: the real-Airflow tests (tests/airflow)
 # mostly wait (Airflow parses and schedules, spark-submit starts JVMs) while the rest mostly
 # computes. The Airflow tests run as two groups balanced on measured durations. Group 1 is the
 # production-topology tests (tests/topology: PostgreSQL, Redis, Celery workers, Spark
@@ -125,11 +125,10 @@ ui: venv
 # that every test JVM maps (shardsink_dev/jvm.py).
 # The runbook and README tests (a warm Airflow CLI, doc blocks run as written) join group 1: on
 # 2026-11-27 the rest ran 28:03 while group 1 ended at 23:19 (28:25 in all, 39.8 CPU-minutes).
-# The rest is one process's wall, not CPU: 25:04 for 11 CPU-minutes on 2026-11-27 (its tests
-# wait on moto, subprocesses and JVMs), the long pole while the Airflow groups ended at 21:01
-# and 22:02, niced or not. So it runs as two processes: REST_1 (Spark's one session JVM,
-# maintenance, reads, storage, sources) and the others, each about half its measured wall.
-REST_1 := tests/spark tests/maintenance tests/read tests/storage tests/sources
+# The rest is one process's wall more than CPU: 25:04 for 11 CPU-minutes on 2026-11-27 (its tests
+# wait on moto, subprocesses and JVMs), the suite's long pole (group 1 ended at 21:01, group 2 at
+# 22:02). Niced Airflow groups did not shorten it; two processes for the rest made all four slower
+# (17 minutes in, the Spark half had done a fifth of its tests).
 DOC_TESTS := tests/test_runbooks.py tests/test_readme.py
 AIRFLOW_GROUP := tests/topology tests/airflow/test_aws_connection.py tests/airflow/test_reclock_dag.py \
 	tests/airflow/test_evolving.py $(DOC_TESTS)
@@ -141,15 +140,13 @@ test: venv java chromium services jq
 	  echo $$? >.test-airflow-1.rc ) & \
 	( $(PY) -m pytest -q -p no:cacheprovider tests/airflow $(addprefix --ignore=,$(AIRFLOW_GROUP)) \
 	  >.test-airflow-2.log 2>&1; echo $$? >.test-airflow-2.rc ) & \
-	( $(PY) -m pytest -q -p no:cacheprovider tests --ignore=tests/airflow --ignore=tests/topology \
-	  $(addprefix --ignore=,$(DOC_TESTS) $(REST_1)) >.test-rest-2.log 2>&1; echo $$? >.test-rest-2.rc ) & \
-	$(PY) -m pytest -q -p no:cacheprovider $(REST_1); \
+	$(PY) -m pytest -q -p no:cacheprovider tests --ignore=tests/airflow --ignore=tests/topology \
+	  $(addprefix --ignore=,$(DOC_TESTS)); \
 	rc=$$?; wait; \
-	echo "== the rest, second half (ran alongside the above)"; cat .test-rest-2.log; \
 	for g in 1 2; do echo "== tests/airflow, group $$g (ran alongside the above)"; cat .test-airflow-$$g.log; done; \
-	r2=$$(cat .test-rest-2.rc); a1=$$(cat .test-airflow-1.rc); a2=$$(cat .test-airflow-2.rc); \
-	echo "== make test: exit codes: the rest $$rc and $$r2, tests/airflow group 1 $$a1, group 2 $$a2"; \
-	[ "$$rc" -eq 0 ] && [ "$$r2" -eq 0 ] && [ "$$a1" -eq 0 ] && [ "$$a2" -eq 0 ]
+	a1=$$(cat .test-airflow-1.rc); a2=$$(cat .test-airflow-2.rc); \
+	echo "== make test: exit codes: the rest $$rc, tests/airflow group 1 $$a1, group 2 $$a2"; \
+	[ "$$rc" -eq 0 ] && [ "$$a1" -eq 0 ] && [ "$$a2" -eq 0 ]
 
 lint: venv
 	@$(VENV)/bin/ruff check plugins tests bench dags spark_jobs shardsink_dev
