@@ -80,15 +80,7 @@ def test_index_faults_crash_while_written_garbage_deleted_and_stale_entries(tmp_
     src = LandingSource(root)
     store = RootObjects(shard)
 
-    def crash(**_: object) -> None:
-        raise RuntimeError("killed while writing the index")
-
-    remove = hooks.register("landing.index_put", crash)
-    try:
-        with pytest.raises(RuntimeError):
-            _index(src, shard)
-    finally:
-        remove()
+    _index_killed_at_put(src, shard, "killed while writing the index")
     assert store.get(INDEX_KEY) is None, "a crash before the put leaves no index"
     good = _index(src, shard)
     store.put(INDEX_KEY, (store.get(INDEX_KEY) or b"")[:37])  # a torn document (a store without atomic puts)
@@ -212,15 +204,7 @@ def test_index_updates_write_only_what_changed_and_consolidate(tmp_path: Path) -
     before = loaded()
     land_file(root, "day42/a.parquet", landing_table(42 * DAY, 43 * DAY, 30, seed=42))
 
-    def crash(**_: object) -> None:
-        raise RuntimeError("killed while writing a delta")
-
-    remove = hooks.register("landing.index_put", crash)
-    try:
-        with pytest.raises(RuntimeError):
-            _index(src, shard)
-    finally:
-        remove()
+    _index_killed_at_put(src, shard, "killed while writing a delta")
     assert loaded() == before
     _index(src, shard)
     # A lost delta ends the chain: its files and later ones are indexed again, equal to before.
@@ -236,3 +220,16 @@ def test_index_updates_write_only_what_changed_and_consolidate(tmp_path: Path) -
     land_file(root, "day43/a.parquet", landing_table(43 * DAY, 44 * DAY, 30, seed=43))
     _index(src, shard)
     assert msgspec.json.decode(store.get(INDEX_KEY) or b"{}", type=dict)["format"] == FORMAT
+
+
+def _index_killed_at_put(src: LandingSource, shard: str, why: str) -> None:
+    """Index ``src`` with the index's put killed (hook ``landing.index_put``): the run raises."""
+    def crash(**_: object) -> None:
+        raise RuntimeError(why)
+
+    remove = hooks.register("landing.index_put", crash)
+    try:
+        with pytest.raises(RuntimeError, match=why):
+            _index(src, shard)
+    finally:
+        remove()
