@@ -13,6 +13,7 @@ from shardsink.sinks.description import (
     NoOp,
     descriptions,
     make_desc_id,
+    run_of,
     to_builtins,
 )
 
@@ -63,3 +64,13 @@ def test_a_no_op_is_a_struct_with_its_reason() -> None:
     n = NoOp("nothing to do", 5, None, 7)
     assert to_builtins(n) == {"reason": "nothing to do", "shard_upper": 5, "watermark": None, "interval_end": 7,
                               "format": DESCRIPTION_FORMAT}
+
+
+@pytest.mark.parametrize("run_id", ["backfill__2025-03-01", "scheduled__2025-03-01T00:00:00+00:00", "a-a1-a", "r"])
+def test_run_of_names_the_run_whatever_the_random_tail_starts_with(run_id: str) -> None:
+    slug = make_desc_id("d", run_id, 1).rsplit("-a1-", 1)[0][2:]
+    for tail in ("a5bcc000", "0a1b2c3d", "aaaaaaaa"):
+        assert run_of(f"d-{slug}-a1-{tail}", "d") == slug
+        assert run_of(f"d-{slug}-a12-{tail}", "d") == slug
+    assert run_of(make_desc_id("d", run_id, 3), "d") == slug
+    assert run_of(f"d-{slug}-a1-zz", "d") is None and run_of(f"e-{slug}-a1-a5bcc000", "d") is None

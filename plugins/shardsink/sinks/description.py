@@ -108,12 +108,16 @@ def make_desc_id(dag_id: str, run_id: str, attempt: int) -> str:
     return f"{dag}-{run}-a{attempt}-{uuid.uuid4().hex[:8]}"
 
 
+_DESC_TAIL = re.compile(r"(.+)-a[0-9]+-[0-9a-f]{8}")
+"""The tail :func:`make_desc_id` appends after the run slug: ``-a<attempt>-<8 hex>`` (the hex may
+itself start with ``a``, so the slug ends where this whole tail begins, not at the last ``-a``)."""
+
+
 def run_of(desc_id: str, dag_id: str) -> str | None:
     """The DAG run slug a description id minted by :func:`make_desc_id` for ``dag_id`` names (the
     run id with unsafe characters replaced, at most 60 of them); None if the id is not that DAG's."""
     dag = _UNSAFE.sub("-", dag_id).strip("-.")[:40] or "dag"
     if not desc_id.startswith(f"{dag}-"):
         return None
-    rest = desc_id[len(dag) + 1:]
-    cut = rest.rfind("-a")
-    return rest[:cut] if cut > 0 else None
+    m = _DESC_TAIL.fullmatch(desc_id[len(dag) + 1:])
+    return m.group(1) if m else None
