@@ -19,6 +19,7 @@ from shardsink.core import state as st
 from shardsink.core import transitions as tr
 from shardsink.core.builder import PartOptions, PartWriterSpec
 from shardsink.core.commands import AppendCommand, CreateCommand, RetentionCommand, SinceCommand
+from shardsink.core.machine import Machine
 from shardsink.core.updates import validate_updates
 from shardsink.errors import CorruptionError, InvalidUsageError, UpperMismatchError
 from shardsink.storage.base import Blob
@@ -191,3 +192,5 @@ def test_discarding_unpublished_parts_deletes_them_while_the_description_may_com
     assert w.list_staged("e") == {p.key for p in committed.parts}
     with pytest.raises(InvalidUsageError, match="sequence of StagedBatch"):
         w.discard(both, unpublished=True)  # type: ignore[arg-type]
+    with pytest.raises(InvalidUsageError, match="unpublished takes only= parts"):
+        ft.delete_staged(Machine(blob), "e", 0, unpublished=True)  # the whole prefix: never vouched for

@@ -29,7 +29,7 @@ that tells, the fate is Unknown.
 head read, multi-object deletes) are the only code that deletes them. It re-derives the fate
 right before deleting: StillPossible deletes nothing (:class:`DeleteRefusedError`);
 Committed keeps every key of its batch; CannotCommit and Unknown delete all of it.
-:func:`delete_unpublished` is its narrow sibling for parts their writer never handed out.
+For parts their writer never handed out (``unpublished``), StillPossible deletes them too.
 
 **Compactions** have fates too (:func:`gather_compaction`, same :func:`decide`): a
 compaction ``cid`` stages its output under ``parts/<cid>/`` and, when it applies, is
@@ -174,7 +174,7 @@ def read_fate(machine: Machine, desc_id: str, lower: int, *,
 class Deleted:
     """What :func:`delete_staged` did: the fate it decided by, and how many objects went."""
 
-    fate: Committed | CannotCommit | Unknown
+    fate: Fate
     parts: int
     manifests: int
 
@@ -195,11 +195,13 @@ class Condemned:
     inputs: tuple[st.BatchMeta, ...] | None = None
     #: A FINAL fate the caller already decided from a state version (see :func:`delete_staged`).
     decided: Committed | CannotCommit | Unknown | None = None
+    #: The caller vouches ``only`` are parts it uploaded and never handed out (see :func:`delete_staged`).
+    unpublished: bool = False
 
 
 def delete_staged(machine: Machine, desc_id: str, lower: int, *, only: Collection[str] | None = None,
                   manifests: bool = True, inputs: Sequence[st.BatchMeta] | None = None,
-                  decided: Committed | CannotCommit | Unknown | None = None) -> Deleted:
+                  decided: Committed | CannotCommit | Unknown | None = None, unpublished: bool = False) -> Deleted:
     """Delete the objects ``desc_id`` staged that its fate lets go; the ONLY deleter of them.
 
     Re-derives the fate from one fresh state read first. StillPossible ⇒ raises
@@ -221,11 +223,19 @@ def delete_staged(machine: Machine, desc_id: str, lower: int, *, only: Collectio
     never taken: the primitive reads afresh. SUBTLE: the caller vouches that ``decided`` came
     from the state (never from a guess): a Committed built from anything but the version
     that committed it would keep or delete the wrong parts.
+
+    ``unpublished`` (with ``only``, no manifests): the caller vouches that ``only`` are parts it
+    uploaded under fresh keys and never handed out (a staging that failed after its uploads).
+    No commit can name a key nobody was given, so StillPossible deletes them too; Committed
+    still keeps its batch's keys. SUBTLE: a published part deleted this way may be committed
+    by a twin a moment later, and its batch would then be unreadable.
     """
     if decided is not None and not isinstance(decided, Committed | CannotCommit | Unknown):
         raise InvalidUsageError(f"delete_staged: decided must be a final fate, got {decided!r}")
+    if unpublished and (only is None or manifests or inputs is not None or decided is not None):
+        raise InvalidUsageError("delete_staged: unpublished takes only= parts, no manifests, inputs or decided")
     one = Condemned(desc_id, lower, frozenset(only) if only is not None else None, manifests,
-                    tuple(inputs) if inputs is not None else None, decided)
+                    tuple(inputs) if inputs is not None else None, decided, unpublished)
     got = delete_staged_many(machine, [one])[desc_id]
     if isinstance(got, DeleteRefusedError):
         raise got
@@ -264,7 +274,7 @@ def delete_staged_many(machine: Machine, condemned: Sequence[Condemned]) -> dict
         else:
             assert head is not None
             fate = decide(gather(machine, c.desc_id, c.lower, head=head), c.desc_id, c.lower)
-        if isinstance(fate, StillPossible):
+        if isinstance(fate, StillPossible) and not c.unpublished:
             what = ("its inputs are all live" if c.inputs is not None
                     else f"shard upper {fate.upper}, its lower {c.lower}")
             out[c.desc_id] = DeleteRefusedError(
@@ -289,33 +299,11 @@ def delete_staged_many(machine: Machine, condemned: Sequence[Condemned]) -> dict
         doomed_manifests += listed
         out[c.desc_id] = Deleted(fate, len(doomed), len(listed))
         if doomed:
-            why = "not in its committed batch" if isinstance(fate, Committed) else "(it can never commit)"
+            why = ("not in its committed batch" if isinstance(fate, Committed)
+                   else "(never handed out)" if c.unpublished else "(it can never commit)")
             log.info("description %s: deleting %d staged parts %s", c.desc_id, len(doomed), why)
     # Parts before manifests: a crash in between leaves a manifest naming its description
     # (compaction sweeps find their leftovers by them).
     for doomed in (doomed_parts, doomed_manifests):
         machine.blob.delete_many(doomed)
     return out
-
-
-def delete_unpublished(machine: Machine, desc_id: str, lower: int, only: Collection[str]) -> int:
-    """Delete parts ``only`` of ``desc_id`` that their writer uploaded under fresh keys and never
-    handed out (no manifest names them, no caller got them: a staging that failed after its
-    uploads); return how many went. Keys outside the description's parts prefix are never touched.
-
-    Re-derives the fate from one fresh state read first: Committed keeps every key of its batch
-    (none of these, unless the caller's vouching is wrong); any other fate deletes them,
-    StillPossible too: no commit can name a key nobody was given.
-
-    SUBTLE: the caller vouches the parts were never handed out. A published part deleted here
-    may be committed by a twin a moment later, and its batch would then be unreadable.
-    """
-    fate = read_fate(machine, desc_id, lower)
-    keep = fate.keys if isinstance(fate, Committed) else frozenset()
-    prefix = keys.staged_prefixes(desc_id)[0]
-    doomed = sorted(k for k in only if k.startswith(prefix) and k not in keep)
-    if doomed:
-        log.info("description %s: deleting %d parts it never handed out (fate %s)", desc_id, len(doomed),
-                 type(fate).__name__)
-        machine.blob.delete_many(doomed)
-    return len(doomed)

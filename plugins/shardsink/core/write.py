@@ -332,8 +332,9 @@ class WriteHandle:
         caller saw a failure: its batch's parts are kept. A description that may still
         commit (the shard's upper is not past its lower) is refused with DeleteRefusedError
         and nothing is deleted, unless ``unpublished``: the caller vouches that it wrote these
-        parts itself and never handed them out (:func:`shardsink.core.fate.delete_unpublished`;
-        e.g. a staging that failed after its uploads), so no commit can reference them.
+        parts itself and never handed them out (e.g. a staging that failed after its
+        uploads), so no commit can reference them (``unpublished`` of
+        :func:`shardsink.core.fate.delete_staged`).
         """
         if isinstance(staged, StagedBatch) or not all(isinstance(s, StagedBatch) for s in staged):
             raise InvalidUsageError("staged must be a sequence of StagedBatch")
@@ -342,8 +343,8 @@ class WriteHandle:
             mine = [s for s in staged if s.desc_id == desc_id]
             only = {p.key for s in mine for p in s.parts}
             lower = min(s.lower for s in mine)
-            deleted += (ft.delete_unpublished(self._machine, desc_id, lower, only) if unpublished
-                        else self.delete_staged(desc_id, lower, only=only, manifests=False).parts)
+            deleted += ft.delete_staged(self._machine, desc_id, lower, only=only, manifests=False,
+                                        unpublished=unpublished).parts
         return deleted
 
 
