@@ -36,7 +36,7 @@ from collections.abc import Iterable, Sequence
 import pyarrow.parquet as pq
 
 from shardsink.core import fate as ft
-from shardsink.core import keys
+from shardsink.core import keys, roots
 from shardsink.core import manifests as mf
 from shardsink.core import part_io as pio
 from shardsink.core import state as st
@@ -69,7 +69,7 @@ MaintenanceCommand = CompactCommand | SinceCommand | RetentionCommand
 
 def _layout_key(key: str) -> str:
     """``key`` if it belongs to the shard layout (core's prefixes or a registered root object)."""
-    if not isinstance(key, str) or not key or key.startswith("/") or ".." in key.split("/") or not keys.known(key):
+    if not isinstance(key, str) or not key or key.startswith("/") or ".." in key.split("/") or not roots.known(key):
         raise InvalidUsageError(f"{key!r} is not an object of the shard layout; the maintenance handle refuses it",
                                 value=str(key)[:300])
     return key
@@ -112,11 +112,11 @@ class AdminHandle:
     def is_known(self, key: str) -> bool:
         """Whether ``key`` belongs to the layout (core's objects or a registered root object);
         verify reports any other object as unknown, and nothing deletes it."""
-        return keys.known(key)
+        return roots.known(key)
 
     def is_part(self, key: str) -> bool:
         """Whether ``key`` names a part (an object under ``parts/``)."""
-        return key.startswith(keys.PARTS_PREFIX)
+        return key.startswith(roots.PARTS_PREFIX)
 
     @staticmethod
     def new_compaction_id() -> str:
@@ -163,7 +163,7 @@ class AdminHandle:
         (callers read the head before or after, as their argument needs)."""
         versions: dict[int, ObjectInfo] = {}
         rollups: dict[int, ObjectInfo] = {}
-        for o in self._m.blob.list(keys.STATE_PREFIX):
+        for o in self._m.blob.list(roots.STATE_PREFIX):
             if (s := keys.version_seqno(o.key)) is not None:
                 versions[s] = o
             elif (s := keys.rollup_seqno(o.key)) is not None:
@@ -241,11 +241,11 @@ class AdminHandle:
 
     def list_parts(self) -> list[StagedObject]:
         """One listing of ``parts/``, each object with the id owning it."""
-        return [StagedObject(o, staged_desc_id(o.key), "part") for o in self._m.blob.list(keys.PARTS_PREFIX)]
+        return [StagedObject(o, staged_desc_id(o.key), "part") for o in self._m.blob.list(roots.PARTS_PREFIX)]
 
     def list_manifests(self) -> list[StagedObject]:
         """One listing of ``staging/``, each manifest with the id owning it."""
-        return [StagedObject(o, staged_desc_id(o.key), "manifest") for o in self._m.blob.list(keys.STAGING_PREFIX)]
+        return [StagedObject(o, staged_desc_id(o.key), "manifest") for o in self._m.blob.list(roots.STAGING_PREFIX)]
 
     def list_compaction_manifests(self) -> list[StagedObject]:
         """The compactions' manifests of their inputs, from one listing of ``staging/``."""
@@ -288,14 +288,14 @@ class AdminHandle:
 
     def list_registered(self, prefix: str) -> list[ObjectInfo]:
         """The objects under a folder a capability registered (:func:`shardsink.core.roots.register_root`)."""
-        if not any(o.prefix and o.key == prefix for o in keys.registered()):
+        if not any(o.prefix and o.key == prefix for o in roots.registered()):
             raise InvalidUsageError(f"{prefix!r} is not a registered root folder", value=prefix[:300])
         return list(self._m.blob.list(prefix))
 
     def list_expiring(self) -> list[ObjectInfo]:
         """The objects under every folder a capability registered as expiring after GC's grace
         period (``expiry="after_grace"``: caches rebuilt when missing). One listing per folder."""
-        return [o for prefix in keys.expiring_prefixes() for o in self.list_registered(prefix)]
+        return [o for prefix in roots.expiring_prefixes() for o in self.list_registered(prefix)]
 
     def delete_registered(self, doomed: Sequence[str]) -> int:
         """Delete root objects capabilities registered (GC: expired caches); returns how many.
@@ -305,7 +305,7 @@ class AdminHandle:
         objects may go (GC: registered ``expiry="after_grace"`` and older than its grace).
         """
         for key in doomed:
-            if not keys.is_registered_root(key):
+            if not roots.is_registered_root(key):
                 raise InvalidUsageError(f"{key!r} is not a registered root object; not deleted", value=key[:300])
         self._m.blob.delete_many(list(doomed))
         return len(doomed)
@@ -360,6 +360,6 @@ class AdminHandle:
 
 
 def _part(p: st.PartMeta) -> st.PartMeta:
-    if not p.key.startswith(keys.PARTS_PREFIX):
+    if not p.key.startswith(roots.PARTS_PREFIX):
         raise InvalidUsageError(f"{p.key!r} is not a part of the shard layout", value=p.key[:300])
     return p

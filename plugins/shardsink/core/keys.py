@@ -11,8 +11,7 @@ Layout under a shard root::
     leases/<lease_id>.json            read leases holding back ``since``
 
 Core's four folders and the registry of root objects capabilities keep beside them are
-:mod:`shardsink.core.roots` (which this module imports); the registry's names are re-exported
-here for core's own readers (GC, verify, the admin handle).
+:mod:`shardsink.core.roots` (which this module imports); readers ask it directly.
 
 Contract: every function here is pure; a desc id or compaction id is checked to be one key
 segment by its maker (:mod:`shardsink.core.checks`), so the keys built here never escape
@@ -24,16 +23,7 @@ from __future__ import annotations
 import re
 import uuid
 
-from shardsink.core.roots import CORE_PREFIXES as CORE_PREFIXES
-from shardsink.core.roots import LEASES_PREFIX as LEASES_PREFIX
-from shardsink.core.roots import PARTS_PREFIX as PARTS_PREFIX
-from shardsink.core.roots import STAGING_PREFIX as STAGING_PREFIX
-from shardsink.core.roots import STATE_PREFIX as STATE_PREFIX
-from shardsink.core.roots import RootObject as RootObject
-from shardsink.core.roots import expiring_prefixes as expiring_prefixes
-from shardsink.core.roots import is_registered_root as is_registered_root
-from shardsink.core.roots import known as known
-from shardsink.core.roots import registered as registered
+from shardsink.core.roots import LEASES_PREFIX, PARTS_PREFIX, STAGING_PREFIX, STATE_PREFIX
 
 LATEST = f"{STATE_PREFIX}LATEST.json"
 VERSIONS_PREFIX = f"{STATE_PREFIX}v/"

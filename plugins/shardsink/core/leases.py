@@ -43,7 +43,7 @@ from typing import Protocol
 import msgspec
 
 from shardsink.core import checks as ck
-from shardsink.core import keys
+from shardsink.core import keys, roots
 from shardsink.core import state as st
 from shardsink.core.documents import ENCODER, decode_doc
 from shardsink.core.machine import Machine
@@ -52,7 +52,7 @@ from shardsink.storage.base import Blob
 
 log = logging.getLogger(__name__)
 
-PREFIX = keys.LEASES_PREFIX
+PREFIX = roots.LEASES_PREFIX
 FORMAT = 1
 DEFAULT_TTL_S = 300.0
 #: Maintenance keeps a lease for this long after its ``expires_at`` (clock skew margin).

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from shardsink.core import keys
+from shardsink.core import keys, roots
 from shardsink.storage.base import ObjectInfo
 
 
@@ -49,7 +49,7 @@ class StagedObject:
 
 def staged_desc_id(key: str) -> str | None:
     """The id owning staged object ``key`` (``parts/<id>/…`` or ``staging/<id>/…``), else None."""
-    if not key.startswith((keys.PARTS_PREFIX, keys.STAGING_PREFIX)):
+    if not key.startswith((roots.PARTS_PREFIX, roots.STAGING_PREFIX)):
         return None
     segs = key.split("/")
     return segs[1] if len(segs) >= 3 and segs[1] else None
@@ -57,7 +57,7 @@ def staged_desc_id(key: str) -> str | None:
 
 def is_manifest(key: str) -> bool:
     """Whether ``key`` is under ``staging/`` (a manifest), as opposed to a part."""
-    return key.startswith(keys.STAGING_PREFIX)
+    return key.startswith(roots.STAGING_PREFIX)
 
 
 #: What :meth:`shardsink.core.admin.AdminHandle.drop_closed` counts, in the order it reports them.
@@ -88,8 +88,8 @@ def drop_kind(key: str) -> str | None:
         return "rollup"
     if staged_desc_id(key) is not None:
         return "manifest" if is_manifest(key) else "part"
-    if key.startswith(keys.LEASES_PREFIX):
+    if key.startswith(roots.LEASES_PREFIX):
         return "lease"
-    if keys.is_registered_root(key):
+    if roots.is_registered_root(key):
         return "root object"
     return None

@@ -26,10 +26,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from shardsink.core import checks as ck
-from shardsink.core import keys
 from shardsink.core import leases as ls
 from shardsink.core import part_io as pio
 from shardsink.core import plan as pl
+from shardsink.core import roots
 from shardsink.core import schema as sch
 from shardsink.core import state as st
 from shardsink.core.commits import Commit
@@ -187,7 +187,7 @@ class ReadHandle:
         """
         live = {p.key for b in self.batches() for p in b.parts}
         cutoff = time.time() - ck.check_seconds(grace_seconds, what="grace")
-        return [o for o in self._machine.blob.list(keys.PARTS_PREFIX) if o.key not in live and o.modified <= cutoff]
+        return [o for o in self._machine.blob.list(roots.PARTS_PREFIX) if o.key not in live and o.modified <= cutoff]
 
     # --- contents -----------------------------------------------------------------
 
