@@ -9,77 +9,41 @@ VENV := .venv
 PY := $(VENV)/bin/python
 REQ_HASH := $(shell cat requirements.txt pyproject.toml 2>/dev/null | sha1sum | cut -c1-12)
 STAMP := $(VENV)/.installed-$(REQ_HASH)
+#: The installer of the pinned requirements (its own pin; it is not one of them).
+UV_VERSION := 0.13.9
 
-.PHONY: run ui dev-env test venv java chromium services jq lint bench clean
+.PHONY: run ui dev-env test deps venv java services lint bench clean
 
 venv: $(STAMP)
 
 $(STAMP):
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python >= 3.11 is required, found " + sys.version' 
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	@echo "installing pinned requirements into $(VENV) (first time: about two minutes)"
-	@$(PY) -m pip install -q --upgrade pip
-	@# No byte-compiling here: pip compiles every installed module one at a time (77 s in all
-	@# here, 34 s without). Python compiles what it imports; `make test` compiles everything on
-	@# both cores while it builds the JVM archives.
-	@$(PY) -m pip install -q --no-compile -r requirements.txt
-	@$(PY) -m pip install -q --no-compile --no-deps -e .
+	@echo "installing pinned requirements into $(VENV) (first time: about half a minute)"
+	@# uv installs the same pinned set as pip, downloads in parallel: 28 s from an empty cache
+	@# here against pip's 87 s. Neither byte-compiles; `make test` compiles everything on both
+	@# cores while it builds the JVM archives.
+	@$(PY) -m pip install -q uv==$(UV_VERSION)
+	@$(VENV)/bin/uv pip install -q --python $(PY) -r requirements.txt
+	@$(VENV)/bin/uv pip install -q --python $(PY) --no-deps -e .
 	@# The editable install leaves plugins/shardsink.egg-info on sys.path: a second copy of the
 	@# entry points, and Airflow would load the shardsink plugin twice. The venv's dist-info is enough.
 	@rm -rf plugins/*.egg-info
 	@rm -f $(VENV)/.installed-* && touch $@
 
+# Debian packages, checked by the command (or file) that proves each is there; the missing ones
+# install in one apt-get run (shardsink_dev/need.sh). Spark needs a JVM; the tests also drive
+# Chromium (the Shards page), run PostgreSQL and Redis (tests/topology: the test's fixture starts
+# its own, in a temporary folder) and jq (the runbooks use it).
+JAVA := java:openjdk-17-jre-headless
+TEST_PACKAGES := $(JAVA) chromium:chromium chromedriver:chromium-driver \
+	'/usr/lib/postgresql/*/bin/initdb:postgresql' redis-server:redis-server jq:jq
+
 java:
-	@if ! command -v java >/dev/null 2>&1; then \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    echo "Java not found: installing openjdk-17-jre-headless (Spark needs a JVM)"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless >/dev/null; \
-	  else \
-	    echo "ERROR: Java 17+ is required by Spark and was not found on PATH."; \
-	    echo "Install it (Debian/Ubuntu: sudo apt-get install openjdk-17-jre-headless; macOS: brew install openjdk@17) and re-run."; \
-	    exit 1; \
-	  fi; \
-	fi
+	@bash shardsink_dev/need.sh $(JAVA)
 
-# The browser test (tests/airflow/test_shards_page.py) drives Debian's headless Chromium.
-chromium:
-	@if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    echo "Chromium not found: installing chromium and chromium-driver (the Shards page browser test)"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; \
-	  else \
-	    echo "ERROR: chromium and chromedriver are required by the browser test and were not found on PATH."; \
-	    echo "Install them (Debian/Ubuntu: sudo apt-get install chromium chromium-driver) and re-run."; \
-	    exit 1; \
-	  fi; \
-	fi
-
-# The production-shape test (tests/topology) runs Airflow on Debian's PostgreSQL with Redis as the
-# Celery broker; neither is started as a service: the test's fixture runs its own, in a temporary folder.
 services:
-	@if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || ! command -v redis-server >/dev/null 2>&1; then \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    echo "PostgreSQL or Redis not found: installing postgresql and redis-server (the production-shape test)"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql redis-server >/dev/null; \
-	  else \
-	    echo "ERROR: PostgreSQL (initdb) and redis-server are required by tests/topology and were not found."; \
-	    echo "Install them (Debian/Ubuntu: sudo apt-get install postgresql redis-server) and re-run."; \
-	    exit 1; \
-	  fi; \
-	fi
-
-# The runbook test (tests/test_runbooks.py) runs the runbooks' commands as written; they use jq.
-jq:
-	@if ! command -v jq >/dev/null 2>&1; then \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    echo "jq not found: installing jq (the runbooks use it)"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq jq >/dev/null; \
-	  else \
-	    echo "ERROR: jq is required by the runbooks (tests/test_runbooks.py) and was not found on PATH."; \
-	    echo "Install it (Debian/Ubuntu: sudo apt-get install jq; macOS: brew install jq) and re-run."; \
-	    exit 1; \
-	  fi; \
-	fi
+	@bash shardsink_dev/need.sh $(TEST_PACKAGES)
 
 run: venv java
 	@PYTHONPATH=. $(PY) -m shardsink_dev.demo
@@ -109,43 +73,35 @@ ui: venv
 	  AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS=True PYTHONWARNINGS=ignore \
 	  $(VENV)/bin/airflow api-server --port $${PORT:-8080} --workers 1
 
-# Three pytest processes side by side on two cores: the real-Airflow tests (tests/airflow)
-# mostly wait (Airflow parses and schedules, spark-submit starts JVMs) while the rest mostly
-# computes. The Airflow tests run as two groups balanced on measured durations. Group 1 is the
-# production-topology tests (tests/topology: PostgreSQL, Redis, Celery workers, Spark
-# standalone, moto, a 5-day backfill; they replace the SQLite real-scheduler backfill test)
-# with the AWS-connection, reclock DAG and schema-evolution DAG tests (tests/reclock, Kafka broker
-# and crash replays, moved to the rest on 11-25: the rest ended 2-3 min before group 1); group 2
-# is the other DAG tests, whose `airflow dags test` runs go to a warm
-# process per test (shardsink_dev/dagrunner.py). Fresh clone, 2026-11-25 09:55: the rest
-# 20:37, group 1 19:51, group 2 20:22, 21:56 in all with the venv; 10:19: 21:44, 21:04, 21:25,
-# 23:02 (before the Celery preload
-# and the production shape's late view: 22:27, 23:46 and 24:53 on one code, 06:57-07:45).
-# Their logs follow the first process's. First, the class-data archives of Spark's classes
-# that every test JVM maps (shardsink_dev/jvm.py).
-# The runbook and README tests (a warm Airflow CLI, doc blocks run as written) join group 1: on
-# 2026-11-27 the rest ran 28:03 while group 1 ended at 23:19 (28:25 in all, 39.8 CPU-minutes).
-# The rest is one process's wall more than CPU: 25:04 for 11 CPU-minutes on 2026-11-27 (its tests
-# wait on moto, subprocesses and JVMs), the suite's long pole (group 1 ended at 21:01, group 2 at
-# 22:02). Niced Airflow groups did not shorten it; two processes for the rest made all four slower
-# (17 minutes in, the Spark half had done a fifth of its tests).
+# Three pytest processes side by side on two cores, balanced on measured durations (the suite is
+# CPU-bound: 95% busy; bench/RESULTS.md, "Suite time"). Group 1: the production topology
+# (tests/topology), the AWS-connection, reclock and schema-evolution DAG tests, the README and
+# runbook blocks run as written, and the console-script tests (tests/cli/test_cli.py). Group 2:
+# the other real-Airflow tests (their `airflow dags test` runs go to one warm process per test,
+# shardsink_dev/dagrunner.py). The third process runs the rest. Their logs follow the rest's.
+# First, the class-data archives of Spark's classes that every test JVM maps (shardsink_dev/jvm.py).
 DOC_TESTS := tests/test_runbooks.py tests/test_readme.py
-AIRFLOW_GROUP := tests/topology tests/airflow/test_aws_connection.py tests/airflow/test_reclock_dag.py \
-	tests/airflow/test_evolving.py $(DOC_TESTS)
-test: venv java chromium services jq
+GROUP_1 := tests/topology tests/airflow/test_aws_connection.py tests/airflow/test_reclock_dag.py \
+	tests/airflow/test_evolving.py $(DOC_TESTS) tests/cli/test_cli.py
+
+# The venv and the Debian packages install side by side (pip and apt-get each wait on downloads).
+deps:
+	@$(MAKE) --no-print-directory -j2 venv services
+
+test: deps
 	@( $(PY) -m compileall -q -j 0 $(VENV)/lib >/dev/null 2>&1 || true ) & \
 	$(PY) -m shardsink_dev.jvm; rc=$$?; wait; exit $$rc
 	@rm -f .test-*.log .test-*.rc; \
-	( $(PY) -m pytest -q -p no:cacheprovider $(AIRFLOW_GROUP) >.test-airflow-1.log 2>&1; \
-	  echo $$? >.test-airflow-1.rc ) & \
-	( $(PY) -m pytest -q -p no:cacheprovider tests/airflow $(addprefix --ignore=,$(AIRFLOW_GROUP)) \
-	  >.test-airflow-2.log 2>&1; echo $$? >.test-airflow-2.rc ) & \
-	$(PY) -m pytest -q -p no:cacheprovider tests --ignore=tests/airflow --ignore=tests/topology \
-	  $(addprefix --ignore=,$(DOC_TESTS)); \
+	( $(PY) -m pytest -q -p no:cacheprovider $(GROUP_1) >.test-group-1.log 2>&1; \
+	  echo $$? >.test-group-1.rc ) & \
+	( $(PY) -m pytest -q -p no:cacheprovider tests/airflow $(addprefix --ignore=,$(GROUP_1)) \
+	  >.test-group-2.log 2>&1; echo $$? >.test-group-2.rc ) & \
+	$(PY) -m pytest -q -p no:cacheprovider tests --ignore=tests/airflow \
+	  $(addprefix --ignore=,$(GROUP_1)); \
 	rc=$$?; wait; \
-	for g in 1 2; do echo "== tests/airflow, group $$g (ran alongside the above)"; cat .test-airflow-$$g.log; done; \
-	a1=$$(cat .test-airflow-1.rc); a2=$$(cat .test-airflow-2.rc); \
-	echo "== make test: exit codes: the rest $$rc, tests/airflow group 1 $$a1, group 2 $$a2"; \
+	for g in 1 2; do echo "== group $$g (ran alongside the above)"; cat .test-group-$$g.log; done; \
+	a1=$$(cat .test-group-1.rc); a2=$$(cat .test-group-2.rc); \
+	echo "== make test: exit codes: the rest $$rc, group 1 $$a1, group 2 $$a2"; \
 	[ "$$rc" -eq 0 ] && [ "$$a1" -eq 0 ] && [ "$$a2" -eq 0 ]
 
 lint: venv

@@ -10,7 +10,7 @@ One DAG (and shard) per scenario, all three backfills at once, each over as few 
 its case: two (backwards, the newest day's run mints ahead and its append waits for the older
 one), three with one active run backwards (alone, the newest day's run catches up a middle day
 too, not only the first). The fourth case, forwards at the default concurrency, is the
-production shape's 5-day backfill (test_production_shape.py: its later days stage in
+production shape's 3-day backfill (test_production_shape.py: its later days stage in
 parallel and their appends wait their turn, deferred).
 Every run must be green, each shard must cover every interval exactly once (one commit per
 day, the source read directly), and no mint may have needed a second try. With one active

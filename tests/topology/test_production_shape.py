@@ -2,8 +2,8 @@
 Spark standalone cluster with two workers and S3 (moto over HTTP), driven only through
 Airflow's own CLI and REST API (the ``topology`` fixture, tests/topology/topo_stack.py).
 
-ONE decisive scenario: a 5-day ``airflow backfill create`` of the ingest DAG (2 writers per
-run) at Airflow's default backfill concurrency (up to 10 active runs: all 5 at once); the view DAG, switched on
+ONE decisive scenario: a 3-day ``airflow backfill create`` of the ingest DAG (2 writers per
+run) at Airflow's default backfill concurrency (up to 10 active runs: all 3 at once); the view DAG, switched on
 while the backfill runs, runs on the shard's asset events (its first run catches up the days
 already committed); then the maintenance DAG over both shards. Every run must be
 green; the backfill runs in parallel (issue 34): every later day's run mints its own day at
@@ -43,10 +43,10 @@ VIEW_DAG = "topo_view"
 MAINTENANCE_DAG = "topo_maintenance"
 #: Days of the backfill. The runs mint and stage their days in parallel and commit in order,
 #: each append waiting (deferred) for the day before; the two spark-submits a day on the
-#: standalone cluster are the cost (about 25 CPU-seconds each here), so the suite runs 5 days:
+#: standalone cluster are the cost (about 25 CPU-seconds each here), so the suite runs 3 days:
 #: enough for later days to stage while earlier ones are written and for appends to wait their
 #: turn. bench/backfill.py runs 10 and measures; TOPOLOGY_DAYS=N runs another size by hand.
-DAYS = int(os.environ.get("TOPOLOGY_DAYS", "5"))
+DAYS = int(os.environ.get("TOPOLOGY_DAYS", "3"))
 assert 1 <= DAYS <= 28, f"TOPOLOGY_DAYS={DAYS}: expected 1..28"
 #: Spark property naming the Airflow task try that submitted an application (templated per try).
 TRY_PROPERTY = "spark.shardsink.airflow_try"
@@ -190,7 +190,7 @@ def _assert_staged_in_parallel_and_appended_in_order(topology: Topology, runs: l
     assert all("minted ahead of the shard's upper" in topology.task_log(INGEST_DAG, run, "attempt_1.mint")
                for run in ahead)
     # An append waits its turn only if its day's writes finish before the day before commits:
-    # a race on the cluster, not a guarantee (with 5 days they may finish in order). The wait
+    # a race on the cluster, not a guarantee (with 3 days they may finish in order). The wait
     # itself is asserted where it is certain: test_deferred_wait.py's one-active-run backwards
     # backfill, tests/airflow/test_append_wait.py and tests/sinks/test_ahead_appends.py.
     waited = [run for run in ahead if "deferred to the triggerer" in topology.task_log(INGEST_DAG, run,
