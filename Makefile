@@ -76,13 +76,14 @@ ui: venv
 # Three pytest processes side by side on two cores, balanced on measured durations (the suite is
 # CPU-bound: 95% busy; bench/RESULTS.md, "Suite time"). Group 1: the production topology
 # (tests/topology), the AWS-connection, reclock and schema-evolution DAG tests, the README and
-# runbook blocks run as written, and the console-script tests (tests/cli/test_cli.py). Group 2:
-# the other real-Airflow tests (their `airflow dags test` runs go to one warm process per test,
-# shardsink_dev/dagrunner.py). The third process runs the rest. Their logs follow the rest's.
-# First, the class-data archives of Spark's classes that every test JVM maps (shardsink_dev/jvm.py).
+# runbook blocks run as written, and the command-line tests (tests/cli: console-script
+# processes). Group 2: the other real-Airflow tests (their `airflow dags test` runs go to one
+# warm process per test, shardsink_dev/dagrunner.py). The third process runs the rest. Their
+# logs follow the rest's. First, the class-data archives of Spark's classes that every test JVM
+# maps (shardsink_dev/jvm.py).
 DOC_TESTS := tests/test_runbooks.py tests/test_readme.py
 GROUP_1 := tests/topology tests/airflow/test_aws_connection.py tests/airflow/test_reclock_dag.py \
-	tests/airflow/test_evolving.py $(DOC_TESTS) tests/cli/test_cli.py
+	tests/airflow/test_evolving.py $(DOC_TESTS) tests/cli
 
 # The venv and the Debian packages install side by side (pip and apt-get each wait on downloads).
 deps:
