@@ -96,6 +96,7 @@ def collect_description(shard: Shard, desc_id: str, *, dry_run: bool = False) ->
                                         f"{fate.upper}, its lower {lower} from {where}); nothing would be deleted")
         return _counted(shard.url, desc_id, lower, fate, parts, manifests, dry_run=True)
     done = admin.delete_staged(desc_id, lower)  # re-derives the fate; refuses StillPossible
+    assert not isinstance(done.fate, ft.StillPossible)  # only parts vouched unpublished go under it
     out = _counted(shard.url, desc_id, lower, done.fate, parts, manifests, dry_run=False)
     return replace(out, parts_deleted=done.parts, manifests_deleted=done.manifests)
 
