@@ -1,0 +1,129 @@
+"""The suite's time and where its CPU goes: ``make test`` with every process's CPU sampled beside it.
+
+The budget is 25 minutes on 2 cores, and the suite is CPU-bound (its cores are ~95% busy), so its
+wall is about its CPU over two: a minute saved is two CPU-minutes cut, or idle time filled. This
+runs a command (default ``make test``), samples ``/proc/<pid>/stat`` of every process every 2 s
+and ``/proc/stat`` every 30 s, and reports: the wall, each pytest process's own summary line (the
+rest and the two groups), the busy share of the cores, and CPU seconds by kind of process (Spark
+JVMs, Python workers, pytest, warm ``airflow dags test`` runners, moto, the topology's daemons...).
+
+A process started during the run counts whole; one older than the run, from the run's start. A
+process that lives less than the 2 s between samples may be missed (only what the sampler saw is
+attributed); the busy share from ``/proc/stat`` counts everything. Appends the figures
+to bench/RESULTS.md (not with ``--command``, which is for trying the sampler).
+
+    python bench/suite_time.py [--command "make test"]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import re
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+TICK = os.sysconf("SC_CLK_TCK")
+RESULTS_MD = Path(__file__).resolve().parent / "RESULTS.md"
+#: Process kinds, first match wins: (name, a substring of the command line).
+KINDS = (
+    ("Spark executor JVMs", "CoarseGrainedExecutorBackend"), ("Spark master/worker JVMs", "org.apache.spark.deploy."),
+    ("other JVMs (drivers, test sessions)", "/bin/java"), ("Spark's Python workers", "pyspark.daemon"),
+    ("pytest processes", "pytest"), ("warm `airflow dags test` runners", "dagrunner"),
+    ("moto", "moto"), ("spark-submit'ed job drivers (Python)", "spark_jobs"),
+    ("Airflow scheduler, api-server, triggerer, dag-processor", "airflow scheduler"),
+    ("Airflow scheduler, api-server, triggerer, dag-processor", "airflow api-server"),
+    ("Airflow scheduler, api-server, triggerer, dag-processor", "airflow triggerer"),
+    ("Airflow scheduler, api-server, triggerer, dag-processor", "airflow dag-processor"),
+    ("Celery workers", "celery"), ("Airflow CLI and task processes", "airflow"), ("PostgreSQL", "postgres"),
+    ("Chromium", "chromium"), ("shardsink CLI", "shardsink"),
+)
+
+
+def _cpu_total() -> tuple[int, int]:
+    """(all jiffies, idle + iowait jiffies) of the machine."""
+    v = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return sum(v), v[3] + v[4]
+
+
+class Sampler:
+    """CPU seconds per process (keyed by pid and start time) since it was first seen."""
+
+    def __init__(self) -> None:
+        self.first: dict[tuple[int, str], float] = {}
+        self.last: dict[tuple[int, str], float] = {}
+        self.cmd: dict[tuple[int, str], str] = {}
+        self.stop = threading.Event()
+
+    def sample(self) -> None:
+        for p in os.listdir("/proc"):
+            if not p.isdigit():
+                continue
+            try:
+                raw = Path(f"/proc/{p}/stat").read_text()
+                f = raw[raw.rindex(")") + 2:].split()
+                key, cpu = (int(p), f[19]), (int(f[11]) + int(f[12])) / TICK
+                if key not in self.first:
+                    self.first[key] = 0.0  # started during the run: all its CPU is the run's
+                    cmd = Path(f"/proc/{p}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                    self.cmd[key] = cmd
+                self.last[key] = cpu
+            except (OSError, ValueError, IndexError):
+                continue
+
+    def run(self) -> None:
+        while not self.stop.wait(2.0):
+            self.sample()
+
+    def by_kind(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for key, cpu in self.last.items():
+            cmd = self.cmd.get(key, "")
+            kind = next((name for name, needle in KINDS if needle in cmd), "other")
+            out[kind] = out.get(kind, 0.0) + cpu - self.first[key]
+        return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    ap.add_argument("--command", default=None, help="another command than `make test` (nothing is appended)")
+    args = ap.parse_args()
+    command = args.command or "make test"
+    repo = Path(__file__).resolve().parents[1]
+    sampler = Sampler()
+    sampler.sample()
+    sampler.first.update(sampler.last)  # a process older than the run: only its CPU from now on counts
+    thread = threading.Thread(target=sampler.run, daemon=True)
+    tot0, idle0, t0, load0 = *_cpu_total(), time.monotonic(), os.getloadavg()
+    thread.start()
+    out = subprocess.run(command, shell=True, cwd=repo, capture_output=True, text=True)
+    wall = time.monotonic() - t0
+    sampler.stop.set()
+    thread.join()
+    sampler.sample()
+    tot1, idle1 = _cpu_total()
+    busy = (tot1 - tot0 - (idle1 - idle0)) / TICK
+    summaries = re.findall(r"^=*\s*(\d+ (?:passed|failed).*? in [\d.]+s.*?)\s*=*$", out.stdout, re.M)
+    kinds = sampler.by_kind()
+    lines = [f"| wall | {wall / 60:.0f}:{wall % 60:02.0f} (exit {out.returncode}) |",
+             f"| pytest processes (the rest, group 1, group 2) | {'; '.join(summaries) or '-'} |",
+             f"| cores busy | {busy:.0f} of {(tot1 - tot0) / TICK:.0f} core-seconds "
+             f"({100 * busy / max((tot1 - tot0) / TICK, 1e-9):.0f}%) |",
+             *(f"| CPU: {k} | {v:.0f} s |" for k, v in kinds.items() if v >= 1)]
+    rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=repo, capture_output=True,
+                         text=True).stdout.strip()
+    text = (f"\n## suite_time ({time.strftime('%Y-%m-%d %H:%M')}, `{command}` at {rev}, load before "
+            f"{load0[0]:.1f} {load0[1]:.1f} {load0[2]:.1f}, {platform.machine()}, {os.cpu_count()} cpus)\n\n"
+            "| what | figure |\n|---|---|\n" + "\n".join(lines) + "\n")
+    print(text)
+    if args.command is None:
+        with RESULTS_MD.open("a") as fh:
+            fh.write(text)
+    print(f"FIGURE suite_time wall {wall:.0f} s busy {100 * busy / max((tot1 - tot0) / TICK, 1e-9):.0f}%")
+
+
+if __name__ == "__main__":
+    main()
