@@ -9,8 +9,9 @@ JVMs, Python workers, pytest, warm ``airflow dags test`` runners, moto, the topo
 
 A process started during the run counts whole; one older than the run, from the run's start. A
 process that lives less than the 2 s between samples may be missed (only what the sampler saw is
-attributed); the busy share from ``/proc/stat`` counts everything. Appends the figures
-to bench/RESULTS.md (not with ``--command``, which is for trying the sampler).
+attributed); the busy share from ``/proc/stat`` counts everything. The command's whole output
+goes to bench/results/suite_time.log. Appends the figures to bench/RESULTS.md (not with
+``--command``, which is for trying the sampler).
 
     python bench/suite_time.py [--command "make test"]
 """
@@ -28,9 +29,11 @@ from pathlib import Path
 
 TICK = os.sysconf("SC_CLK_TCK")
 RESULTS_MD = Path(__file__).resolve().parent / "RESULTS.md"
+LOG = Path(__file__).resolve().parent / "results" / "suite_time.log"
 #: Process kinds, first match wins: (name, a substring of the command line).
 KINDS = (
-    ("Spark executor JVMs", "CoarseGrainedExecutorBackend"), ("Spark master/worker JVMs", "org.apache.spark.deploy."),
+    ("Spark executor JVMs", "CoarseGrainedExecutorBackend"), ("Spark master/worker JVMs", "deploy.master.Master"),
+    ("Spark master/worker JVMs", "deploy.worker.Worker"),
     ("other JVMs (drivers, test sessions)", "/bin/java"), ("Spark's Python workers", "pyspark.daemon"),
     ("pytest processes", "pytest"), ("warm `airflow dags test` runners", "dagrunner"),
     ("moto", "moto"), ("spark-submit'ed job drivers (Python)", "spark_jobs"),
@@ -101,6 +104,8 @@ def main() -> None:
     thread.start()
     out = subprocess.run(command, shell=True, cwd=repo, capture_output=True, text=True)
     wall = time.monotonic() - t0
+    LOG.parent.mkdir(exist_ok=True)
+    LOG.write_text(out.stdout + out.stderr)  # the suite's whole output, for a failure's details
     sampler.stop.set()
     thread.join()
     sampler.sample()
