@@ -7,9 +7,9 @@ indexes the whole zone, footers only), then land day H and ingest it, and the sa
 days (``MEASURED_DAYS`` in all; each figure the best of them): mint -> every slot's write job
 from the mint's plan -> append, the library calls the Airflow tasks and the spark-submit job
 make. Measured: wall, GETs and bytes of landed files (a ranged GET counts its range; a whole
-GET the object's size), LIST requests on the zone, CPU seconds of the process tree (this process, the Spark JVM and its
-Python workers; the moto server left out: the machine is shared, so CPU is the steadier
-figure), the ``add_columns`` mint: the mint plus its check
+GET the object's size), LIST requests on the zone, CPU seconds of the process tree (this
+process, the Spark JVM and its Python workers; the moto server left out: the machine is shared,
+so CPU is the steadier figure), the ``add_columns`` mint: the mint plus its check
 (:func:`evolve_for_source` with the chain the mint just prepared), and the bytes the run wrote
 to the landed-file index (a delta of its new entries) next to the whole index's size. Two arms, each against its own
 3-day baseline: a flat zone (``dt=NNNN/`` folders, no declared layout: one LIST of the zone per

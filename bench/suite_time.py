@@ -30,19 +30,17 @@ from pathlib import Path
 TICK = os.sysconf("SC_CLK_TCK")
 RESULTS_MD = Path(__file__).resolve().parent / "RESULTS.md"
 LOG = Path(__file__).resolve().parent / "results" / "suite_time.log"
-#: Process kinds, first match wins: (name, a substring of the command line).
+#: Process kinds, first match wins: (name, substrings of the command line, any of them).
 KINDS = (
-    ("Spark executor JVMs", "CoarseGrainedExecutorBackend"), ("Spark master/worker JVMs", "deploy.master.Master"),
-    ("Spark master/worker JVMs", "deploy.worker.Worker"),
-    ("other JVMs (drivers, test sessions)", "/bin/java"), ("Spark's Python workers", "pyspark.daemon"),
-    ("pytest processes", "pytest"), ("warm `airflow dags test` runners", "dagrunner"),
-    ("moto", "moto"), ("spark-submit'ed job drivers (Python)", "spark_jobs"),
-    ("Airflow scheduler, api-server, triggerer, dag-processor", "airflow scheduler"),
-    ("Airflow scheduler, api-server, triggerer, dag-processor", "airflow api-server"),
-    ("Airflow scheduler, api-server, triggerer, dag-processor", "airflow triggerer"),
-    ("Airflow scheduler, api-server, triggerer, dag-processor", "airflow dag-processor"),
-    ("Celery workers", "celery"), ("Airflow CLI and task processes", "airflow"), ("PostgreSQL", "postgres"),
-    ("Chromium", "chromium"), ("shardsink CLI", "shardsink"),
+    ("Spark executor JVMs", ("CoarseGrainedExecutorBackend",)),
+    ("Spark master/worker JVMs", ("deploy.master.Master", "deploy.worker.Worker")),
+    ("other JVMs (drivers, test sessions)", ("/bin/java",)), ("Spark's Python workers", ("pyspark.daemon",)),
+    ("pytest processes", ("pytest",)), ("warm `airflow dags test` runners", ("dagrunner",)),
+    ("moto", ("moto",)), ("spark-submit'ed job drivers (Python)", ("spark_jobs",)),
+    ("Airflow scheduler, api-server, triggerer, dag-processor",
+     ("airflow scheduler", "airflow api-server", "airflow triggerer", "airflow dag-processor")),
+    ("Celery workers", ("celery",)), ("Airflow CLI and task processes", ("airflow",)), ("PostgreSQL", ("postgres",)),
+    ("Chromium", ("chromium",)), ("shardsink CLI", ("shardsink",)),
 )
 
 
@@ -85,7 +83,7 @@ class Sampler:
         out: dict[str, float] = {}
         for key, cpu in self.last.items():
             cmd = self.cmd.get(key, "")
-            kind = next((name for name, needle in KINDS if needle in cmd), "other")
+            kind = next((name for name, needles in KINDS if any(n in cmd for n in needles)), "other")
             out[kind] = out.get(kind, 0.0) + cpu - self.first[key]
         return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
