@@ -21,7 +21,7 @@ import sys
 
 from shardsink.core.shard import Shard
 from shardsink.maintenance.leftovers import leftovers
-from shardsink.sinks.description import make_desc_id
+from shardsink.sinks.description import make_desc_id, run_of
 
 if len(sys.argv) not in (2, 3, 4):
     sys.exit(__doc__)
@@ -30,8 +30,8 @@ found = leftovers(shard)
 if len(sys.argv) == 3:
     found = [x for x in found if x.desc_id == sys.argv[2]]
 elif len(sys.argv) == 4:
-    prefix = make_desc_id(sys.argv[2], sys.argv[3], 0).rsplit("-a0-", 1)[0] + "-a"
-    found = [x for x in found if x.desc_id.startswith(prefix)]
+    dag, run = sys.argv[2], run_of(make_desc_id(sys.argv[2], sys.argv[3], 0), sys.argv[2])
+    found = [x for x in found if run_of(x.desc_id, dag) == run]
 print(f"{len(found)} descriptions with unreferenced staged objects in {shard.url}")
 for x in found:
     print(f"{x.desc_id}  {x.fate}  lower {x.lower}  {x.parts} parts ({x.part_bytes} bytes), {x.manifests} manifests, "
