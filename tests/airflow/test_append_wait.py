@@ -234,3 +234,78 @@ def test_what_a_given_up_turn_staged_goes_once_the_catch_up_passes_it(tmp_path: 
     shard.append(table_of(rows_for("c", 0, 20)), lower=0, upper=20, desc_id="catch-up")  # attempt 2's commit
     settle_given_up(shard, context, 2)
     assert shard.admin().list_staged(ahead.desc_id) == []
+
+
+def test_the_turn_trigger_commits_the_chain_when_its_turn_comes_and_the_task_reports_it_as_its_own(
+        tmp_path: Path) -> None:
+    from shardsink.airflow.results import TurnCommit
+    from shardsink.airflow.tasks import append_task
+    from shardsink.sinks.description import to_builtins
+
+    shard = Shard.create((tmp_path / "s").as_uri(), SCHEMA, upper=0)
+    settings = _settings(shard.url)
+    earlier = Description(make_desc_id("d", "backfill__2025-03-01", 1), 0, 10, 1)
+    chain = (Description(make_desc_id("d", "backfill__2025-03-02", 1), 10, 20, 1),
+             Description(make_desc_id("d", "backfill__2025-03-02", 1), 20, 30, 1))
+    for d in (earlier, *chain):
+        _stage(shard, d)
+    writer = "airflow:d/backfill__2025-03-02"
+    context = _context(shard.url)
+    with pytest.raises(TaskDeferred) as deferred:
+        wait_turn(settings, shard, chain[0], shard.fate(chain[0].desc_id, 10), 1, context,
+                  commit=TurnCommit(chain=chain, slots=1, writer=writer))
+    _, kwargs = deferred.value.trigger.serialize()
+    trigger = TurnTrigger(**{**kwargs, "poke_interval": 0.05})  # as the triggerer rebuilds it from its row
+
+    def earlier_run() -> None:
+        time.sleep(0.3)
+        shard.append(table_of(rows_for(earlier.desc_id, 0, 10)), lower=0, upper=10, desc_id=earlier.desc_id)
+
+    t = threading.Thread(target=earlier_run, daemon=True)
+    t.start()
+    (event,) = _run(trigger)
+    t.join()
+    # Committed on the triggerer, before the task is back: the next interval's turn has come.
+    assert event["status"] == "reached" and shard.info().upper == 30
+    claimed = event["committed_by_trigger"]
+    log = {c.desc_id: (seqno, c.writer) for seqno, c in shard.log(limit=10) if c.kind == "append"}
+    assert claimed["commits"] == [[d.desc_id, log[d.desc_id][0]] for d in chain] and claimed["error"] is None
+    assert {log[d.desc_id][1] for d in chain} == {writer}
+    # The task resumes, reads every fate itself, finds the seqnos its trigger named: its own commits.
+    _resume(context, event)
+    context["outlet_events"] = {"asset": SimpleNamespace(extra=None)}
+    out = append_task(settings, 1, [to_builtins(d) for d in chain], context, "asset")
+    assert [(c["desc_id"], c["status"]) for c in out["committed"]] == [(d.desc_id, "committed") for d in chain]
+    assert out["committed_at"] == claimed["at"] and out["waited_for"] == kwargs["behind"]
+    assert {o.kind for d in chain for o in shard.admin().list_staged(d.desc_id)} == {"part"}  # the batches'
+    # A claim the store does not bear out (another seqno) is not taken: found committed, by a twin.
+    _resume(context, {**event, "committed_by_trigger": {**claimed, "commits": [[chain[0].desc_id, 99]]}})
+    out = append_task(settings, 1, [to_builtins(chain[0])], context, "asset")
+    assert [c["status"] for c in out["committed"]] == ["already_committed"]
+
+
+def test_a_turn_trigger_commits_only_at_its_lower_and_reports_what_stopped_it(tmp_path: Path) -> None:
+    from shardsink.airflow.results import TurnCommit
+    from shardsink.sinks.description import to_builtins
+
+    shard = Shard.create((tmp_path / "s").as_uri(), SCHEMA, upper=0)
+    mine = Description(make_desc_id("d", "backfill__2025-03-02", 1), 10, 20, 1)
+    now = time.time()
+    args: dict[str, Any] = {"shard_url": shard.url, "lower": 10, "poke_interval": 0.05, "waiting_since": now,
+                            "deadline": now + 60,
+                            "commit": to_builtins(TurnCommit(chain=(mine,), slots=1, writer="airflow:d/r"))}
+    # Its writes staged nothing (a manifest missing): the commit stops with the error, nothing committed.
+    shard.append(table_of(rows_for("e", 0, 10)), lower=0, upper=10, desc_id="earlier")
+    (event,) = _run(TurnTrigger(**args))
+    assert event["status"] == "reached" and event["committed_by_trigger"]["commits"] == []
+    assert event["committed_by_trigger"]["error"] and shard.info().upper == 10
+    # Past its lower (a catch-up covered it): the task settles the fate; the trigger commits nothing.
+    shard.append(table_of(rows_for("c", 10, 20)), lower=10, upper=20, desc_id="catch-up")
+    (event,) = _run(TurnTrigger(**args))
+    assert event["status"] == "reached" and "committed_by_trigger" not in event
+    for bad in ({"chain": []}, {"chain": [to_builtins(Description("x", 20, 30, 1))]}, {"slots": 0},
+                {"writer": ""}, {"format": 9}, {"slots": "2"}):
+        with pytest.raises(InvalidUsageError):
+            TurnTrigger(**{**args, "commit": {**args["commit"], **bad}})
+    kind, kwargs = TurnTrigger(**args).serialize()
+    assert TurnTrigger(**kwargs).serialize() == (kind, kwargs)

@@ -13,7 +13,8 @@ independent model (tests/support ``audit``) at the end:
   are staged: the retry lands day k once, then the rest commit in order;
 * day k failing for good, then cleared (a fresh description for day k): the rest commit in
   order and the failed description's objects go with GC once the upper passes it;
-* twins of an ahead-minted append: out of turn both refuse; in turn exactly one commits.
+* twins of an ahead-minted append: out of turn both refuse; in turn exactly one commits,
+  also when one twin is the append's turn trigger committing on the triggerer.
 """
 
 from __future__ import annotations
@@ -202,17 +203,47 @@ def test_twins_of_an_ahead_minted_append(shard_url: str, blob: Any) -> None:
     _assert_waiting(shard, [day1])
     assert append_from_manifests(shard, day0, SLOTS).status == "committed"
     assert sorted(_twin_round(shard_url, twins)) == ["already_committed", "committed"]
-    _assert_settled(shard, blob, model, upper=2 * DAY)  # committed once, every part it references kept
+    # The append's turn trigger (issue 34: it commits on the triggerer) against a twin task.
+    day2 = _day(2)
+    model[day2.desc_id] = _stage(shard, day2)
+    assert sorted(_twin_round(shard_url, [day2, day2], turn_trigger=True)) == ["already_committed", "committed"]
+    _assert_settled(shard, blob, model, upper=3 * DAY)  # committed once, every part it references kept
 
 
-def _twin_round(url: str, twins: list[Description]) -> list[str]:
-    """Two processes append the same description at once (released by a barrier)."""
+def _turn_worker(url: str, env: dict[str, str], job: dict[str, Any], kill_at: str | None, results: Any,
+                 barrier: Any) -> None:
+    """The append's turn trigger, as the triggerer runs it: commits ``job`` when the upper is its lower."""
+    import asyncio
+
+    os.environ.update(env)
+    from shardsink.airflow.results import TurnCommit
+    from shardsink.airflow.triggers import TurnTrigger
+
+    d = Description.decode(job)
+    now = time.time()
+    trigger = TurnTrigger(shard_url=url, lower=d.lower, poke_interval=0.05, waiting_since=now, deadline=now + 60,
+                          commit=to_builtins(TurnCommit(chain=(d,), slots=SLOTS, writer="twin")))
+
+    async def first() -> dict[str, Any]:
+        async for e in trigger.run():
+            return dict(e.payload)
+        raise AssertionError("the trigger ended without an event")
+
+    barrier.wait()
+    got = asyncio.run(first())["committed_by_trigger"]
+    results.put((d.desc_id, f"error {got['error']}" if got["error"] else
+                 "committed" if got["commits"] else "already_committed"))
+
+
+def _twin_round(url: str, twins: list[Description], *, turn_trigger: bool = False) -> list[str]:
+    """Two processes append the same description at once (released by a barrier); with
+    ``turn_trigger`` the first is the append's turn trigger committing it."""
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
     barrier = ctx.Barrier(len(twins))
     env = {k: v for k, v in os.environ.items() if k.startswith("AWS_")}
-    procs = [ctx.Process(target=_append_worker, args=(url, env, to_builtins(d), None, results, barrier))
-             for d in twins]
+    procs = [ctx.Process(target=_turn_worker if turn_trigger and i == 0 else _append_worker,
+                         args=(url, env, to_builtins(d), None, results, barrier)) for i, d in enumerate(twins)]
     for p in procs:
         p.start()
     for p in procs:

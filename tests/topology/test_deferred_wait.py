@@ -12,6 +12,9 @@ one), three with one active run backwards (alone, the newest day's run catches u
 too, not only the first). The fourth case, forwards at the default concurrency, is the
 production shape's 3-day backfill (test_production_shape.py: its later days stage in
 parallel and their appends wait their turn, deferred).
+A fourth DAG, :data:`TURN`, shows the triggerer committing (issue 34): its day 2 run is
+triggered alone, and its day 1 run only once day 2's append is deferred waiting its turn;
+when day 1 commits, day 2's trigger commits day 2 on the triggerer, and the task reports it.
 Every run must be green, each shard must cover every interval exactly once (one commit per
 day, the source read directly), and no mint may have needed a second try. With one active
 run backwards (the issue's case, which failed 4 of 5 runs when the mint rescheduled itself),
@@ -22,14 +25,16 @@ turn up (nobody works at the upper); its attempt 2 then commits every day itself
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from collections import Counter
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
-from topo_stack import Topology
+from topo_stack import Topology, wait_for
 
 from shardsink import Shard
 from shardsink_dev.synthetic import generate
@@ -45,6 +50,9 @@ SCENARIOS: dict[str, tuple[int, int, tuple[str, ...]]] = {
     "dw_fwd_one": (2, 30, ("--max-active-runs", "1")),
     "dw_bwd_one": (3, 30, ("--run-backwards", "--max-active-runs", "1")),
 }
+
+#: Two days, run out of order by hand (module docstring): (days, SHARDSINK_CATCH_UP_AFTER_S).
+TURN, TURN_SCENARIO = "dw_turn", (2, 120)
 
 DAG_FILE = '''
 """The deferred-wait scenarios' DAGs (written by tests/topology/test_deferred_wait.py)."""
@@ -62,6 +70,7 @@ for dag_id, (shard, landing, days, catch_up_s) in {scenarios!r}.items():
         schedule="@daily", start_date=START, end_date=START + timedelta(days=days),  # no run of its own
         shard=ShardOptions(max_span=timedelta(days=1)), attempts=attempts,
         spark=SparkOptions(conn_id="spark_local"),  # local[1] on the Celery worker (tests/topology/topo_stack.py)
+        max_active_runs=2 if dag_id == {turn!r} else 1,  # the turn's two manual runs at once
     )
 '''
 
@@ -78,15 +87,20 @@ def test_backfills_in_both_orders_at_any_concurrency_defer_and_cover_every_inter
         landing = f"{prefix}/{dag_id}/landing"
         generate(landing, start=START, days=days, files_per_day=1, rows_per_file=40, seed=21 + i)
         spec[dag_id] = (f"{prefix}/{dag_id}/events", landing, days, catch_up_s)
-    topology.add_dag_file("deferred_wait.py", DAG_FILE.format(scenarios=spec))
-    topology.wait_for_dags(*SCENARIOS)
+    landing = f"{prefix}/{TURN}/landing"
+    generate(landing, start=START, days=TURN_SCENARIO[0], files_per_day=1, rows_per_file=40, seed=29)
+    spec[TURN] = (f"{prefix}/{TURN}/events", landing, *TURN_SCENARIO)
+    topology.add_dag_file("deferred_wait.py", DAG_FILE.format(scenarios=spec, turn=TURN))
+    topology.wait_for_dags(*SCENARIOS, TURN)
     t0 = time.monotonic()
     for dag_id, (days, _, extra) in SCENARIOS.items():
         topology.unpause(dag_id)
         ok(topology.airflow("backfill", "create", "--dag-id", dag_id, "--from-date", "2024-01-01",
                             "--to-date", f"2024-01-{days:02d}", *extra))
+    _turn_out_of_order(topology)
     runs = {dag_id: topology.wait_for_runs(dag_id, at_least=days, timeout=1200)
             for dag_id, (days, _, _) in SCENARIOS.items()}
+    _assert_the_triggerer_committed_the_turn(topology, spec[TURN])
     print(f"{len(SCENARIOS)} backfills finished {time.monotonic() - t0:.0f}s after they were created")
 
     deferred: Counter[str] = Counter()
@@ -108,6 +122,14 @@ def test_backfills_in_both_orders_at_any_concurrency_defer_and_cover_every_inter
         deferred[dag_id] = sum("deferred to the triggerer" in _log(topology, dag_id, r["dag_run_id"], task)
                                for r in runs[dag_id] for task in ("attempt_1.mint", "attempt_1.append"))
     print(f"runs whose attempt_1 mint or append deferred: {dict(deferred)}")
+    # An append handed back because its turn came was committed by the real triggerer itself
+    # (tests/airflow/test_append_wait.py holds it to the store; here it is Airflow's own triggerer).
+    turns = [(dag_id, r["dag_run_id"], _log(topology, dag_id, r["dag_run_id"], "attempt_1.append"))
+             for dag_id in SCENARIOS for r in runs[dag_id]]
+    reached = [(d, run) for d, run, text in turns if "'status': 'reached'" in text]
+    assert all("(by this task's trigger, on the triggerer)" in text for d, run, text in turns
+               if (d, run) in reached), reached
+    print(f"appends committed by their trigger on the triggerer: {reached}")
     # Backwards with one active run, the newest day's run is alone first: it must wait. At the
     # default concurrency both days mint and stage at once (issue 34) and the newest day's append
     # waits only if it gets there before the older day commits: a race, not a guarantee; that
@@ -151,6 +173,40 @@ def test_backfills_in_both_orders_at_any_concurrency_defer_and_cover_every_inter
         folder = Path(topology.env["AIRFLOW_HOME"]) / "logs" / f"dag_id={dag_id}" / f"run_id={r['dag_run_id']}"
         text = (folder / "task_id=attempt_1.mint" / f"attempt={mint['try_number']}.log").read_text(errors="replace")
         assert mint["try_number"] >= 2 and "skipping the rest of this run" in text, (r["dag_run_id"], mint)
+
+
+def _turn_out_of_order(topology: Topology) -> None:
+    """:data:`TURN`'s day 2 run alone until its append is deferred waiting its turn, then day 1's."""
+    topology.unpause(TURN)
+
+    def trigger(day: int) -> None:
+        start, end = (datetime.fromtimestamp((START + k * DAY) / 1000, tz=UTC).isoformat() for k in (day, day + 1))
+        topology.api("POST", f"/dags/{TURN}/dagRuns", {"dag_run_id": f"turn_day{day + 1}", "logical_date": start,
+                                                        "data_interval_start": start, "data_interval_end": end})
+
+    trigger(1)
+    wait_for(f"{TURN}: day 2's append deferred", lambda: True if any(
+        ti["dag_run_id"] == "turn_day2" and ti["task_id"] == "attempt_1.append" and ti["state"] == "deferred"
+        for ti in topology.task_instances(TURN)) else None, timeout=600, every=2)
+    trigger(0)
+
+
+def _assert_the_triggerer_committed_the_turn(topology: Topology, spec: tuple[str, str, int, int]) -> None:
+    """Day 2's append, deferred until day 1 committed, was committed by Airflow's triggerer (its
+    trigger's log), and the task reported the commit as its own, with day 2's run as writer."""
+    url, landing, days, _ = spec
+    runs = topology.wait_for_runs(TURN, at_least=days, timeout=600)
+    assert {r["state"] for r in runs} == {"success"}, [(r["dag_run_id"], r["state"]) for r in runs]
+    text = _log(topology, TURN, "turn_day2", "attempt_1.append")
+    assert "deferred to the triggerer" in text and "(by this task's trigger, on the triggerer)" in text
+    assert re.search(r"committed description \S+ \[\d+, \d+\) at seqno \d+ on the triggerer", text), text[-3000:]
+    got = topology.api("GET", f"/dags/{TURN}/dagRuns/turn_day2/taskInstances/attempt_1.append/xcomEntries/"
+                              "return_value?deserialize=true")["value"]
+    assert [(c["lower"], c["status"]) for c in got["committed"]] == [(START + DAY, "committed")], got
+    writers = {(c.lower, c.writer) for _, c in Shard.open(url).log(limit=100) if c.kind == "append"}
+    assert writers == {(START, f"airflow:{TURN}/turn_day1"), (START + DAY, f"airflow:{TURN}/turn_day2")}
+    assert_exactly_once(url, landing, START, START + days * DAY)
+    assert_no_leaks(url)
 
 
 def _ti(tis: list[dict[str, Any]], run_id: str, task_id: str) -> dict[str, Any]:

@@ -193,9 +193,13 @@ def _assert_staged_in_parallel_and_appended_in_order(topology: Topology, runs: l
     # a race on the cluster, not a guarantee (with 3 days they may finish in order). The wait
     # itself is asserted where it is certain: test_deferred_wait.py's one-active-run backwards
     # backfill, tests/airflow/test_append_wait.py and tests/sinks/test_ahead_appends.py.
-    waited = [run for run in ahead if "deferred to the triggerer" in topology.task_log(INGEST_DAG, run,
-                                                                                         "attempt_1.append")]
-    print(f"appends that waited their turn, deferred: {len(waited)} of {len(ahead)}")
+    logs = {run: topology.task_log(INGEST_DAG, run, "attempt_1.append") for run in ahead}
+    waited = [run for run in ahead if "deferred to the triggerer" in logs[run]]
+    # A wait handed back because the turn came was committed by the real triggerer itself.
+    reached = [run for run in waited if "'status': 'reached'" in logs[run]]
+    assert all("(by this task's trigger, on the triggerer)" in logs[run] for run in reached), reached
+    print(f"appends that waited their turn, deferred: {len(waited)} of {len(ahead)}; committed by their trigger "
+          f"on the triggerer: {len(reached)}")
 
 
 def _assert_commits_answerable(topology: Topology, shard: Shard) -> None:

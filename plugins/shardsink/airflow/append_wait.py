@@ -17,7 +17,9 @@ wait only keeps it from losing). :func:`wait_turn` decides from the fate the app
   cannot start while this one waits): give the turn up: the attempt ends lost, the next attempt
   catches up from the upper (its staged objects stay StillPossible until the upper passes);
 * else: defer to a :class:`shardsink.airflow.triggers.TurnTrigger` (no worker slot; one head
-  read per poke).
+  read per poke), which commits the attempt's chain itself when the upper reaches its lower
+  (``commit``): the task resumes to find it committed (:func:`trigger_commits`), and the
+  next interval's turn does not wait for this task's trip through the scheduler and a worker.
 """
 
 from __future__ import annotations
@@ -30,12 +32,12 @@ from typing import Any
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from shardsink.airflow.gates import defer
-from shardsink.airflow.results import AppendReport
+from shardsink.airflow.results import RESULTS_FORMAT, AppendReport, TurnCommit, TurnCommitted
 from shardsink.airflow.settings import IngestSettings
 from shardsink.airflow.triggers import TurnTrigger
 from shardsink.core.fate import Fate, StillPossible
 from shardsink.core.shard import Shard
-from shardsink.sinks.description import Description, to_builtins
+from shardsink.sinks.description import Description, decode, to_builtins
 from shardsink.sinks.waiting import at_upper, staged_descriptions
 
 log = logging.getLogger("shardsink.airflow")
@@ -56,10 +58,20 @@ def _resumed(context: dict[str, Any], desc: Description) -> dict[str, Any] | Non
     return event if isinstance(event, dict) and event.get("lower") == desc.lower else None
 
 
+def trigger_commits(context: dict[str, Any], desc: Description) -> TurnCommitted | None:
+    """What the task's turn trigger committed before handing it back (None: it committed nothing)
+    for the chain starting with ``desc``. A claim only: the task checks it against its own reads."""
+    event = _resumed(context, desc)
+    raw = event.get("committed_by_trigger") if event is not None else None
+    return None if raw is None else decode(raw, TurnCommitted, what="the turn trigger's commits",
+                                           newest=RESULTS_FORMAT)
+
+
 def wait_turn(settings: IngestSettings, shard: Shard, desc: Description, fate: Fate, attempt: int,
-              context: dict[str, Any]) -> dict[str, Any]:
+              context: dict[str, Any], *, commit: TurnCommit | None = None) -> dict[str, Any]:
     """Return once ``desc``'s turn has come (module docstring), with what the wait was (``staged_at``,
-    ``waited_for``: None if it did not wait); else defer, fail, or end the attempt lost."""
+    ``waited_for``: None if it did not wait); else defer, fail, or end the attempt lost.
+    ``commit``: the chain (starting with ``desc``) the trigger commits when the turn comes."""
     now = time.time()
     event = _resumed(context, desc)
     since = event.get("waiting_since") if event is not None else None
@@ -88,7 +100,8 @@ def wait_turn(settings: IngestSettings, shard: Shard, desc: Description, fate: F
         catch_up = None  # someone works at or below the upper: wait for it (until max_append_wait)
     trigger = TurnTrigger(shard_url=settings.shard_url, lower=desc.lower, poke_interval=settings.poke_interval,
                           waiting_since=since, deadline=since + settings.max_append_wait, catch_up_after=catch_up,
-                          behind=behind, aws_conn_id=settings.aws_conn_id)
+                          behind=behind, aws_conn_id=settings.aws_conn_id,
+                          commit=None if commit is None else to_builtins(commit))
     context["ti"].xcom_push(key="waiting", value={"desc_id": desc.desc_id, "lower": desc.lower, "upper": upper,
                                                   "since": since, "behind": behind})
     limit = timedelta(seconds=since + settings.max_append_wait - now + 5 * settings.poke_interval + 60)

@@ -5,7 +5,10 @@ consumer (:func:`shardsink.sinks.description.decode`).
 * :class:`Plan` (key ``plan`` of ``attempt_<k>.mint``): the run's target as that mint saw it;
 * :class:`AppendReport` (``return_value`` of ``attempt_<k>.append``): what the attempt
   committed (:class:`CommitRecord`), the descriptions it found lost, the shard's upper;
-* :class:`RunReport` (``return_value`` of ``report``): every range the run committed.
+* :class:`RunReport` (``return_value`` of ``report``): every range the run committed;
+* :class:`TurnCommit` (a :class:`shardsink.airflow.triggers.TurnTrigger`'s stored kwargs) and
+  :class:`TurnCommitted` (its event): what an append minted ahead lets its trigger commit
+  when the turn comes, and what the trigger committed.
 
 The keys are the documented ones (``committed = [{desc_id, lower, upper, seqno, rows,
 status, corrects}]``, ``target``, ``upper``, ``writer``), plus ``format``.
@@ -16,6 +19,8 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import msgspec
+
+from shardsink.sinks.description import Description
 
 #: Format of the XCom results: readers accept this or older and ignore unknown fields.
 RESULTS_FORMAT = 1
@@ -78,3 +83,24 @@ class RunReport(msgspec.Struct, frozen=True, kw_only=True):
     upper: int | None = None
     #: A dry run's totals (:func:`shardsink.spark.dryrun.totals`); None for a real run.
     dry_run: dict[str, Any] | None = None
+
+
+class TurnCommit(msgspec.Struct, frozen=True, kw_only=True):
+    """What an append waiting its turn lets its trigger commit once the shard's upper equals the
+    chain's first lower: the attempt's chain in order, the write slots of each description (a
+    correcting one has one) and the writer its commits carry (the run's, as the task's own)."""
+
+    format: int = RESULTS_FORMAT
+    chain: tuple[Description, ...]
+    slots: int
+    writer: str
+
+
+class TurnCommitted(msgspec.Struct, frozen=True, kw_only=True):
+    """What the trigger committed, in chain order (``(desc_id, seqno)``), when (epoch s), and why it
+    stopped early if it did (``error``: the task re-reads every fate and settles the rest itself)."""
+
+    format: int = RESULTS_FORMAT
+    commits: tuple[tuple[str, int], ...] = ()
+    at: float
+    error: str | None = None

@@ -20,7 +20,7 @@ from typing import Any, NoReturn
 
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from shardsink.airflow.append_wait import wait_turn
+from shardsink.airflow.append_wait import trigger_commits, wait_turn
 from shardsink.airflow.failures import for_airflow
 from shardsink.airflow.gates import (
     ahead_from,
@@ -32,7 +32,7 @@ from shardsink.airflow.gates import (
     skip_rest,
     wait_for_earlier_intervals,
 )
-from shardsink.airflow.results import AppendReport, CommitRecord, RunReport
+from shardsink.airflow.results import AppendReport, CommitRecord, RunReport, TurnCommit, TurnCommitted
 from shardsink.airflow.run_context import (
     earlier_appends,
     plan_of,
@@ -43,7 +43,7 @@ from shardsink.airflow.run_context import (
     run_writer,
 )
 from shardsink.airflow.settings import IngestSettings
-from shardsink.core.shard import Shard
+from shardsink.core.shard import AppendResult, Shard
 from shardsink.errors import (
     CorruptionError,
     InvalidUsageError,
@@ -181,6 +181,19 @@ def _lost(d: Description, e: UpperMismatchError) -> str:
             "nothing was deleted (its staged parts go with GC once the upper passes it)")
 
 
+def _record(d: Description, r: AppendResult, by_trigger: TurnCommitted | None) -> CommitRecord:
+    """``d``'s commit as the append reports and logs it. Found committed at the seqno this task's
+    trigger says it committed (:func:`shardsink.airflow.append_wait.trigger_commits`): the task's own."""
+    mine = by_trigger is not None and (r.desc_id, r.seqno) in by_trigger.commits
+    status = "committed" if mine else r.status
+    log.info("%s: description %s [%d, %d) at seqno %d, %d rows%s%s", status.replace("_", " "), r.desc_id,
+             r.lower, r.upper, r.seqno, r.rows,
+             f" (with the correction of [{d.corrects[0]}, {d.corrects[1]}))" if d.corrects else "",
+             " (by this task's trigger, on the triggerer)" if mine else "")
+    return CommitRecord(desc_id=r.desc_id, lower=r.lower, upper=r.upper, seqno=r.seqno, rows=r.rows, status=status,
+                        corrects=d.corrects)
+
+
 def append_task(settings: IngestSettings, attempt: int, descs: list[dict[str, Any]], context: dict[str, Any],
                 asset: Any) -> dict[str, Any]:
     """Commit the attempt's descriptions in order; a lost one is skipped over (its objects deleted).
@@ -208,9 +221,12 @@ def append_task(settings: IngestSettings, attempt: int, descs: list[dict[str, An
     done: list[CommitRecord] = []
     lost: list[str] = []
     upper: int | None = None
+    by_trigger: TurnCommitted | None = None
     try:
         first = shard.fate(chain[0].desc_id, chain[0].lower)  # the task's one head read
-        waited = wait_turn(settings, shard, chain[0], first, attempt, context)  # minted ahead: wait its turn
+        waited = wait_turn(settings, shard, chain[0], first, attempt, context,  # minted ahead: wait its turn
+                           commit=TurnCommit(chain=tuple(chain), slots=settings.writers, writer=writer))
+        by_trigger = trigger_commits(context, chain[0])
         for d, r in append_chain(shard, chain, settings.writers, writer=writer, first=first):
             if isinstance(r, UpperMismatchError):
                 upper = r.current
@@ -218,11 +234,7 @@ def append_task(settings: IngestSettings, attempt: int, descs: list[dict[str, An
                 log.info("%s", lost[-1])
                 continue
             upper = r.upper
-            log.info("%s: description %s [%d, %d) at seqno %d, %d rows%s", r.status.replace("_", " "), r.desc_id,
-                     r.lower, r.upper, r.seqno, r.rows,
-                     f" (with the correction of [{d.corrects[0]}, {d.corrects[1]}))" if d.corrects else "")
-            done.append(CommitRecord(desc_id=r.desc_id, lower=r.lower, upper=r.upper, seqno=r.seqno, rows=r.rows,
-                                     status=r.status, corrects=d.corrects))
+            done.append(_record(d, r, by_trigger))
     except (CorruptionError, ShardClosedError) as e:
         raise AirflowFailException(str(e)) from e
     if done:
@@ -234,7 +246,8 @@ def append_task(settings: IngestSettings, attempt: int, descs: list[dict[str, An
                           retry_at=time.time() + settings.backoff(attempt + 1) if lost else None,
                           minted_at=minted_at if isinstance(minted_at, int | float) else None,
                           staged_at=waited["staged_at"], waited_for=waited["waited_for"],
-                          committed_at=time.time() if done else None)
+                          committed_at=(by_trigger.at if by_trigger is not None and by_trigger.commits
+                                        else time.time()) if done else None)
     log.info("timeline: minted at %s, staged at %s, waited for %s, committed at %s", result.minted_at,
              result.staged_at, result.waited_for or "nothing", result.committed_at)
     out: dict[str, Any] = to_builtins(result)

@@ -38,12 +38,17 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from shardsink.airflow.results import RESULTS_FORMAT, TurnCommit, TurnCommitted
 from shardsink.core import checks as ck
 from shardsink.core.read import ShardInfo
 from shardsink.errors import InvalidUsageError
+from shardsink.sinks.description import decode, to_builtins
 
 #: The operator method a deferred shardsink task resumes with (:class:`shardsink.provider.operators.ShardTaskOperator`).
 RESUME_METHOD = "resume_after_wait"
+
+#: The most write slots a description may have (a chain the trigger commits is range-checked).
+MAX_SLOTS = 1024
 
 
 def idle_seconds(info: ShardInfo, run_started: float | None, now: float) -> float:
@@ -104,6 +109,10 @@ class _ShardPokeTrigger(BaseTrigger):
         """Seconds until the next poke (at most ``poke_interval``)."""
         raise NotImplementedError
 
+    async def _on_decided(self, info: ShardInfo, payload: dict[str, Any]) -> dict[str, Any]:
+        """What the event carries once :meth:`decide` ended the wait (default: ``payload``)."""
+        return payload
+
     async def run(self) -> AsyncIterator[TriggerEvent]:
         while True:
             try:
@@ -115,6 +124,7 @@ class _ShardPokeTrigger(BaseTrigger):
             now = time.time()
             payload = self.decide(info, now)
             if payload is not None:
+                payload = await self._on_decided(info, payload)
                 self.log.info("shard %s: %s; handing the task back", self.shard_url, payload)
                 yield TriggerEvent(payload)
                 return
@@ -171,11 +181,25 @@ class TurnTrigger(_ShardPokeTrigger):
     * ``idle``: ``catch_up_after`` is given and neither the wait's start nor the shard's last
       commit is within it (the task then looks who, if anyone, it waits behind);
     * ``unreadable``: a read failed after the store's own retry policy.
+
+    ``commit`` (a :class:`~shardsink.airflow.results.TurnCommit` as plain values): when the upper
+    is exactly ``lower``, the trigger commits the chain itself before handing back (in a thread,
+    :func:`shardsink.sinks.ingest.append_chain`, the task's own code and writer), and the
+    ``reached`` event carries ``committed_by_trigger`` (a :class:`TurnCommitted`). The next
+    interval's turn then comes one head read later, not after this task has come back through
+    the scheduler and a worker. The task still decides from its own read: it finds the commits
+    and reports them as its own only where the store shows the seqno the trigger names.
+
+    SUBTLE: the trigger commits while its task is deferred, so a twin of the task, a second
+    triggerer picking the trigger up, or the task resumed after a lost event may append the
+    same chain: each is a conditional put on the same lower, so one commits and the others
+    find it committed (the fate primitive keeps the batch). Any error stops the trigger's
+    commits (an unknown outcome included): the event says so and the task settles the fate.
     """
 
     def __init__(self, *, shard_url: str, lower: int, poke_interval: float, waiting_since: float, deadline: float,
                  catch_up_after: float | None = None, behind: str | None = None,
-                 aws_conn_id: str | None = None) -> None:
+                 aws_conn_id: str | None = None, commit: dict[str, Any] | None = None) -> None:
         if behind is not None and not isinstance(behind, str):
             raise InvalidUsageError(f"behind {behind!r} is not a description line", value=repr(behind)[:80])
         super().__init__(shard_url=shard_url, aws_conn_id=aws_conn_id)
@@ -188,12 +212,14 @@ class TurnTrigger(_ShardPokeTrigger):
         self.catch_up_after = None if catch_up_after is None else ck.check_seconds(catch_up_after,
                                                                                    what="catch_up_after")
         self.behind = None if behind is None else behind[:500]
+        self.commit = None if commit is None else _turn_commit(commit, self.lower)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (f"{type(self).__module__}.{type(self).__qualname__}",
                 {"shard_url": self.shard_url, "lower": self.lower, "poke_interval": self.poke_interval,
                  "waiting_since": self.waiting_since, "deadline": self.deadline,
-                 "catch_up_after": self.catch_up_after, "behind": self.behind, "aws_conn_id": self.aws_conn_id})
+                 "catch_up_after": self.catch_up_after, "behind": self.behind, "aws_conn_id": self.aws_conn_id,
+                 "commit": None if self.commit is None else to_builtins(self.commit)})
 
     def decide(self, info: ShardInfo, now: float) -> dict[str, Any] | None:
         """The event's payload if waiting ends at ``now`` with the shard at ``info``, else None."""
@@ -215,3 +241,42 @@ class TurnTrigger(_ShardPokeTrigger):
 
     def _next_wait(self, info: ShardInfo, now: float) -> float:
         return min(self.poke_interval, self.deadline - now)
+
+    async def _on_decided(self, info: ShardInfo, payload: dict[str, Any]) -> dict[str, Any]:
+        if self.commit is None or payload.get("status") != "reached" or info.upper != self.lower:
+            return payload
+        return {**payload, "committed_by_trigger": to_builtins(await asyncio.to_thread(self._commit, self.commit))}
+
+    def _commit(self, commit: TurnCommit) -> TurnCommitted:
+        """Append ``commit``'s chain while each description commits; never raises. Runs in a thread."""
+        from shardsink.airflow.credentials import store_access
+        from shardsink.core.shard import AppendResult, Shard
+        from shardsink.sinks.ingest import append_chain
+
+        done: list[tuple[str, int]] = []
+        try:
+            with store_access(self.aws_conn_id):
+                for d, r in append_chain(Shard(self.shard_url), commit.chain, commit.slots, writer=commit.writer):
+                    if not isinstance(r, AppendResult):  # lost (a racer took the lower): the task reports it
+                        break
+                    if r.status == "committed":
+                        done.append((r.desc_id, r.seqno))
+                        self.log.info("committed description %s [%d, %d) at seqno %d on the triggerer",
+                                      d.desc_id, r.lower, r.upper, r.seqno)
+        except Exception as e:  # the outcome may be unknown: the task re-reads and settles it
+            self.log.warning("stopped committing on the triggerer: %s: %s", type(e).__name__, e)
+            return TurnCommitted(commits=tuple(done), at=time.time(), error=f"{type(e).__name__}: {str(e)[:300]}")
+        return TurnCommitted(commits=tuple(done), at=time.time())
+
+
+def _turn_commit(value: object, lower: int) -> TurnCommit:
+    """``value`` decoded as a :class:`TurnCommit` whose chain starts at ``lower``, range-checked."""
+    got = decode(value, TurnCommit, what="TurnTrigger commit", newest=RESULTS_FORMAT)
+    if not got.chain or got.chain[0].lower != lower:
+        raise InvalidUsageError(f"TurnTrigger commit chain must start at lower {lower}", value=repr(value)[:200])
+    if not 1 <= got.slots <= MAX_SLOTS:
+        raise InvalidUsageError(f"TurnTrigger commit slots {got.slots} must be in 1..{MAX_SLOTS}", value=got.slots)
+    if not got.writer or len(got.writer) > 500:
+        raise InvalidUsageError(f"TurnTrigger commit writer {got.writer[:80]!r} must be 1..500 characters",
+                                value=got.writer[:80])
+    return got
