@@ -251,10 +251,11 @@ def test_the_turn_trigger_commits_the_chain_when_its_turn_comes_and_the_task_rep
         _stage(shard, d)
     writer = "airflow:d/backfill__2025-03-02"
     context = _context(shard.url)
-    with pytest.raises(TaskDeferred) as deferred:
-        wait_turn(settings, shard, chain[0], shard.fate(chain[0].desc_id, 10), 1, context,
-                  commit=TurnCommit(chain=chain, slots=1, writer=writer))
+    context["outlet_events"] = {"asset": SimpleNamespace(extra=None)}
+    with pytest.raises(TaskDeferred) as deferred:  # the append task defers, handing its chain to the trigger
+        append_task(settings, 1, [to_builtins(d) for d in chain], context, "asset")
     _, kwargs = deferred.value.trigger.serialize()
+    assert kwargs["commit"] == to_builtins(TurnCommit(chain=chain, slots=1, writer=writer))
     trigger = TurnTrigger(**{**kwargs, "poke_interval": 0.05})  # as the triggerer rebuilds it from its row
 
     def earlier_run() -> None:
@@ -273,7 +274,6 @@ def test_the_turn_trigger_commits_the_chain_when_its_turn_comes_and_the_task_rep
     assert {log[d.desc_id][1] for d in chain} == {writer}
     # The task resumes, reads every fate itself, finds the seqnos its trigger named: its own commits.
     _resume(context, event)
-    context["outlet_events"] = {"asset": SimpleNamespace(extra=None)}
     out = append_task(settings, 1, [to_builtins(d) for d in chain], context, "asset")
     assert [(c["desc_id"], c["status"]) for c in out["committed"]] == [(d.desc_id, "committed") for d in chain]
     assert out["committed_at"] == claimed["at"] and out["waited_for"] == kwargs["behind"]
@@ -281,7 +281,7 @@ def test_the_turn_trigger_commits_the_chain_when_its_turn_comes_and_the_task_rep
     # A claim the store does not bear out (another seqno) is not taken: found committed, by a twin.
     _resume(context, {**event, "committed_by_trigger": {**claimed, "commits": [[chain[0].desc_id, 99]]}})
     out = append_task(settings, 1, [to_builtins(chain[0])], context, "asset")
-    assert [c["status"] for c in out["committed"]] == ["already_committed"]
+    assert [c["status"] for c in out["committed"]] == ["already_committed"] and out["committed_at"] > claimed["at"]
 
 
 def test_a_turn_trigger_commits_only_at_its_lower_and_reports_what_stopped_it(tmp_path: Path) -> None:
@@ -299,13 +299,25 @@ def test_a_turn_trigger_commits_only_at_its_lower_and_reports_what_stopped_it(tm
     (event,) = _run(TurnTrigger(**args))
     assert event["status"] == "reached" and event["committed_by_trigger"]["commits"] == []
     assert event["committed_by_trigger"]["error"] and shard.info().upper == 10
+    # Cancelled (the task cleared while deferred: Airflow calls on_kill): it starts no commit.
+    _stage(shard, mine)
+    cancelled = TurnTrigger(**args)
+    asyncio.run(cancelled.on_kill())
+    (event,) = _run(cancelled)
+    assert event["committed_by_trigger"]["commits"] == [] and shard.info().upper == 10
+    assert event["committed_by_trigger"]["error"] == "cancelled before committing"
     # Past its lower (a catch-up covered it): the task settles the fate; the trigger commits nothing.
     shard.append(table_of(rows_for("c", 10, 20)), lower=10, upper=20, desc_id="catch-up")
     (event,) = _run(TurnTrigger(**args))
     assert event["status"] == "reached" and "committed_by_trigger" not in event
+    later = to_builtins(Description("y", 20, 30, 1))
     for bad in ({"chain": []}, {"chain": [to_builtins(Description("x", 20, 30, 1))]}, {"slots": 0},
-                {"writer": ""}, {"format": 9}, {"slots": "2"}):
+                {"writer": ""}, {"writer": "w" * 1025}, {"format": 9}, {"slots": "2"},
+                {"chain": [to_builtins(mine), {**later, "lower": 25}]}, {"chain": [{**to_builtins(mine), "format": 2}]},
+                {"chain": [{**to_builtins(mine), "upper": 10}]}):
         with pytest.raises(InvalidUsageError):
             TurnTrigger(**{**args, "commit": {**args["commit"], **bad}})
-    kind, kwargs = TurnTrigger(**args).serialize()
+    long_writer = {**args["commit"], "writer": "airflow:" + "d" * 250 + "/" + "r" * 250, "chain": [to_builtins(mine),
+                                                                                               later]}
+    kind, kwargs = TurnTrigger(**{**args, "commit": long_writer}).serialize()  # Airflow's longest ids
     assert TurnTrigger(**kwargs).serialize() == (kind, kwargs)

@@ -230,8 +230,8 @@ def _turn_worker(url: str, env: dict[str, str], job: dict[str, Any], kill_at: st
         raise AssertionError("the trigger ended without an event")
 
     barrier.wait()
-    got = asyncio.run(first())["committed_by_trigger"]
-    results.put((d.desc_id, f"error {got['error']}" if got["error"] else
+    got = asyncio.run(first()).get("committed_by_trigger")  # none if the twin committed before its first read
+    results.put((d.desc_id, "already_committed" if got is None else f"error {got['error']}" if got["error"] else
                  "committed" if got["commits"] else "already_committed"))
 
 

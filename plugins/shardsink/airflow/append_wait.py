@@ -37,6 +37,7 @@ from shardsink.airflow.settings import IngestSettings
 from shardsink.airflow.triggers import TurnTrigger
 from shardsink.core.fate import Fate, StillPossible
 from shardsink.core.shard import Shard
+from shardsink.errors import InvalidUsageError
 from shardsink.sinks.description import Description, decode, to_builtins
 from shardsink.sinks.waiting import at_upper, staged_descriptions
 
@@ -63,8 +64,17 @@ def trigger_commits(context: dict[str, Any], desc: Description) -> TurnCommitted
     for the chain starting with ``desc``. A claim only: the task checks it against its own reads."""
     event = _resumed(context, desc)
     raw = event.get("committed_by_trigger") if event is not None else None
-    return None if raw is None else decode(raw, TurnCommitted, what="the turn trigger's commits",
-                                           newest=RESULTS_FORMAT)
+    if raw is None:
+        return None
+    try:
+        got = decode(raw, TurnCommitted, what="the turn trigger's commits", newest=RESULTS_FORMAT)
+    except InvalidUsageError as e:  # the claim only names commits as the task's own: go on without it
+        log.warning("%s; the task settles every description from its own reads", e)
+        return None
+    if got.error is not None:
+        log.info("the turn trigger stopped committing (%s) after %d commits; this task settles the rest from its "
+                 "own reads", got.error, len(got.commits))
+    return got
 
 
 def wait_turn(settings: IngestSettings, shard: Shard, desc: Description, fate: Fate, attempt: int,

@@ -194,6 +194,16 @@ def _record(d: Description, r: AppendResult, by_trigger: TurnCommitted | None) -
                         corrects=d.corrects)
 
 
+def _committed_at(done: list[CommitRecord], by_trigger: TurnCommitted | None) -> float | None:
+    """When the attempt's commits landed: the trigger's time if the store bore out that it made
+    every one of them, else now (None: nothing committed)."""
+    if not done:
+        return None
+    if by_trigger is not None and all((c.desc_id, c.seqno) in by_trigger.commits for c in done):
+        return by_trigger.at
+    return time.time()
+
+
 def append_task(settings: IngestSettings, attempt: int, descs: list[dict[str, Any]], context: dict[str, Any],
                 asset: Any) -> dict[str, Any]:
     """Commit the attempt's descriptions in order; a lost one is skipped over (its objects deleted).
@@ -246,8 +256,7 @@ def append_task(settings: IngestSettings, attempt: int, descs: list[dict[str, An
                           retry_at=time.time() + settings.backoff(attempt + 1) if lost else None,
                           minted_at=minted_at if isinstance(minted_at, int | float) else None,
                           staged_at=waited["staged_at"], waited_for=waited["waited_for"],
-                          committed_at=(by_trigger.at if by_trigger is not None and by_trigger.commits
-                                        else time.time()) if done else None)
+                          committed_at=_committed_at(done, by_trigger))
     log.info("timeline: minted at %s, staged at %s, waited for %s, committed at %s", result.minted_at,
              result.staged_at, result.waited_for or "nothing", result.committed_at)
     out: dict[str, Any] = to_builtins(result)

@@ -30,7 +30,9 @@ blocks), at most ``poke_interval`` and never past the catch-up moment.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import math
+import threading
 import time
 from collections.abc import AsyncIterator
 from datetime import datetime
@@ -42,13 +44,10 @@ from shardsink.airflow.results import RESULTS_FORMAT, TurnCommit, TurnCommitted
 from shardsink.core import checks as ck
 from shardsink.core.read import ShardInfo
 from shardsink.errors import InvalidUsageError
-from shardsink.sinks.description import decode, to_builtins
+from shardsink.sinks.description import DESCRIPTION_FORMAT, decode, to_builtins
 
 #: The operator method a deferred shardsink task resumes with (:class:`shardsink.provider.operators.ShardTaskOperator`).
 RESUME_METHOD = "resume_after_wait"
-
-#: The most write slots a description may have (a chain the trigger commits is range-checked).
-MAX_SLOTS = 1024
 
 
 def idle_seconds(info: ShardInfo, run_started: float | None, now: float) -> float:
@@ -195,6 +194,9 @@ class TurnTrigger(_ShardPokeTrigger):
     same chain: each is a conditional put on the same lower, so one commits and the others
     find it committed (the fate primitive keeps the batch). Any error stops the trigger's
     commits (an unknown outcome included): the event says so and the task settles the fate.
+    Cancelled (the task cleared, marked failed or succeeded while deferred: :meth:`on_kill`, or
+    the trigger removed), it starts no further commit; a conditional put already sent may
+    still land, as a killed task's may, and the description's fate says so.
     """
 
     def __init__(self, *, shard_url: str, lower: int, poke_interval: float, waiting_since: float, deadline: float,
@@ -213,6 +215,7 @@ class TurnTrigger(_ShardPokeTrigger):
                                                                                    what="catch_up_after")
         self.behind = None if behind is None else behind[:500]
         self.commit = None if commit is None else _turn_commit(commit, self.lower)
+        self._stopped = threading.Event()  # set once cancelled: no further commit starts
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (f"{type(self).__module__}.{type(self).__qualname__}",
@@ -242,10 +245,22 @@ class TurnTrigger(_ShardPokeTrigger):
     def _next_wait(self, info: ShardInfo, now: float) -> float:
         return min(self.poke_interval, self.deadline - now)
 
+    async def on_kill(self) -> None:
+        self._stopped.set()
+
+    async def cleanup(self) -> None:
+        self._stopped.set()
+        await super().cleanup()
+
     async def _on_decided(self, info: ShardInfo, payload: dict[str, Any]) -> dict[str, Any]:
         if self.commit is None or payload.get("status") != "reached" or info.upper != self.lower:
             return payload
-        return {**payload, "committed_by_trigger": to_builtins(await asyncio.to_thread(self._commit, self.commit))}
+        try:
+            done = await asyncio.to_thread(self._commit, self.commit)
+        except asyncio.CancelledError:  # the thread runs on: it starts no further commit
+            self._stopped.set()
+            raise
+        return {**payload, "committed_by_trigger": to_builtins(done)}
 
     def _commit(self, commit: TurnCommit) -> TurnCommitted:
         """Append ``commit``'s chain while each description commits; never raises. Runs in a thread."""
@@ -254,11 +269,13 @@ class TurnTrigger(_ShardPokeTrigger):
         from shardsink.sinks.ingest import append_chain
 
         done: list[tuple[str, int]] = []
+        if self._stopped.is_set():
+            return TurnCommitted(at=time.time(), error="cancelled before committing")
         try:
             with store_access(self.aws_conn_id):
                 for d, r in append_chain(Shard(self.shard_url), commit.chain, commit.slots, writer=commit.writer):
-                    if not isinstance(r, AppendResult):  # lost (a racer took the lower): the task reports it
-                        break
+                    if not isinstance(r, AppendResult) or self._stopped.is_set():  # lost or cancelled: the task
+                        break                                                       # settles the rest
                     if r.status == "committed":
                         done.append((r.desc_id, r.seqno))
                         self.log.info("committed description %s [%d, %d) at seqno %d on the triggerer",
@@ -270,13 +287,18 @@ class TurnTrigger(_ShardPokeTrigger):
 
 
 def _turn_commit(value: object, lower: int) -> TurnCommit:
-    """``value`` decoded as a :class:`TurnCommit` whose chain starts at ``lower``, range-checked."""
+    """``value`` decoded as a :class:`TurnCommit`: a contiguous chain of descriptions (each of a
+    format this shardsink reads) starting at ``lower``, slots and writer as the core checks them."""
     got = decode(value, TurnCommit, what="TurnTrigger commit", newest=RESULTS_FORMAT)
-    if not got.chain or got.chain[0].lower != lower:
-        raise InvalidUsageError(f"TurnTrigger commit chain must start at lower {lower}", value=repr(value)[:200])
-    if not 1 <= got.slots <= MAX_SLOTS:
-        raise InvalidUsageError(f"TurnTrigger commit slots {got.slots} must be in 1..{MAX_SLOTS}", value=got.slots)
-    if not got.writer or len(got.writer) > 500:
-        raise InvalidUsageError(f"TurnTrigger commit writer {got.writer[:80]!r} must be 1..500 characters",
-                                value=got.writer[:80])
+    bounds = [(d.lower, d.upper) for d in got.chain]
+    if (not bounds or bounds[0][0] != lower or any(lo >= up for lo, up in bounds)
+            or any(a[1] != b[0] for a, b in itertools.pairwise(bounds))):
+        raise InvalidUsageError(f"TurnTrigger commit chain {bounds[:4]} is not contiguous from lower {lower}",
+                                value=repr(bounds)[:200])
+    newer = [d.format for d in got.chain if d.format > DESCRIPTION_FORMAT]
+    if newer:
+        raise InvalidUsageError(f"TurnTrigger commit has a description of format {newer[0]}; this shardsink reads "
+                                f"1..{DESCRIPTION_FORMAT} (upgrade the triggerer with the workers)", value=newer[0])
+    ck.check_count(got.slots, what="TurnTrigger commit slots", lo=1)
+    ck.check_writer(got.writer)
     return got
