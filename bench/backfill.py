@@ -154,11 +154,9 @@ class Sampler(threading.Thread):
         self._done = threading.Event()
 
     def sample(self) -> None:
-        from proc_cpu import tree_cpu
+        from proc_cpu import machine_busy, tree_cpu
 
-        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
-        busy = (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")  # all but idle and iowait
-        self.samples.append((time.time(), tree_cpu(os.getpid()), busy))
+        self.samples.append((time.time(), tree_cpu(os.getpid()), machine_busy()))
 
     def run(self) -> None:
         while not self._done.wait(1.0):  # a sampling period, not an ordering

@@ -28,6 +28,22 @@ def _stat(pid: int) -> tuple[int, float] | None:
     return ppid, (utime + stime + cutime + cstime) / _TICK
 
 
+def machine_jiffies() -> tuple[int, int]:
+    """(all, idle + iowait) clock ticks of the machine's cores since boot (``/proc/stat``): their
+    differences over a span give its core-seconds and the busy share. (0, 0) without /proc."""
+    try:
+        v = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except OSError:
+        return 0, 0
+    return sum(v), v[3] + v[4]
+
+
+def machine_busy() -> float:
+    """Busy core-seconds of the machine since boot (all but idle and iowait): see :func:`machine_jiffies`."""
+    total, idle = machine_jiffies()
+    return (total - idle) / _TICK
+
+
 def tree_cpu(pid: int) -> float:
     if not Path("/proc").is_dir():
         return 0.0

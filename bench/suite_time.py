@@ -27,6 +27,8 @@ import threading
 import time
 from pathlib import Path
 
+from proc_cpu import machine_jiffies
+
 TICK = os.sysconf("SC_CLK_TCK")
 RESULTS_MD = Path(__file__).resolve().parent / "RESULTS.md"
 LOG = Path(__file__).resolve().parent / "results" / "suite_time.log"
@@ -42,12 +44,6 @@ KINDS = (
     ("Celery workers", ("celery",)), ("Airflow CLI and task processes", ("airflow",)), ("PostgreSQL", ("postgres",)),
     ("Chromium", ("chromium",)), ("shardsink CLI", ("shardsink",)),
 )
-
-
-def _cpu_total() -> tuple[int, int]:
-    """(all jiffies, idle + iowait jiffies) of the machine."""
-    v = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    return sum(v), v[3] + v[4]
 
 
 class Sampler:
@@ -98,7 +94,7 @@ def main() -> None:
     sampler.sample()
     sampler.first.update(sampler.last)  # a process older than the run: only its CPU from now on counts
     thread = threading.Thread(target=sampler.run, daemon=True)
-    tot0, idle0, t0, load0 = *_cpu_total(), time.monotonic(), os.getloadavg()
+    tot0, idle0, t0, load0 = *machine_jiffies(), time.monotonic(), os.getloadavg()
     thread.start()
     out = subprocess.run(command, shell=True, cwd=repo, capture_output=True, text=True)
     wall = time.monotonic() - t0
@@ -107,7 +103,7 @@ def main() -> None:
     sampler.stop.set()
     thread.join()
     sampler.sample()
-    tot1, idle1 = _cpu_total()
+    tot1, idle1 = machine_jiffies()
     busy = (tot1 - tot0 - (idle1 - idle0)) / TICK
     summaries = re.findall(r"^=*\s*(\d+ (?:passed|failed).*? in [\d.]+s.*?)\s*=*$", out.stdout, re.M)
     kinds = sampler.by_kind()
