@@ -104,3 +104,7 @@ class TurnCommitted(msgspec.Struct, frozen=True, kw_only=True):
     commits: tuple[tuple[str, int], ...] = ()
     at: float
     error: str | None = None
+
+    def made(self, desc_id: str, seqno: int) -> bool:
+        """Whether the trigger says it committed ``desc_id`` at ``seqno`` (a claim: the store must show it)."""
+        return (desc_id, seqno) in self.commits

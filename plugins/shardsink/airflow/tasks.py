@@ -184,7 +184,7 @@ def _lost(d: Description, e: UpperMismatchError) -> str:
 def _record(d: Description, r: AppendResult, by_trigger: TurnCommitted | None) -> CommitRecord:
     """``d``'s commit as the append reports and logs it. Found committed at the seqno this task's
     trigger says it committed (:func:`shardsink.airflow.append_wait.trigger_commits`): the task's own."""
-    mine = by_trigger is not None and (r.desc_id, r.seqno) in by_trigger.commits
+    mine = by_trigger is not None and by_trigger.made(r.desc_id, r.seqno)
     status = "committed" if mine else r.status
     log.info("%s: description %s [%d, %d) at seqno %d, %d rows%s%s", status.replace("_", " "), r.desc_id,
              r.lower, r.upper, r.seqno, r.rows,
@@ -199,7 +199,7 @@ def _committed_at(done: list[CommitRecord], by_trigger: TurnCommitted | None) ->
     every one of them, else now (None: nothing committed)."""
     if not done:
         return None
-    if by_trigger is not None and all((c.desc_id, c.seqno) in by_trigger.commits for c in done):
+    if by_trigger is not None and all(by_trigger.made(c.desc_id, c.seqno) for c in done):
         return by_trigger.at
     return time.time()
 
