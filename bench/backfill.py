@@ -64,6 +64,7 @@ BUCKET = "shardsink-bench"
 DELAY_S = 2.0
 TARGETS = {"cpu": 0.6, "io": 0.3}
 APPEND_TARGET_S = 2.0
+CORES = os.cpu_count() or 1
 
 DAG_FILE = '''
 """bench/backfill.py's ingest DAG for one arm."""
@@ -174,7 +175,6 @@ class Sampler(threading.Thread):
 
 def run_backfill(topo: Any, arm: Arm, mar: int, days: int) -> dict[str, Any]:
     """One backfill of ``days`` days at ``max_active_runs`` ``mar``; measured and checked."""
-    from proc_cpu import tree_cpu
     from topo_stack import VENV_BIN
 
     from tests.airflow.af_helpers import assert_exactly_once, assert_no_leaks, ok
@@ -182,16 +182,16 @@ def run_backfill(topo: Any, arm: Arm, mar: int, days: int) -> dict[str, Any]:
     dag_id, shard = arm.dags[mar]
     topo.unpause(dag_id)
     load0 = os.getloadavg()[0]
-    c0, t0 = tree_cpu(os.getpid()), time.time()
+    t0 = time.time()
     sampler = Sampler()
-    sampler.sample()
+    sampler.sample()  # the first sample: the CPU the backfill's is counted from
     sampler.start()
     fired = arm.delay.fired if arm.delay is not None else 0
     ok(topo.airflow("backfill", "create", "--dag-id", dag_id, "--from-date", "2024-01-01",
                     "--to-date", f"2024-01-{days:02d}", "--max-active-runs", str(mar)))
     runs = topo.wait_for_runs(dag_id, at_least=days, timeout=400 * days)
     sampler.stop()
-    cpu = tree_cpu(os.getpid()) - c0
+    cpu = sampler.samples[-1][1] - sampler.samples[0][1]
     delayed = (arm.delay.fired if arm.delay is not None else 0) - fired
     bad = [(r["dag_run_id"], r["state"]) for r in runs if r["state"] != "success"]
     assert not bad, f"{dag_id}: runs not green: {bad}"
@@ -207,18 +207,17 @@ def run_backfill(topo: Any, arm: Arm, mar: int, days: int) -> dict[str, Any]:
     assert_no_leaks(shard)
     # The floor this machine puts under the wall whatever the order: nothing is written before
     # the first write starts, and the CPU spent from then on cannot go faster than the cores.
-    cores = os.cpu_count() or 1
     first_write = min(d["write"][0] for d in tl)
-    cpu_after = sampler.samples[-1][1] - sampler.at(t0 + first_write)[1]
-    (_, _, busy0), (_, _, busy1) = sampler.at(t0 + first_write), sampler.at(t0 + last_write)
-    busy_share = (busy1 - busy0) / max((last_write - first_write) * cores, 1e-9)
+    (_, cpu0, busy0), (_, _, busy1) = sampler.at(t0 + first_write), sampler.at(t0 + last_write)
+    cpu_after = sampler.samples[-1][1] - cpu0
+    busy_share = (busy1 - busy0) / max((last_write - first_write) * CORES, 1e-9)
     # The appends still to come once the last write is done: those that ended after it.
     after = sum(d["append"][1] > last_write for d in tl)
     got = {"arm": arm.name, "max_active_runs": mar, "days": days, "wall_s": wall, "cpu_s": cpu,
            "appends_after_last_write_s": last_append - last_write, "appends_after_last_write": after,
            "per_interval_s": (last_append - last_write) / max(after, 1), "critical_path": critical_path(tl),
            "delayed_gets": delayed, "first_write_s": first_write, "cpu_after_first_write_s": cpu_after,
-           "floor_s": first_write + cpu_after / cores, "busy_share_writing": busy_share,
+           "floor_s": first_write + cpu_after / CORES, "busy_share_writing": busy_share,
            "overlapped": sum(later["write"][0] < earlier["append"][1] for earlier, later in itertools.pairwise(tl)),
            "load_start_end": [load0, os.getloadavg()[0]], "timeline": tl}
     print(f"[{arm.name} x{mar}] wall {wall:.0f} s, CPU {cpu:.0f} s, appends after the last write "
@@ -237,7 +236,6 @@ def report(results: list[dict[str, Any]], *, days: int, files: int, rows: int, s
     load = os.getloadavg()
     by = {(r["arm"], r["max_active_runs"]): r for r in results}
     ratios = {arm: by[(arm, 10)]["wall_s"] / by[(arm, 1)]["wall_s"] for arm in ("cpu", "io")}
-    cores = os.cpu_count() or 1
     lines = []
     for arm in ("cpu", "io"):
         par, seq = by[(arm, 10)], by[(arm, 1)]
@@ -245,9 +243,9 @@ def report(results: list[dict[str, Any]], *, days: int, files: int, rows: int, s
         lines.append(
             f"| {arm}-bound, {days} intervals x {files} files x {rows} rows | wall(10)/wall(1) **{ratios[arm]:.2f}** "
             f"(target <= {TARGETS[arm]}; {par['wall_s']:.0f} s vs {seq['wall_s']:.0f} s) | CPU {par['cpu_s']:.0f} s "
-            f"vs {seq['cpu_s']:.0f} s (CPU over the cores: {par['cpu_s'] / cores:.0f} s = "
-            f"{par['cpu_s'] / cores / seq['wall_s']:.2f} x wall(1)) | floor at 10 (first write at "
-            f"{par['first_write_s']:.0f} s + {par['cpu_after_first_write_s']:.0f} CPU-s after it over {cores} cores): "
+            f"vs {seq['cpu_s']:.0f} s (CPU over the cores: {par['cpu_s'] / CORES:.0f} s = "
+            f"{par['cpu_s'] / CORES / seq['wall_s']:.2f} x wall(1)) | floor at 10 (first write at "
+            f"{par['first_write_s']:.0f} s + {par['cpu_after_first_write_s']:.0f} CPU-s after it over {CORES} cores): "
             f"{par['floor_s']:.0f} s = **{par['floor_s'] / seq['wall_s']:.2f}** x wall(1); cores "
             f"{par['busy_share_writing']:.0%} busy while writing | appends after the last write "
             f"{par['appends_after_last_write_s']:.1f} s for {par['appends_after_last_write']} intervals / "
@@ -259,7 +257,7 @@ def report(results: list[dict[str, Any]], *, days: int, files: int, rows: int, s
         lines.append(f"| {arm}-bound critical path at 10 | {par['critical_path']} |")
     stamp = time.strftime("%Y-%m-%d %H:%M")
     text = (f"\n## backfill{' (--quick)' if quick else ''} ({stamp}, load {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}, "
-            f"{platform.machine()}, {os.cpu_count()} cpus; {slots} slots per Celery worker and Spark worker; "
+            f"{platform.machine()}, {CORES} cpus; {slots} slots per Celery worker and Spark worker; "
             f"io-bound: {DELAY_S:.0f} s per landing GET)\n\n" + "\n".join(lines) + "\n\n"
             "Exactly once against the source, `shardsink verify` exit 0 and no leaked part after `shardsink gc`: "
             "checked for every backfill.\n")
