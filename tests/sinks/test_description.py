@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from shardsink.core.commits import Listing
 from shardsink.errors import InvalidUsageError
 from shardsink.sinks.description import (
     DESCRIPTION_FORMAT,
@@ -23,8 +24,11 @@ def test_a_description_travels_as_json_values_and_back() -> None:
     value = to_builtins([d])
     assert json.loads(json.dumps(value)) == value  # what Airflow's XCom stores
     assert value == [{"desc_id": d.desc_id, "lower": 10, "upper": 20, "attempt": 1, "corrects": [0, 5],
-                      "format": DESCRIPTION_FORMAT}]
+                      "format": DESCRIPTION_FORMAT, "listing": None}]
     assert descriptions(value) == [d] and Description.decode(value[0]) == d
+    # A landing mint's description carries the listing its plan was made from, to its commit.
+    listed = Description("x", 0, 5, 1, listing=Listing(at=1_700_000_000.0, held=(("dt=1/a b.csv", 1_700_000_000.0),)))
+    assert Description.decode(json.loads(json.dumps(to_builtins(listed)))) == listed
 
 
 def test_values_without_a_format_or_with_unknown_fields_still_decode() -> None:

@@ -7,6 +7,7 @@ on time, or the file's rows below the run's lower are silently dropped.
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 
 import pyarrow as pa
@@ -14,9 +15,10 @@ import pytest
 from support.fake_source import rows
 
 from shardsink import Shard
-from shardsink.core.commits import END_OF_TIME, MIN_TIME
+from shardsink.core.commits import END_OF_TIME, MIN_TIME, Listing
 from shardsink.core.schema import SchemaChange
 from shardsink.core.updates import TIME
+from shardsink.errors import InvalidUsageError
 from shardsink.maintenance import advance_since, compact, set_retention
 from shardsink.maintenance.compact import CompactOptions
 from shardsink.maintenance.plan import PlanOptions
@@ -85,3 +87,35 @@ def test_a_truncated_history_falls_back_to_sealing_commits_only(shard_url: str) 
     closed.close(expected_upper=2 * DAY)
     last = seals(closed, limit=1)
     assert [(s.lower, s.upper) for s in last] == [(MIN_TIME, END_OF_TIME), (2 * DAY, END_OF_TIME)]
+
+
+def test_an_append_seals_its_times_as_of_the_listing_that_fixed_its_input(shard_url: str) -> None:
+    """The listing travels on the commit record (stored, read back by a fresh handle): the seal is
+    at the listing's time, not the commit's, and names what the listing held."""
+    shard = Shard.create(shard_url, SCHEMA, upper=0)
+    listed = Listing(at=1_700_000_000.0, held=(("dt=0/a b.parquet", 1_700_000_000.0),))
+    staged = shard.stage(rows(0, 3), lower=0, upper=DAY, desc_id="d0")
+    shard.compare_and_append([staged], expected_upper=0, new_upper=DAY, desc_id="d0", listing=listed)
+    got = seals(Shard.open(shard_url))
+    assert [(s.lower, s.upper, s.seqno, s.at, s.held) for s in got[1:]] == [
+        (0, DAY, 1, 1_700_000_000.0, frozenset({("dt=0/a b.parquet", 1_700_000_000.0)}))]
+    assert got[0].at == _at(shard, 0), "a commit without a listing seals as of its own time"
+
+
+@pytest.mark.parametrize(("listing", "needle"), [
+    (Listing(at=float("nan")), "listing time nan"),
+    (Listing(at=-1.0), "listing time -1.0"),
+    (Listing(at=1e12), "listing time 1000000000000.0"),
+    (Listing(at=10.0, held=(("", 10.0),)), "held input key ''"),
+    (Listing(at=10.0, held=(("a", 9.0),)), "appeared at 9.0, not at or after"),
+    (Listing(at=10.0, held=tuple((f"k{i}", 10.0) for i in range(10_001))), "holds 10001 inputs"),
+    ({"at": 10.0}, "must be a shardsink.core.commits.Listing"),
+])
+def test_a_malformed_listing_is_refused_and_nothing_is_committed(shard_url: str, listing: object,
+                                                                 needle: str) -> None:
+    shard = Shard.create(shard_url, SCHEMA, upper=0)
+    staged = shard.stage(rows(0, 3), lower=0, upper=DAY, desc_id="d0")
+    with pytest.raises(InvalidUsageError, match=re.escape(needle)):
+        shard.compare_and_append([staged], expected_upper=0, new_upper=DAY, desc_id="d0",
+                                 listing=listing)  # type: ignore[arg-type]
+    assert shard.info().upper == 0 and shard.info().seqno == 0

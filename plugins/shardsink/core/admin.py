@@ -292,10 +292,11 @@ class AdminHandle:
             raise InvalidUsageError(f"{prefix!r} is not a registered root folder", value=prefix[:300])
         return list(self._m.blob.list(prefix))
 
-    def list_expiring(self) -> list[ObjectInfo]:
+    def list_expiring(self, expiry: roots.Expiry = "after_grace") -> list[ObjectInfo]:
         """The objects under every folder a capability registered as expiring after GC's grace
-        period (``expiry="after_grace"``: caches rebuilt when missing). One listing per folder."""
-        return [o for prefix in roots.expiring_prefixes() for o in self.list_registered(prefix)]
+        period (``expiry="after_grace"``: caches rebuilt when missing; ``"when_final"``:
+        documents of a description, kept while it may commit). One listing per folder."""
+        return [o for prefix in roots.expiring_prefixes(expiry) for o in self.list_registered(prefix)]
 
     def delete_registered(self, doomed: Sequence[str]) -> int:
         """Delete root objects capabilities registered (GC: expired caches); returns how many.

@@ -25,6 +25,7 @@ import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from shardsink.core.commits import Listing
 from shardsink.errors import InvalidUsageError, ReadFrontierError
 
 if TYPE_CHECKING:
@@ -149,6 +150,36 @@ def check_props(props: object) -> Mapping[str, str]:
     if not isinstance(props, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in props.items()):
         raise InvalidUsageError(f"props {props!r:.200} must map strings to strings")
     return props
+
+
+#: The most inputs a listing may record as held at or after its time (a commit record carries them).
+LISTING_HELD_MAX = 10_000
+#: The latest listing time a commit accepts (year 9999, epoch seconds).
+LISTING_AT_MAX = 253_402_300_799.0
+
+
+def check_listing(listing: object) -> None:
+    """A source listing recorded on an append (:class:`shardsink.core.commits.Listing`, or None):
+    a finite time in ``[0, year 9999]``, at most :data:`LISTING_HELD_MAX` held inputs, each a
+    non-empty key of at most 1,024 characters that appeared at or after the listing's time."""
+    if listing is None:
+        return
+    if not isinstance(listing, Listing):
+        raise InvalidUsageError(f"listing {listing!r:.200} must be a shardsink.core.commits.Listing")
+    at = listing.at
+    if not isinstance(at, int | float) or isinstance(at, bool) or not 0 <= at <= LISTING_AT_MAX:
+        raise InvalidUsageError(f"listing time {at!r} must be epoch seconds in [0, {LISTING_AT_MAX:.0f}]",
+                                value=repr(at)[:100])
+    if len(listing.held) > LISTING_HELD_MAX:
+        raise InvalidUsageError(f"listing holds {len(listing.held)} inputs that appeared at or after its time; "
+                                f"at most {LISTING_HELD_MAX}", value=len(listing.held))
+    for key, appeared in listing.held:
+        if not isinstance(key, str) or not key or len(key) > 1024:
+            raise InvalidUsageError(f"listing's held input key {key!r:.200} must be 1 to 1,024 characters",
+                                    value=repr(key)[:200])
+        if not isinstance(appeared, int | float) or isinstance(appeared, bool) or not at <= appeared <= LISTING_AT_MAX:
+            raise InvalidUsageError(f"listing's held input {key!r:.200} appeared at {appeared!r}, not at or after "
+                                    f"the listing's time {at}", value=repr(appeared)[:100])
 
 
 def as_table(table: object, *, what: str = "table") -> Any:

@@ -18,6 +18,7 @@ from typing import ClassVar, Literal
 
 import pyarrow as pa
 
+from shardsink.core.commits import Listing
 from shardsink.core.schema import SchemaChange
 from shardsink.core.state import PartMeta
 
@@ -75,6 +76,8 @@ class AppendCommand:
     parts: tuple[PartMeta, ...]
     props: tuple[tuple[str, str], ...] = ()
     schema_id: int | None = None
+    #: The source listing that fixed the batch's input (recorded on the append's record).
+    listing: Listing | None = None
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,23 @@ END_OF_TIME = 2**63
 # --- commit records (stored) -------------------------------------------------------------
 
 
+class Listing(msgspec.Struct, frozen=True, kw_only=True):
+    """The one listing of the source that fixed a batch's input (a landing zone's mint).
+
+    ``at``: epoch seconds on the *source store's* clock (the clock that stamps its files'
+    modification times), no later than the moment the listing saw the store: every input that
+    appeared before ``at`` was listed. ``held``: ``(key, appeared)`` of the inputs the listing
+    holds that appeared at or after ``at`` (the same whole second on S3, or during the listing).
+
+    The batch seals its times *as of this listing*: a source file holding those times that
+    appeared at or after ``at`` and is not in ``held`` was not read by it, and is late
+    (:func:`shardsink.sources.landing_files.check_late_at`).
+    """
+
+    at: float
+    held: tuple[tuple[str, float], ...] = ()
+
+
 class CommitRecord(msgspec.Struct, frozen=True, omit_defaults=True, kw_only=True, tag_field="kind"):
     """Who committed, when, with which nonce; the subclasses add what their kind did.
 
@@ -98,6 +115,9 @@ class AppendCommit(SealingCommit, frozen=True, tag="append"):
     upper: int
     rows: int
     props: tuple[tuple[str, str], ...] = ()
+    #: The source listing that fixed the batch's input, when its writer had one (None: sealed
+    #: as of the commit's ``at``, the writer's clock).
+    listing: Listing | None = None
 
     def sealed(self) -> tuple[int, int] | None:
         return (self.lower, self.upper)

@@ -35,14 +35,18 @@ LEASES_PREFIX = "leases/"
 #: The folders core owns (every object under them belongs to the shard's state).
 CORE_PREFIXES = (STATE_PREFIX, PARTS_PREFIX, STAGING_PREFIX, LEASES_PREFIX)
 
-Expiry = Literal["never", "after_grace"]
+Expiry = Literal["never", "after_grace", "when_final"]
 
 
 @dataclass(frozen=True)
 class RootObject:
     """A root object (``prefix=False``: an exact key) or folder (``prefix=True``) a capability
     above core keeps in a shard. ``expiry="after_grace"``: a cache GC may delete once older
-    than its grace period (it is rebuilt when missing); ``"never"``: GC leaves it alone."""
+    than its grace period (it is rebuilt when missing); ``"when_final"``: a document of one
+    description (a JSON object naming its ``desc_id`` and ``lower``), which GC deletes once
+    older than its grace period AND its description's fate is final (committed, or it can never
+    commit), like the description's staged parts; a document naming no description is deleted
+    as a cache; ``"never"``: GC leaves it alone."""
 
     key: str
     owner: str
@@ -67,8 +71,9 @@ def register_root(key: str, *, owner: str, prefix: bool = False, expiry: Expiry 
     if (not isinstance(key, str) or not key or key.startswith("/") or key.startswith(CORE_PREFIXES)
             or ".." in key.split("/")):
         raise ValueError(f"root object {key!r} collides with the shard layout core owns")
-    if expiry not in ("never", "after_grace"):
-        raise ValueError(f"root object {key!r}: expiry must be 'never' or 'after_grace', got {expiry!r}")
+    if expiry not in ("never", "after_grace", "when_final"):
+        raise ValueError(f"root object {key!r}: expiry must be 'never', 'after_grace' or 'when_final', "
+                         f"got {expiry!r}")
     obj = RootObject(key, owner, prefix, expiry)
     with _lock:
         got = _registered.setdefault(key, obj)
@@ -95,9 +100,10 @@ def known(key: str) -> bool:
     return key.startswith(CORE_PREFIXES) or any(o.matches(key) for o in registered())
 
 
-def expiring_prefixes() -> tuple[str, ...]:
-    """Registered folders whose objects GC deletes once older than its grace period."""
-    return tuple(o.key for o in registered() if o.prefix and o.expiry == "after_grace")
+def expiring_prefixes(expiry: Expiry = "after_grace") -> tuple[str, ...]:
+    """Registered folders whose objects GC deletes once older than its grace period
+    (``expiry="when_final"``: and once their description's fate is final)."""
+    return tuple(o.key for o in registered() if o.prefix and o.expiry == expiry)
 
 
 def _checked(key: str) -> str:

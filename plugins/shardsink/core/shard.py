@@ -23,7 +23,7 @@ from shardsink.core import state as st
 from shardsink.core.admin import AdminHandle
 from shardsink.core.checks import check_as_of, check_changes, check_writer
 from shardsink.core.commands import CreateCommand, EvolveToCommand, SchemaCommand
-from shardsink.core.commits import Commit
+from shardsink.core.commits import Commit, Listing
 from shardsink.core.machine import Machine, default_writer
 from shardsink.core.read import ReadHandle, SchemaChoice, ShardInfo
 from shardsink.core.schema import SchemaChange, history
@@ -117,11 +117,11 @@ class Shard:
 
     def compare_and_append(self, staged: Sequence[StagedBatch], *, expected_upper: int,
                            new_upper: int | None, desc_id: str, writer: str | None = None,
-                           props: Mapping[str, str] | None = None) -> AppendResult:
+                           props: Mapping[str, str] | None = None, listing: Listing | None = None) -> AppendResult:
         """Commit ``staged`` as the batch ``[expected_upper, new_upper)``: the contract of
         :meth:`shardsink.core.write.WriteHandle.compare_and_append`."""
         return self._writer.compare_and_append(staged, expected_upper=expected_upper, new_upper=new_upper,
-                                               desc_id=desc_id, writer=writer, props=props)
+                                               desc_id=desc_id, writer=writer, props=props, listing=listing)
 
     def fate(self, desc_id: str, lower: int) -> ft.Fate:
         """Committed (with its bounds and part keys), CannotCommit, StillPossible or Unknown

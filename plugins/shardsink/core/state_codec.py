@@ -101,8 +101,8 @@ def _from_format1(c: _Format1Commit, where: str) -> cm.Commit:
             case "create":
                 return cm.CreateCommit(**by, upper=_int(c.upper))
             case "append":
-                return cm.AppendCommit(**by, desc_id=_str(c.desc_id), lower=_int(c.lower), upper=_int(c.upper),
-                                       rows=c.rows, props=c.props)
+                return cm.AppendCommit(at=c.at, writer=c.writer, nonce=c.nonce, desc_id=_str(c.desc_id),
+                                       lower=_int(c.lower), upper=_int(c.upper), rows=c.rows, props=c.props)
             case "close":
                 return cm.CloseCommit(**by, desc_id=_str(c.desc_id), lower=_int(c.lower), rows=c.rows, props=c.props)
             case "compact":

@@ -196,7 +196,8 @@ def compare_and_append(header: Header, _: Sequence[BatchMeta], cmd: AppendComman
     by = {"at": stamp.at, "writer": stamp.writer, "nonce": stamp.nonce}
     info = (CloseCommit(**by, desc_id=cmd.desc_id, lower=cmd.lower, rows=rows, props=cmd.props)
             if cmd.upper is None else
-            AppendCommit(**by, desc_id=cmd.desc_id, lower=cmd.lower, upper=cmd.upper, rows=rows, props=cmd.props))
+            AppendCommit(**by, desc_id=cmd.desc_id, lower=cmd.lower, upper=cmd.upper, rows=rows, props=cmd.props,
+                         listing=cmd.listing))
     return Version(new, added, (), info)
 
 

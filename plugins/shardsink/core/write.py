@@ -34,6 +34,7 @@ from shardsink.core import transitions as tr
 from shardsink.core import verdicts as vd
 from shardsink.core.builder import DEFAULT_PART_OPTIONS, BatchBuilder, PartOptions, PartWriterSpec, check_label
 from shardsink.core.commands import AppendCommand
+from shardsink.core.commits import Listing
 from shardsink.core.diff_sums import check_input_sums
 from shardsink.core.machine import Head, Machine
 from shardsink.core.part_io import TARGET_PART_BYTES, PartEncoding
@@ -177,11 +178,13 @@ class WriteHandle:
 
     def compare_and_append(self, staged: Sequence[StagedBatch], *, expected_upper: int,
                            new_upper: int | None, desc_id: str, writer: str | None = None,
-                           props: Mapping[str, str] | None = None) -> AppendResult:
+                           props: Mapping[str, str] | None = None, listing: Listing | None = None) -> AppendResult:
         """Commit ``staged`` as the batch ``[expected_upper, new_upper)`` (DESIGN.md's commit).
 
         ``props`` (string keys and values) are recorded in the version's commit info
-        (:class:`shardsink.core.commits.AppendCommit`). Returns ``committed`` or
+        (:class:`shardsink.core.commits.AppendCommit`), and so is ``listing``, the source
+        listing that fixed the batch's input (:class:`shardsink.core.commits.Listing`: its
+        times are sealed as of that listing). Returns ``committed`` or
         ``already_committed`` (an earlier attempt with this ``desc_id`` landed). Raises
         UpperMismatchError (nothing committed; staged parts are left for the caller to
         :meth:`discard`), ShardClosedError, or UnknownOutcomeError (re-read before deciding).
@@ -191,6 +194,7 @@ class WriteHandle:
         if writer is not None:
             ck.check_writer(writer)
         ck.check_props(props)
+        ck.check_listing(listing)
         if isinstance(staged, StagedBatch) or not all(isinstance(s, StagedBatch) for s in staged):
             raise InvalidUsageError("staged must be a sequence of StagedBatch (from Shard.stage)")
         for s in staged:
@@ -202,18 +206,18 @@ class WriteHandle:
         # A handle that just committed or read the head starts from it (2 requests uncontended);
         # a stale start costs a failed create, never a wrong commit (Machine.commit).
         return self._append(staged, expected_upper=expected_upper, new_upper=new_upper, desc_id=desc_id,
-                            writer=writer, start=self._machine.known_head(), props=props)
+                            writer=writer, start=self._machine.known_head(), props=props, listing=listing)
 
     def _append(self, staged: Sequence[StagedBatch], *, expected_upper: int, new_upper: int | None,
                 desc_id: str, writer: str | None, start: Head | None = None,
-                props: Mapping[str, str] | None = None) -> AppendResult:
+                props: Mapping[str, str] | None = None, listing: Listing | None = None) -> AppendResult:
         all_parts = tuple(p for s in staged for p in s.parts)
         pairs = tuple(sorted((str(k), str(v)) for k, v in (props or {}).items()))
         ids = {s.schema_id for s in staged if s.parts}
         if len(ids) > 1:
             raise InvalidUsageError(f"staged batches of description {desc_id} were written with different schema ids "
                                     f"{sorted(ids, key=str)}; stage them with one schema")
-        cmd = AppendCommand(desc_id, expected_upper, new_upper, all_parts, pairs, next(iter(ids), None))
+        cmd = AppendCommand(desc_id, expected_upper, new_upper, all_parts, pairs, next(iter(ids), None), listing)
         out = self._machine.commit(cmd, writer=writer, start=start)
         rows = sum(p.rows for p in all_parts)
         if isinstance(out, st.Version):

@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
+from shardsink.core.commits import Listing
 from shardsink.errors import InvalidUsageError
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.=+-]+")
@@ -65,6 +66,10 @@ class Description(msgspec.Struct, frozen=True):
     #: ``[corrects[0], corrects[1])`` (see :mod:`shardsink.sinks.reprocess`); None otherwise.
     corrects: tuple[int, int] | None = None
     format: int = DESCRIPTION_FORMAT
+    #: The source listing that fixed the description's input (a landing zone's mint: its file
+    #: plan was made from it), recorded on its commit: it seals its times as of this listing.
+    #: None: a source without plans (sealed as of the commit).
+    listing: Listing | None = None
 
     @classmethod
     def decode(cls, value: Any, *, what: str = "description") -> Description:

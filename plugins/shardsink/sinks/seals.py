@@ -2,7 +2,9 @@
 
 Contract: :func:`seals` lists, oldest first, one :class:`~shardsink.sources.base.Seal` per
 recent commit whose *kind* seals times (:meth:`shardsink.core.commits.CommitRecord.sealed`:
-create, append, close), stamped with the commit's time, plus one per committed
+create, append, close), stamped with the time of the source listing that fixed the commit's
+input when it records one (:class:`shardsink.core.commits.Listing`: a landing-zone mint's),
+else with the commit's time, plus one per committed
 re-processing correction of ``[A, B)``, which *re-seals* ``[A, B)`` at its commit time. A
 compaction, since advance, retention or schema commit seals nothing, whatever bounds its
 record carries: it must never make a late file look on time (a late file whose earliest
@@ -49,7 +51,11 @@ def seals(shard: Shard, *, limit: int = SEAL_HISTORY, head: Version | None = Non
         if sealed is None:
             continue
         at = datetime.fromisoformat(v.commit.at).timestamp()
-        out.append(Seal(sealed[0], sealed[1], v.seqno, at))
+        listing = getattr(v.commit, "listing", None)
+        if listing is not None:  # sealed as of the listing that fixed the batch's input
+            out.append(Seal(sealed[0], sealed[1], v.seqno, listing.at, frozenset(listing.held)))
+        else:
+            out.append(Seal(sealed[0], sealed[1], v.seqno, at))
         corrected = {r for b in v.added for p in b.parts if (r := corrected_range(p.key)) is not None}
         out += [Seal(r[0], r[1], v.seqno, at) for r in sorted(corrected)]
     return out

@@ -40,16 +40,20 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Seal:
-    """When the shard sealed the times ``[lower, upper)``: commit ``seqno`` at ``at`` (epoch seconds).
+    """When the shard sealed the times ``[lower, upper)``: commit ``seqno``, as of ``at`` (epoch
+    seconds): the time of the source listing that fixed the commit's input (the source store's
+    clock), else the commit's own time. ``held``: ``(key, appeared)`` of inputs that listing
+    read although they appeared at or after ``at``.
 
-    Sources use seals to tell late data (appeared after its times were sealed) from old
-    data that was already ingested.
+    Sources use seals to tell late data (appeared at or after its times were sealed, and not
+    read by the sealing commit) from old data that was already ingested.
     """
 
     lower: int
     upper: int
     seqno: int
     at: float
+    held: frozenset[tuple[str, float]] = frozenset()
 
 
 @runtime_checkable

@@ -96,6 +96,14 @@ class Blob(Protocol):
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]: ...
 
+    def clock(self) -> float:
+        """Epoch seconds by the clock that stamps this store's modification times (``modified``
+        of :meth:`list`), no later than now: an object written after this call is stamped at or
+        after the time returned. (S3: the ``Date`` of a request, whole seconds, less one second
+        for LastModified's own rounding; a local folder: this host's clock, less a tick of the
+        file system's coarse clock.)"""
+        ...
+
     def get_source(self, key: str) -> SourceObject | None:
         """Read a *source* object (a landed file) with its identity; None if it is missing.
 

@@ -26,6 +26,7 @@ import contextlib
 import fcntl
 import hashlib
 import os
+import time
 import uuid
 import zlib
 from collections.abc import Iterator, Sequence
@@ -52,6 +53,11 @@ def _identity(data: bytes) -> str:
 def _stat_identity(st: os.stat_result) -> str:
     """The identity bindings recorded before content identities: mtime (ns) and size."""
     return f"{st.st_mtime_ns:x}-{st.st_size:x}"
+
+
+#: How far a file's mtime may lag this host's precise clock (Linux stamps from a coarse clock
+#: updated once a tick, 1 to 10 ms); generous, since it only widens what a listing records as held.
+MTIME_LAG_S = 0.05
 
 
 class LocalBlob:
@@ -150,6 +156,11 @@ class LocalBlob:
                 except FileNotFoundError:
                     continue
                 yield ObjectInfo(p.relative_to(self.root).as_posix(), st.st_size, st.st_mtime)
+
+    def clock(self) -> float:
+        """This host's clock less :data:`MTIME_LAG_S`: the file system stamps mtimes from a coarse
+        clock that may lag the precise one by a tick (``Blob.clock``)."""
+        return time.time() - MTIME_LAG_S
 
     def get_source(self, key: str) -> SourceObject | None:
         path = self.root / check_source_key(key)

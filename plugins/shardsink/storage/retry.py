@@ -194,5 +194,9 @@ class RetryingBlob:
         return self._call("get_range", key, lambda: self.inner.get_source_range(key, start, end, expect=expect),
                           transient)
 
+    def clock(self) -> float:
+        """The store's clock (:meth:`shardsink.storage.base.Blob.clock`), counted as ``clock``."""
+        return self._call("clock", "", self.inner.clock, transient)
+
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
         return iter(self._call("list", prefix, lambda: list(self.inner.list(prefix)), transient))

@@ -29,10 +29,12 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from email.utils import parsedate_to_datetime
 from typing import Any
 
 import boto3
@@ -342,6 +344,20 @@ class S3Blob:
                 first = errors[0]
                 raise StorageError(f"{what} on {self.url}: {len(errors)} not deleted, e.g. {first.get('Key')}: "
                                    f"{first.get('Code')} {first.get('Message', '')}".rstrip())
+
+    def clock(self) -> float:
+        """The store's ``Date`` (whole seconds) on a one-key LIST of this prefix, less one second:
+        S3 rounds LastModified to whole seconds too (``Blob.clock``). This host's clock less one
+        second if the response carries no Date."""
+        try:
+            r = self.client.list_objects_v2(Bucket=self.bucket, Prefix=self.prefix, MaxKeys=1)
+        except Exception as e:
+            raise self._fail(e, "LIST (the store's clock)", write=False) from e
+        date = r.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("date")
+        try:
+            return parsedate_to_datetime(date).timestamp() - 1.0 if date else time.time() - 1.0
+        except (TypeError, ValueError):
+            return time.time() - 1.0
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
         if prefix.strip("/"):
