@@ -11,7 +11,7 @@ import pytest
 
 from shardsink.core.updates import TIME
 from shardsink.sources import LandingSource, LateDataError, MalformedInputError, Seal, source_from_spec
-from shardsink.sources.landing import LandingFile, check_late, read_landing_file, slot_of
+from shardsink.sources.landing import LandingFile, check_late, check_late_at, read_landing_file, slot_of
 from shardsink_dev.synthetic import SCHEMA, generate, land_file, landing_table, publish_watermark
 
 DAY = 86_400_000
@@ -88,6 +88,24 @@ def test_late_file_is_refused_old_file_is_not() -> None:
         check_late(t, LandingFile("late.csv", 1, 2500.0), lower=300, seals=seals, root="r")
     assert "late file r/late.csv" in str(e.value) and "earliest event time 100" in str(e.value)
     assert "commit seqno 1" in str(e.value)
+
+
+def test_unsealed_times_are_never_late_and_a_listing_seals_what_it_did_not_hold() -> None:
+    """Seals as of listings: day [0, 200) listed at 2000.0 holding ``held.csv`` (appeared in the
+    listing's own second); the shard's upper is 300, so times from 300 on are sealed by nobody."""
+    seals = [Seal(-(2**63), 0, 0, 1000.0), Seal(0, 200, 1, 2000.0, frozenset({("held.csv", 2000.0)})),
+             Seal(200, 300, 2, 3000.0)]
+    # A description minted ahead ([400, 500)) reads files of the open days before it: not late.
+    check_late_at(300, "open.csv", 9999.0, lower=400, seals=seals, root="r")
+    check_late_at(350, "open.csv", 9999.0, lower=400, seals=[], root="r")
+    # Listed (appeared before the listing, or held by it): on time.
+    check_late_at(100, "old.csv", 1999.9, lower=300, seals=seals, root="r")
+    check_late_at(100, "held.csv", 2000.0, lower=300, seals=seals, root="r")
+    # Not held: the listing's own second counts as late, and so does anything after it.
+    for key, appeared in (("same-second.csv", 2000.0), ("held.csv", 2000.5), ("after.csv", 2001.0)):
+        with pytest.raises(LateDataError, match=rf"late file r/{key}: its earliest event time 100 was sealed by "
+                                                r"commit seqno 1 .* as of a listing at 2000\.000"):
+            check_late_at(100, key, appeared, lower=300, seals=seals, root="r")
 
 
 def test_slot_assignment_is_stable_and_covers_every_file() -> None:

@@ -16,7 +16,7 @@ import pytest
 from shardsink import hooks
 from shardsink.core.roots import RootObjects
 from shardsink.core.updates import TIME
-from shardsink.sources import LandingSource, MalformedInputError
+from shardsink.sources import LandingSource, MalformedInputError, Seal
 from shardsink.sources.landing import read_landing_file
 from shardsink.sources.landing_index import IndexEntry, get_plan, make_plan, refresh
 from shardsink.sources.landing_index_store import FORMAT, FORMAT_V1, RING, LandingIndexDoc, load
@@ -233,3 +233,24 @@ def _index_killed_at_put(src: LandingSource, shard: str, why: str) -> None:
             _index(src, shard)
     finally:
         remove()
+
+
+def test_a_file_judged_on_time_once_leaves_every_later_plan(tmp_path: Path) -> None:
+    """Thirty days sealed by one listing each: the mint judges each listed file once, against the
+    seal of its earliest time, and marks it in the index; a later plan's late check holds only the
+    files not judged: a late one (refused by every run until moved out) and those of open days."""
+    root, shard = str(tmp_path / "landing"), (tmp_path / "shard").as_uri()
+    _land_days(root, 30)
+    src = LandingSource(root)
+    seals = [Seal(-(2**63), 0, 0, 0.0), Seal(0, 20 * DAY, 1, time.time() + 5)]  # days 0..19 sealed after landing
+    land_file(root, "day3/late.parquet", landing_table(3 * DAY, 4 * DAY, 5, seed=9))
+    os.utime(Path(root) / "day3/late.parquet", (time.time() + 10, time.time() + 10))  # after the sealing listing
+    src.prepare_chain(shard, [type("D", (), {"desc_id": "d-25", "lower": 25 * DAY, "upper": 26 * DAY})()],
+                      seals=seals)
+    plan = get_plan(shard, desc_id="d-25", lower=25 * DAY, upper=26 * DAY, root=src.root, time_column="event_time")
+    assert plan is not None
+    older = sorted(o.key for o in plan.older)
+    assert older == sorted(["day3/late.parquet", *[f"day{d}/a.parquet" for d in range(20, 25)]]), older
+    judged = {k for k, e in load(RootObjects(shard), root=src.root, time_column="event_time").entries.items()
+              if e.judged}
+    assert judged == {f"day{d}/a.parquet" for d in range(20)}

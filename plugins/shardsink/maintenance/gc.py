@@ -51,7 +51,9 @@ shard; the next run finishes the job).**
    else the smallest ``_time`` of its parts (in ``[lower, upper)``: a proxy for the
    lower that finds the same crossing version);
 5. lease objects expired for longer than the grace period;
-6. reclock read plans (``plans/``, caches a writer rebuilds) older than the grace period.
+6. reclock read plans (``plans/``, caches a writer rebuilds) older than the grace period, and
+   the landing zone's file plans (``landing/plans/``) older than it whose description's fate is
+   final (one head read for all of them: a plan is its description's input, kept while it may commit).
 
 HAZARD (clocks): object ages compare the store's modification times with this host's
 clock. Keep clock skew far below the grace period.
@@ -69,9 +71,11 @@ from __future__ import annotations
 
 import logging
 
+import msgspec
+
 import shardsink.reclock.layout  # noqa: F401  (registers reclock's expiring read plans)
 from shardsink.core import leases as ls
-from shardsink.core.admin import AdminHandle
+from shardsink.core.fate import CannotCommit, Committed
 from shardsink.core.shard import Shard
 from shardsink.maintenance.gc_horizon import horizon
 from shardsink.maintenance.gc_parts import collect_parts
@@ -113,7 +117,7 @@ def collect(shard: Shard, opts: GcOptions | None = None) -> GcReport:
     leases_expired = len(expired) if dry else ls.expire(shard, now=cutoff)
     if not dry:
         hook("leases")
-    plans_deleted = _collect_plans(admin, cutoff=cutoff, dry=dry, batch=opts.delete_batch)
+    plans_deleted = _collect_plans(shard, cutoff=cutoff, dry=dry, batch=opts.delete_batch)
 
     report = GcReport(
         url=shard.url, dry_run=dry, head=hz.head, oldest_before=hz.oldest_present, oldest_after=retained_from,
@@ -130,15 +134,50 @@ def collect(shard: Shard, opts: GcOptions | None = None) -> GcReport:
     return report
 
 
-def _collect_plans(admin: AdminHandle, *, cutoff: float, dry: bool, batch: int) -> int:
-    """Step 6: cache objects older than the grace period under the folders capabilities
-    registered as expiring (:func:`shardsink.core.roots.register_root`): today reclock's read
-    plans (``plans/`` in a remap shard's root), one per description; a writer slot that
-    finds its plan gone rebuilds the identical plan from the remap shard. Also the write
-    slots' failure markers (``cancel/``, :mod:`shardsink.sinks.cancel`): advisory, and only
-    read while their description's slots run."""
+class _OfDescription(msgspec.Struct):
+    """What GC reads of a ``when_final`` document: the description it belongs to."""
+
+    desc_id: str
+    lower: int | None = None
+
+
+def _collect_plans(shard: Shard, *, cutoff: float, dry: bool, batch: int) -> int:
+    """Step 6: objects older than the grace period under the folders capabilities registered as
+    expiring (:func:`shardsink.core.roots.register_root`). ``after_grace``: caches, today
+    reclock's read plans (``plans/`` in a remap shard's root; a writer slot that finds its plan
+    gone rebuilds the identical plan from the remap shard) and the write slots' failure markers
+    (``cancel/``, :mod:`shardsink.sinks.cancel`: advisory, read only while their description's
+    slots run). ``when_final``: the landing zone's file plans, deleted only once their
+    description's fate is final (:func:`_final`)."""
+    admin = shard.admin()
     old = [o.key for o in admin.list_expiring() if o.modified <= cutoff]
+    pending = [o.key for o in admin.list_expiring("when_final") if o.modified <= cutoff]
+    old += _final(shard, pending)
     if not dry:
         for i in range(0, len(old), batch):
             admin.delete_registered(old[i:i + batch])
     return len(old)
+
+
+def _final(shard: Shard, keys: list[str]) -> list[str]:
+    """Those of ``keys`` (``when_final`` documents) whose description is Committed or can never
+    commit, decided from ONE head read; a document naming no description (an older mint's) is
+    a cache and goes. StillPossible and Unknown keep theirs: never delete on an unknown fate."""
+    if not keys:
+        return []
+    admin, writer, head = shard.admin(), shard.writer(), shard.reader().head()
+    out = []
+    for key in keys:
+        data = admin.get(key)
+        if data is None:
+            continue
+        try:
+            doc = msgspec.json.decode(data, type=_OfDescription)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            doc = None
+        if doc is None or doc.lower is None:
+            out.append(key)
+            continue
+        if isinstance(writer.fate(doc.desc_id, doc.lower, head=head), Committed | CannotCommit):
+            out.append(key)
+    return out

@@ -31,6 +31,8 @@ import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
+import msgspec
+
 from shardsink import hooks
 from shardsink.core import checks as ck
 from shardsink.core.fate import CannotCommit, Committed, Fate, StillPossible, Unknown
@@ -40,6 +42,7 @@ from shardsink.core.verdicts import check_same_bounds, unknown_fate_error
 from shardsink.errors import CorruptionError, InvalidUsageError, ShardNotFoundError, UpperMismatchError
 from shardsink.reclock.source import Reclocked, reclocked_upper
 from shardsink.sinks.description import Description, NoOp, make_desc_id
+from shardsink.sinks.seals import seals
 from shardsink.sinks.staging import staged_schema_id, verified_manifests
 from shardsink.sources.base import Source
 
@@ -150,8 +153,9 @@ def mint_chain(
     rows at those times are ingested in the same description so none is skipped).
     NoOp (with a reason naming all inputs) when there is nothing to write. ``seen``: the shard's
     head and the source's watermark as the caller already read them (else read here, once each).
-    A source with ``prepare_chain(shard_url, descriptions)`` is called with the chain minted,
-    before it is returned (the landing zone lists once and writes each description's file plan);
+    A source with ``prepare_chain(shard_url, descriptions) -> [Listing, ...]`` is called with the
+    chain minted, before it is returned (the landing zone lists once and writes each description's
+    file plan); each description is returned carrying its :class:`~shardsink.core.commits.Listing`;
     ``prepare=False`` (a dry run, which writes nothing) skips that.
 
     ``ahead_from`` (**mint ahead**, a backfill's later interval): when past the shard's upper, the
@@ -195,7 +199,10 @@ def mint_chain(
         )
     plan = getattr(source, "prepare_chain", None) if prepare else None
     if plan is not None:  # a source that plans its descriptions' reads (the landing zone's file plans)
-        plan(shard.url, out)
+        listings = plan(shard.url, out, seals=seals(shard))
+        # Each description carries the listing its plan was made from to its commit (it seals
+        # its times as of that listing: shardsink.sinks.seals).
+        out = [msgspec.structs.replace(d, listing=li) for d, li in zip(out, listings, strict=True)]
     return out
 
 
@@ -296,7 +303,7 @@ def append_from_manifests(shard: Shard, desc: Description, slots: int, *, writer
     hooks.fire("append.before_commit", shard_url=shard.url, desc_id=desc.desc_id, attempt=desc.attempt)
     try:
         result = shard.compare_and_append(staged, expected_upper=desc.lower, new_upper=desc.upper,
-                                          desc_id=desc.desc_id, writer=writer, props=props)
+                                          desc_id=desc.desc_id, writer=writer, props=props, listing=desc.listing)
     except UpperMismatchError:
         return _settle_loss(shard, desc)
     hooks.fire("append.committed", shard_url=shard.url, desc_id=desc.desc_id, attempt=desc.attempt,

@@ -37,9 +37,11 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from shardsink.core.commits import Listing
 from shardsink.core.roots import RootObjects
 from shardsink.core.state_codec import schema_from_json, schema_to_json
 from shardsink.core.updates import TIME, user_schema
+from shardsink.errors import InvalidUsageError
 from shardsink.sources.base import Seal, map_on_executors
 from shardsink.sources.evolution import SchemaMode
 from shardsink.sources.landing_files import (
@@ -56,7 +58,7 @@ from shardsink.sources.landing_files import (
     shape_rows,
     slot_of,
 )
-from shardsink.sources.landing_index import get_plan, make_plan, put_plan, refresh
+from shardsink.sources.landing_index import get_plan, judge, make_plan, plan_key, plan_listing, put_plan, refresh
 from shardsink.sources.landing_partitions import check_in_day, check_layout, day_prefixes, day_span, in_span
 from shardsink.sources.landing_read import read_planned
 from shardsink.sources.landing_schemas import indexed_schemas, put_chain_schemas
@@ -72,9 +74,15 @@ SUFFIXES = (".parquet", ".csv", ".jsonl")
 
 __all__ = [
     "SUFFIXES", "WATERMARK_KEY", "LandingFile", "LandingSource", "LateDataError", "MalformedInputError",
+    "PlanMissingError",
     "check_late", "check_late_at", "parse_columns", "read_data_file", "read_file_schema", "read_landing_file",
     "shape_rows", "slot_of",
 ]
+
+
+class PlanMissingError(InvalidUsageError):
+    """A description minted with a file plan has none to read (deleted, or its mint crashed
+    before writing it): its input cannot be known, so it is not staged."""
 
 
 class LandingSource:
@@ -163,23 +171,35 @@ class LandingSource:
         t = read_landing_file(self.blob(), files[0], None, self.time_column)
         return user_schema(t.schema)
 
-    def prepare_chain(self, shard_url: str, descs: Sequence[Any]) -> None:
+    def prepare_chain(self, shard_url: str, descs: Sequence[Any], *, seals: Sequence[Seal] = ()) -> list[Listing]:
         """The mint's step (:func:`shardsink.sinks.ingest.mint_chain`): list the zone ONCE (with a
         declared layout, the chain's day folders only), bring the shard's landed-file index up to
         date (new and changed files only), write each description's file plan for its write slots
         (:mod:`shardsink.sources.landing_index`) and the schemas of the files those plans read,
-        for the ``add_columns`` check (:mod:`shardsink.sources.landing_schemas`)."""
+        for the ``add_columns`` check (:mod:`shardsink.sources.landing_schemas`). ``seals``: the
+        shard's (:func:`shardsink.sinks.seals.seals`): listed files found finally on time
+        against them are marked judged in the index (:func:`shardsink.sources.landing_index.judge`)
+        and leave every later plan's late check.
+
+        Returns each description's :class:`~shardsink.core.commits.Listing`: the zone's clock
+        read just before the listing, and the files its plan holds that appeared at or after it.
+        The description carries it to its commit, which seals its times as of this listing
+        (SUBTLE: a file landing after the listing is in no plan, so it must be judged late
+        against this time, not the later commit's)."""
         if not descs:
-            return
+            return []
         blob, store = self.blob(), RootObjects(shard_url)  # one client each for the whole step
+        at = blob.clock()  # before the listing: every file that appeared before it is listed
         listing = self.files(window=(descs[0].lower, descs[-1].upper), blob=blob)
-        indexed = refresh(blob, store, root=self.root, time_column=self.time_column, listing=listing)
+        indexed = refresh(blob, store, root=self.root, time_column=self.time_column, listing=listing,
+                          judged=judge(seals, root=self.root) if seals else None)
         plans = [make_plan(indexed, desc_id=d.desc_id, lower=d.lower, upper=d.upper, root=self.root,
                            time_column=self.time_column, listing=listing) for d in descs]
         for p in plans:
             put_plan(store, p)
-        put_chain_schemas(store, indexed, desc_id=descs[0].desc_id, root=self.root,
+        put_chain_schemas(store, indexed, desc_id=descs[0].desc_id, lower=descs[0].lower, root=self.root,
                           time_column=self.time_column, plans=plans)
+        return [plan_listing(p, at) for p in plans]
 
     def file_schemas(self, schema: pa.Schema | None = None, *, shard_url: str | None = None,
                      desc_id: str | None = None) -> Iterator[tuple[str, pa.Schema]]:
@@ -220,13 +240,18 @@ class LandingSource:
         schema_mode: SchemaMode = "strict",
         shard_url: str | None = None,
         desc_id: str | None = None,
+        listed: bool = False,
     ) -> tuple[DataFrame, list[dict[str, Any]]]:
         """The slot's rows in ``[lower, upper)`` (see :class:`shardsink.sources.base.Source`);
         ``schema_mode``: how files are read onto ``schema`` (:mod:`shardsink.sources.evolution`).
         ``shard_url`` and ``desc_id``: the description's plan, made by the mint
         (:meth:`prepare_chain`), is read from that shard: only the files the description needs
-        are read, in bounded memory (:mod:`shardsink.sources.landing_read`). Without them, or
-        without a plan, the slot lists the zone and reads each of its files whole."""
+        are read, in bounded memory (:mod:`shardsink.sources.landing_read`). Without them, the
+        slot lists the zone and reads each of its files whole (a description minted without a
+        plan). ``listed``: the description was minted with a plan (it carries its listing): a
+        missing plan is then an error naming it, never a second listing, whose file set could
+        differ from the one the description seals (GC keeps a plan while its description may
+        commit, so this means it was deleted by hand or the mint crashed before writing it)."""
         from pyspark.sql.pandas.types import from_arrow_schema
 
         out_schema = pa.schema([*schema, pa.field(TIME, pa.int64())])
@@ -237,6 +262,12 @@ class LandingSource:
             if plan is not None:
                 return read_planned(spark, plan, slot=slot, slots=slots, schema=schema, seals=seals,
                                     schema_mode=schema_mode, spark_schema=spark_schema, partitions=self.partitions)
+            if listed:
+                raise PlanMissingError(
+                    f"description {desc_id} [{lower}, {upper}) has no readable file plan at "
+                    f"{shard_url}/{plan_key(desc_id)}: its mint's listing is what it must read, so it is not listed "
+                    "again; nothing was staged. Clear the whole DAG run so a fresh mint lists the zone.",
+                    value=desc_id)
         mine = [f for f in self.files(window=(lower, upper)) if slot_of(f.key, slots) == slot]
         listing = [{"key": f.key, "size": f.size, "modified": f.modified} for f in mine]
         if not mine:

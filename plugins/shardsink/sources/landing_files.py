@@ -182,21 +182,31 @@ def check_late(t: pa.Table, f: LandingFile, *, lower: int, seals: Sequence[Seal]
 
 def check_late_at(tmin: int, key: str, appeared: float, *, lower: int, seals: Sequence[Seal], root: str) -> None:
     """:func:`check_late` from a file's earliest time and when it appeared (the landed-file
-    index's min time and first-seen time: no read)."""
-    if tmin >= lower:
+    index's min time and first-seen time: no read).
+
+    The rule: a file is late when its earliest time ``tmin`` (below ``lower``) was sealed by a
+    commit whose listing it was not in: it appeared at or after that listing's time (equal
+    whole seconds count as late) and the listing does not hold it (:class:`Seal`). Times no
+    commit has sealed yet (at or above the newest seal's upper: a description minted ahead
+    reads files of earlier, still open days) are never late: their own run reads them.
+    """
+    if tmin >= lower or not seals:
         return
     # The NEWEST seal of tmin decides: a re-processing correction re-seals its range (see
     # shardsink.sinks.seals.seals), so a file re-landed before it is not late.
     seal = max((s for s in seals if s.lower <= tmin < s.upper), key=lambda s: s.at, default=None)
-    if seal is None and seals:
+    if seal is None:
+        if tmin >= max(s.upper for s in seals):
+            return  # not sealed yet
         # Older than every seal given (seals() covers every time with a horizon seal; a
         # caller's own list may not): the oldest sealing commit given came no earlier than
         # the true one, so "newer than it" still proves lateness.
         seal = min(seals, key=lambda s: s.lower)
-    if seal is not None and appeared > seal.at:
+    if appeared >= seal.at and (key, appeared) not in seal.held:
         raise LateDataError(
             f"late file {root}/{key}: its earliest event time {tmin} was sealed by commit seqno {seal.seqno} "
-            f"(times [{seal.lower}, {seal.upper})) before the file appeared; it cannot be ingested exactly once. "
+            f"(times [{seal.lower}, {seal.upper})) as of a listing at {seal.at:.3f} that did not hold the file, "
+            f"which appeared at {appeared:.3f}; it cannot be ingested exactly once. "
             "Move it out of the landing zone or re-land its rows with current times.",
             value=tmin,
         )

@@ -20,7 +20,10 @@ the layout, consolidation, and the racing mints).
 **A plan** (``landing/plans/<desc_id>.json``) is what the mint's ONE listing decided for one
 description: the files whose event times overlap ``[lower, upper)`` (``read``), those that
 could not be indexed (``unindexed``, read whole) and, for the late check only, the earliest
-and latest times and ``first_seen`` of every other file holding earlier times (``older``). Every write
+and latest times and ``first_seen`` of every other file holding earlier times that is not
+judged yet (``older``): a file found on time against the commit that sealed its earliest time
+is marked ``judged`` in the index by the mint that found it (:func:`judge`), once, and never
+checked again, so the plan and the check cost the new files, not the history. Every write
 slot reads it instead of listing the zone; a missing plan makes the slot list and read as
 before (:meth:`shardsink.sources.landing.LandingSource.read_slot`).
 """
@@ -31,7 +34,7 @@ import base64
 import functools
 import hashlib
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import msgspec
@@ -40,9 +43,11 @@ import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
+from shardsink.core.commits import Listing
 from shardsink.core.roots import RootObjects
 from shardsink.errors import InvalidUsageError
-from shardsink.sources.landing_files import LandingFile, MalformedInputError, to_millis
+from shardsink.sources.base import Seal
+from shardsink.sources.landing_files import LandingFile, LateDataError, MalformedInputError, check_late_at, to_millis
 from shardsink.sources.landing_index_store import IndexEntry, load, save
 from shardsink.sources.landing_layout import PLANS_PREFIX
 from shardsink.storage.base import SourceVersion
@@ -220,11 +225,32 @@ def store_of(shard: str | RootObjects) -> RootObjects:
     return shard if isinstance(shard, RootObjects) else RootObjects(shard)
 
 
+def judge(seals: Sequence[Seal], *, root: str) -> Callable[[IndexEntry], bool]:
+    """Whether an entry is *finally* on time: its earliest time is sealed (below the newest seal's
+    upper) and it is not late against the seal of that time (:func:`check_late_at`). A file
+    whose earliest time no commit has sealed yet is not judged (a later run judges it once its
+    time is sealed), nor is a late one (every run that lists it refuses it, naming it)."""
+    sealed_below = max((s.upper for s in seals), default=None)
+
+    def on_time(e: IndexEntry) -> bool:
+        if sealed_below is None or e.tmin is None or e.tmin >= sealed_below:
+            return False
+        try:
+            check_late_at(e.tmin, e.key, e.first_seen, lower=e.tmin + 1, seals=seals, root=root)
+        except LateDataError:
+            return False
+        return True
+
+    return on_time
+
+
 def refresh(blob: object, shard_url: str | RootObjects, *, root: str, time_column: str,
-            listing: Sequence[LandingFile], write: bool = True) -> Indexed:
+            listing: Sequence[LandingFile], write: bool = True,
+            judged: Callable[[IndexEntry], bool] | None = None) -> Indexed:
     """Join ``listing`` with the index of ``shard_url``, indexing new and changed files (and,
     with ``write``, adding them to the index: :func:`shardsink.sources.landing_index_store.save`);
-    see the module docstring."""
+    see the module docstring. ``judged`` (:func:`judge`): listed entries not judged yet that it
+    finds finally on time are marked so, in the same index write."""
     store = store_of(shard_url)
     loaded = load(store, root=root, time_column=time_column)
     schemas = dict(loaded.schemas)
@@ -242,6 +268,9 @@ def refresh(blob: object, shard_url: str | RootObjects, *, root: str, time_colum
                 continue
             fp, b64 = fingerprint(schema)
             schemas[fp] = b64
+            fresh[f.key] = e
+        if judged is not None and not e.judged and judged(e):
+            e = msgspec.structs.replace(e, judged=True)
             fresh[f.key] = e
         entries[f.key] = e
     if fresh and write:
@@ -268,11 +297,20 @@ def make_plan(indexed: Indexed, *, desc_id: str, lower: int, upper: int, root: s
             continue
         if e.tmax >= lower and e.tmin < upper:
             read.append(e)
-        elif e.tmin < lower:
+        elif e.tmin < lower and not e.judged:  # judged on time once: never checked again
             older.append(Older(e.key, e.tmin, e.tmax, e.first_seen))
     return LandingPlan(desc_id=desc_id, lower=lower, upper=upper, root=root, time_column=time_column, read=read,
                        unindexed=[Listed(f.key, f.size, f.modified, f.identity) for f in indexed.unindexed],
                        older=older)
+
+
+def plan_listing(plan: LandingPlan, at: float) -> Listing:
+    """The listing ``plan`` was made from, taken at ``at`` (the zone's clock, just before it): the
+    files the plan reads that appeared at or after ``at`` are recorded as held, so the late check
+    of later runs never judges them late against this listing (equal whole seconds on S3)."""
+    held = {(e.key, e.first_seen) for e in plan.read if e.first_seen >= at}
+    held |= {(u.key, u.modified) for u in plan.unindexed if u.modified >= at}
+    return Listing(at=at, held=tuple(sorted(held)))
 
 
 def put_plan(shard_url: str | RootObjects, plan: LandingPlan) -> None:

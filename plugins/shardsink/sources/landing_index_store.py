@@ -61,6 +61,9 @@ class IndexEntry(msgspec.Struct, frozen=True, array_like=True):
     tmax: int | None
     schema: str
     first_seen: float
+    #: Judged on time against the commit that sealed ``tmin`` (:func:`shardsink.sources.landing_index.judge`):
+    #: final (a later seal of ``tmin`` is a correction's, which only re-seals), so no later run checks it again.
+    judged: bool = False
 
 
 class LandingIndexDoc(msgspec.Struct, frozen=True, kw_only=True):

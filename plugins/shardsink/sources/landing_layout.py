@@ -7,9 +7,10 @@ core (:mod:`shardsink.core.roots`):
   reused in turn (:mod:`shardsink.sources.landing_index_store`), kept by GC too;
 * ``landing/plans/<desc_id>.json``: the file plan a mint made for one description, read by
   its write jobs, and ``landing/plans/<desc_id>.schemas.json``: the schemas of the files that
-  mint listed, read by its ``add_columns`` check (:mod:`shardsink.sources.landing_schemas`);
-  caches (a missing one makes the reader list the zone itself), so GC deletes them after its
-  grace period.
+  mint listed, read by its ``add_columns`` check (:mod:`shardsink.sources.landing_schemas`).
+  A plan is what its description's input IS (the description seals its times as of the mint's
+  listing), so GC keeps both as long as the description may commit, like its staged parts, and
+  deletes them once its fate is final and they are older than its grace period.
 
 Importing this module registers them; GC and verify import it so they know these objects.
 """
@@ -24,7 +25,7 @@ PLANS_PREFIX = "landing/plans/"
 
 register_root(INDEX_KEY, owner="landing")
 register_root(DELTAS_PREFIX, owner="landing", prefix=True)
-register_root(PLANS_PREFIX, owner="landing", prefix=True, expiry="after_grace")
+register_root(PLANS_PREFIX, owner="landing", prefix=True, expiry="when_final")
 
 
 def delta_key(slot: int) -> str:

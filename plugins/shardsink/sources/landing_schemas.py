@@ -3,8 +3,8 @@
 The mint lists the landing zone once (:meth:`shardsink.sources.landing.LandingSource.prepare_chain`)
 and, next to its descriptions' plans, writes the schema of every file those plans make the
 write jobs read (the files whose event times overlap the chain's window, and those the index
-could not hold, read whole): ``landing/plans/<first desc_id>.schemas.json`` (a cache under the
-plans' prefix, deleted by GC after its grace period; :mod:`shardsink.sources.landing_layout`).
+could not hold, read whole): ``landing/plans/<first desc_id>.schemas.json`` (under the
+plans' prefix, kept as long as its description may commit; :mod:`shardsink.sources.landing_layout`).
 So its size, and the check's cost, are the chain's files, not the zone's history: an older
 file is never read again (its rows were ingested when they were sealed, or it is refused as
 late). The evolution step that follows in the same mint
@@ -47,14 +47,17 @@ class ChainSchemas(msgspec.Struct, frozen=True, kw_only=True):
     #: fingerprint -> base64 Arrow IPC schema (those the files use).
     schemas: dict[str, str]
     files: list[FileSchema]
+    #: The lower of description ``desc_id`` (GC keeps the document while it may commit); None
+    #: in documents of older mints.
+    lower: int | None = None
 
 
 def schemas_key(desc_id: str) -> str:
     return plan_key(desc_id).removesuffix(".json") + ".schemas.json"
 
 
-def put_chain_schemas(shard_url: str | RootObjects, indexed: Indexed, *, desc_id: str, root: str, time_column: str,
-                      plans: Sequence[LandingPlan]) -> None:
+def put_chain_schemas(shard_url: str | RootObjects, indexed: Indexed, *, desc_id: str, lower: int, root: str,
+                      time_column: str, plans: Sequence[LandingPlan]) -> None:
     """Record the schema of every file ``plans`` read (see the module docstring), in listing (key) order."""
     keys = sorted({e.key for p in plans for e in p.read} | {u.key for p in plans for u in p.unindexed})
     files = []
@@ -62,7 +65,7 @@ def put_chain_schemas(shard_url: str | RootObjects, indexed: Indexed, *, desc_id
         e = indexed.entries.get(key)
         files.append(FileSchema(key, key.lower().rsplit(".", 1)[-1], e.schema if e is not None else ""))
     used = {f.schema for f in files if f.schema}
-    doc = ChainSchemas(desc_id=desc_id, root=root, time_column=time_column,
+    doc = ChainSchemas(desc_id=desc_id, lower=lower, root=root, time_column=time_column,
                        schemas={k: v for k, v in indexed.schemas.items() if k in used}, files=files)
     store_of(shard_url).put(schemas_key(desc_id), msgspec.json.encode(doc))
 

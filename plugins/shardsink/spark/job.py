@@ -62,7 +62,8 @@ def write_slot(job: IngestWriteRequest) -> dict[str, Any]:
     spark = SparkSession.builder.appName(f"shardsink-write-{desc.desc_id}-slot{job.slot}").getOrCreate()
     try:
         # A source that plans its reads at mint (the landing zone) reads the description's plan.
-        planned = {"shard_url": job.shard_url, "desc_id": desc.desc_id} if hasattr(source, "prepare_chain") else {}
+        planned: dict[str, Any] = {"shard_url": job.shard_url, "desc_id": desc.desc_id,
+                                   "listed": desc.listing is not None} if hasattr(source, "prepare_chain") else {}
         df, inputs = source.read_slot(spark, lower=desc.lower, upper=desc.upper, slot=job.slot, slots=job.slots,
                                       schema=schema, seals=seals(shard, head=head), **mode, **planned)
         parts = stage_dataframe(df, shard_url=job.shard_url, schema=schema, lower=desc.lower, upper=desc.upper,
