@@ -11,7 +11,9 @@ GET the object's size), LIST requests on the zone, CPU seconds of the process tr
 process, the Spark JVM and its Python workers; the moto server left out: the machine is shared,
 so CPU is the steadier figure), the ``add_columns`` mint: the mint plus its check
 (:func:`evolve_for_source` with the chain the mint just prepared), and the bytes the run wrote
-to the landed-file index (a delta of its new entries) next to the whole index's size. Two arms, each against its own
+to the landed-file index (a delta of its new entries) next to the whole index's size, the
+bytes its mint read of the index, and its plan's size and late-check list (the older files not
+judged on time yet: issue 41 keeps it flat). Two arms, each against its own
 3-day baseline: a flat zone (``dt=NNNN/`` folders, no declared layout: one LIST of the zone per
 run) and a declared ``partitions="dt=YYYY-MM-DD"`` layout (lateness 1d: the run lists 2 day
 folders). Then peak RSS of a Python process streaming a large Parquet file
@@ -138,12 +140,14 @@ MEASURED_DAYS = 5
 
 def history_run(spark: Any, proxy: Any, days: int, files: int, rows: int, layout: str | None = None
                 ) -> dict[str, Any]:
+    import msgspec
     import pyarrow as pa
 
     from shardsink import Shard
     from shardsink.core.roots import RootObjects
     from shardsink.sinks.evolve import evolve_for_source
     from shardsink.sources.landing import LandingSource
+    from shardsink.sources.landing_index import LandingPlan, plan_key
     from shardsink.sources.landing_layout import INDEX_KEY
 
     pre = f"s3://bench/h{days}-{uuid.uuid4().hex[:6]}"
@@ -178,13 +182,22 @@ def history_run(spark: Any, proxy: Any, days: int, files: int, rows: int, layout
     index_puts = [len(store.get(q.key.split("/shard/", 1)[1]) or b"") for q in proxy.requests()
                   if q.method == "PUT" and "/shard/landing/index" in q.key]
     base = store.get(INDEX_KEY) or b""
+    # What the last day's mint read of the index (its GETs, sized by what they fetched: the objects
+    # as they are now, written before that GET or by that run), and its plan: the late check's work
+    # is the plan's ``older`` list (files not judged on time yet), which must not grow with history.
+    index_gets = [q.key.split("/shard/", 1)[1] for q in proxy.requests()
+                  if q.method == "GET" and "/shard/landing/index" in q.key]
+    plan = store.get(plan_key(desc_id)) or b""
+    older = len(msgspec.json.decode(plan, type=LandingPlan).older) if plan else -1
     day_bytes = sum(v for k, v in sizes.items() if k.startswith(day_folder(days + MEASURED_DAYS - 1, layout)))
     return {"history_days": days, "layout": layout or "flat", "files": (days + MEASURED_DAYS) * files,
             "cold_seconds": round(cold, 3), "seconds": round(wall, 3), "cpu_seconds": round(cpu, 3),
             "landing_lists": lists, "landed_gets": gets,
             "landed_bytes": nbytes, "day_bytes": day_bytes, "day_files": files, "mint_seconds": round(mint_s, 3),
             "add_columns_check_seconds": round(check_s, 3), "add_columns_mint_seconds": round(mint_s + check_s, 3),
-            "index_puts": len(index_puts), "index_put_bytes": sum(index_puts), "index_base_bytes": len(base)}
+            "index_puts": len(index_puts), "index_put_bytes": sum(index_puts), "index_base_bytes": len(base),
+            "index_gets": len(index_gets), "index_read_bytes": sum(len(store.get(k) or b"") for k in index_gets),
+            "plan_bytes": len(plan), "plan_older_files": older}
 
 
 RSS_CHILD = """
@@ -277,7 +290,10 @@ def report(runs: list[dict[str, Any]], rss: dict[str, Any], *, rows: int, files:
             f"add_columns mint {mint:.2f}x ({r['add_columns_mint_seconds']:.2f} s vs "
             f"{base['add_columns_mint_seconds']:.2f} s; check alone {r['add_columns_check_seconds']:.2f} s vs "
             f"{base['add_columns_check_seconds']:.2f} s) | index written {r['index_put_bytes']} B in "
-            f"{r['index_puts']} PUT (the whole index: {r['index_base_bytes']} B) |")
+            f"{r['index_puts']} PUT (the whole index: {r['index_base_bytes']} B) | index read "
+            f"{r['index_read_bytes']} B in {r['index_gets']} GETs (3 d: {base['index_read_bytes']} B) | the day's plan "
+            f"{r['plan_bytes']} B, late check of {r['plan_older_files']} older files (3 d: {base['plan_bytes']} B, "
+            f"{base['plan_older_files']}) |")
         top[f"{r['layout']} {r['history_days']} d"] = (r, base)
     rss_line = (f"| peak RSS streaming a {rss['file_bytes'] / 2**30:.2f} GiB Parquet file ({rss['rows']} rows) | "
                 f"{rss['peak_rss_mib']} MiB (target <= 512) |")
@@ -289,7 +305,8 @@ def report(runs: list[dict[str, Any]], rss: dict[str, Any], *, rows: int, files:
         f"{name} / 3 d wall {r['seconds'] / b['seconds']:.2f}x CPU "
         f"{r['cpu_seconds'] / b['cpu_seconds']:.2f}x LISTs {r['landing_lists']} vs {b['landing_lists']} add_columns "
         f"mint {r['add_columns_mint_seconds'] / b['add_columns_mint_seconds']:.2f}x bytes "
-        f"{r['landed_bytes'] / r['day_bytes']:.3f}x day GETs {r['landed_gets']} vs {b['landed_gets']}"
+        f"{r['landed_bytes'] / r['day_bytes']:.3f}x day GETs {r['landed_gets']} vs {b['landed_gets']} plan "
+        f"{r['plan_bytes'] / b['plan_bytes']:.2f}x index read {r['index_read_bytes'] / b['index_read_bytes']:.2f}x"
         for name, (r, b) in top.items())
     print(f"FIGURE landing_history: {arms}; peak RSS {rss['peak_rss_mib']} MiB for "
           f"{rss['file_bytes'] / 2**30:.2f} GiB; load {load[0]:.1f}")

@@ -35,7 +35,7 @@ from topo_stack import VENV_BIN, Topology, wait_for
 
 from shardsink import Shard
 from shardsink.errors import ShardsinkError
-from shardsink_dev.synthetic import generate
+from shardsink_dev.synthetic import SCHEMA, generate
 from tests.airflow.af_helpers import DAY, START, assert_exactly_once, assert_no_leaks, ok
 
 INGEST_DAG = "topo_ingest"
@@ -109,6 +109,9 @@ def _view(url: str) -> Counter[tuple[Any, ...]]:
 def test_backfill_view_and_maintenance_on_celery_and_spark_standalone_are_exactly_once(topology: Topology) -> None:
     prefix = f"s3://shardsink-test/topo-{uuid.uuid4().hex[:10]}"
     landing, shard_url, view_url = f"{prefix}/landing", f"{prefix}/events", f"{prefix}/events_per_user_day"
+    # The shard exists before its days land, as a producer's files land after it: the backfill's
+    # runs minted ahead read files of earlier, open days (never late: no commit has sealed them).
+    Shard.create(shard_url, SCHEMA, upper=START)
     generate(landing, start=START, days=DAYS, files_per_day=2, rows_per_file=40)
     topology.add_dag_file("production_shape.py", DAG_FILE.format(
         prop=TRY_PROPERTY, ingest=INGEST_DAG, view=VIEW_DAG, maintenance=MAINTENANCE_DAG, shard=shard_url,
