@@ -17,6 +17,8 @@ Points and their context (keyword arguments):
   cleaned up and the answer returned (``shard_url``, ``desc_id``, ``attempt``, ``seqno``).
 * ``landing.index_put``: a mint is about to write the landed-file index
   (:mod:`shardsink.sources.landing_index`) (``shard_url``, ``entries``).
+* ``trigger.poked``: a shard-watching trigger read the head, before deciding on it
+  (:mod:`shardsink.airflow.triggers`; in the trigger's thread) (``shard_url``, ``upper``).
 
 A hook may block, raise (the step fails as if the error happened there) or end the
 process; what it may not do is change data.
@@ -27,7 +29,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Literal
 
-HookPoint = Literal["write.staged", "append.before_commit", "append.committed", "landing.index_put"]
+HookPoint = Literal["write.staged", "append.before_commit", "append.committed", "landing.index_put",
+                    "trigger.poked"]
 Hook = Callable[..., None]
 
 _hooks: dict[str, list[Hook]] = {}

@@ -10,7 +10,6 @@ appends in processes) are in tests/sinks/test_ahead_appends.py.
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -22,16 +21,16 @@ from airflow.sdk import DAG
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException, TaskDeferred
 from support import SCHEMA, rows_for, table_of
 
-from shardsink import Shard
-from shardsink.airflow.append_wait import wait_turn
+from shardsink import Shard, hooks
 from shardsink.airflow.gates import ahead_from
 from shardsink.airflow.options import AttemptOptions
 from shardsink.airflow.settings import IngestSettings
+from shardsink.airflow.tasks import given_up
 from shardsink.airflow.triggers import RESUME_METHOD, EarlierIntervalsTrigger, TurnTrigger
-from shardsink.core.fate import StillPossible
+from shardsink.core.fate import CannotCommit, StillPossible
 from shardsink.errors import InvalidUsageError
 from shardsink.provider.operators import shard_task
-from shardsink.sinks.description import Description, make_desc_id
+from shardsink.sinks.description import Description, make_desc_id, to_builtins
 from shardsink.sinks.staging import write_manifest
 
 DAY_MS = 86_400_000
@@ -113,29 +112,51 @@ def test_ahead_only_where_the_source_covers_the_interval_and_nothing_lands_at_th
         assert ahead_from(info, run, **args) is None, kw
 
 
+def _append(settings: IngestSettings, context: dict[str, Any], chain: list[Description], attempt: int = 1
+            ) -> dict[str, Any]:
+    from shardsink.airflow.tasks import append_task
+
+    context.setdefault("outlet_events", {"asset": SimpleNamespace(extra=None)})
+    out: dict[str, Any] = append_task(settings, attempt, [to_builtins(d) for d in chain], context, "asset")
+    return out
+
+
+def _after_first_poke(action: Any) -> Any:
+    """Run ``action`` once, in the trigger's thread, right after its first head read (a hook, not a sleep)."""
+    done: list[bool] = []
+
+    def hook(**_: Any) -> None:
+        if not done:
+            done.append(True)
+            action()
+
+    return hooks.register("trigger.poked", hook)
+
+
 def test_an_ahead_append_defers_its_turn_and_names_who_it_waits_behind(tmp_path: Path) -> None:
     shard = Shard.create((tmp_path / "s").as_uri(), SCHEMA, upper=0)
     settings = _settings(shard.url)
     earlier = Description(make_desc_id("d", "backfill__2025-03-01", 1), 0, 10, 1)
     _stage(shard, earlier)
     mine = Description(make_desc_id("d", "backfill__2025-03-02", 1), 10, 20, 1)
+    _stage(shard, mine)
     context = _context(shard.url)
-    fate = shard.fate(mine.desc_id, mine.lower)
-    assert fate == StillPossible(0)
     with pytest.raises(TaskDeferred) as d:
-        wait_turn(settings, shard, mine, fate, 1, context)
+        _append(settings, context, [mine])
     trigger = d.value.trigger
     assert isinstance(trigger, TurnTrigger) and d.value.method_name == RESUME_METHOD
     kw = trigger.serialize()[1]
     assert kw["lower"] == 10 and kw["catch_up_after"] == 300 and kw["deadline"] == kw["waiting_since"] + 86400
     assert f"description {earlier.desc_id} [0, 10) of DAG run 'backfill__2025-03-01' (d)" in kw["behind"]
     assert context["pushed"]["waiting"]["behind"] == kw["behind"]
-    # Its turn came (the triggerer says so; the task's own read decides): the wait is reported.
+    assert isinstance(shard.fate(mine.desc_id, mine.lower), StillPossible)  # nothing appended, nothing deleted
+    # Its turn came (the triggerer says so; the task's own read decides): it commits, and the wait is reported.
     shard.append(table_of(rows_for("e", 0, 10)), lower=0, upper=10, desc_id=earlier.desc_id)
     _resume(context, {"status": "reached", "lower": 10, "upper": 10, "waiting_since": kw["waiting_since"],
                       "behind": kw["behind"]})
-    waited = wait_turn(settings, shard, mine, shard.fate(mine.desc_id, mine.lower), 1, context)
-    assert waited == {"staged_at": kw["waiting_since"], "waited_for": kw["behind"]}
+    out = _append(settings, context, [mine])
+    assert [c["status"] for c in out["committed"]] == ["committed"] and out["upper"] == 20
+    assert (out["staged_at"], out["waited_for"]) == (kw["waiting_since"], kw["behind"])
 
 
 def test_a_wait_past_max_append_wait_fails_naming_the_description_and_run_behind(tmp_path: Path) -> None:
@@ -148,7 +169,7 @@ def test_a_wait_past_max_append_wait_fails_naming_the_description_and_run_behind
     context = _context(shard.url)
     _resume(context, {"status": "timeout", "lower": 10, "upper": 0, "waiting_since": time.time() - 61})
     with pytest.raises(AirflowFailException) as e:
-        wait_turn(settings, shard, mine, shard.fate(mine.desc_id, mine.lower), 1, context)
+        _append(settings, context, [mine])
     assert "max_append_wait 60s" in str(e.value) and stuck.desc_id in str(e.value)
     assert "'backfill__2025-03-01'" in str(e.value) and "Nothing was deleted" in str(e.value)
     assert isinstance(shard.fate(mine.desc_id, mine.lower), StillPossible)
@@ -168,14 +189,15 @@ def test_an_idle_wait_with_nobody_at_the_upper_gives_its_turn_up(tmp_path: Path)
         context = _context(shard.url)
         _resume(context, idle)
         with pytest.raises(raised, match="gave its turn up"):
-            wait_turn(_settings(shard.url), shard, mine, shard.fate(mine.desc_id, mine.lower), attempt, context)
-        assert context["pushed"]["return_value"]["lost"] and context["pushed"]["return_value"]["upper"] == 0
+            _append(_settings(shard.url), context, [mine], attempt)
+        pushed = context["pushed"]["return_value"]
+        assert pushed["lost"] and pushed["upper"] == 0 and pushed["gave_up"] is True
     # Someone is at the upper: keep waiting, no more idle hand-backs (until max_append_wait).
     _stage(shard, Description(make_desc_id("d", "backfill__2025-03-01", 1), 0, 10, 1))
     context = _context(shard.url)
     _resume(context, idle)
     with pytest.raises(TaskDeferred) as d:
-        wait_turn(_settings(shard.url), shard, mine, shard.fate(mine.desc_id, mine.lower), 1, context)
+        _append(_settings(shard.url), context, [mine])
     assert d.value.trigger.serialize()[1]["catch_up_after"] is None
 
 
@@ -189,21 +211,22 @@ def _run(trigger: TurnTrigger, timeout: float = 30) -> list[dict[str, Any]]:
 def test_the_turn_trigger_hands_back_when_the_upper_reaches_the_lower_or_the_deadline(tmp_path: Path) -> None:
     shard = Shard.create((tmp_path / "s").as_uri(), SCHEMA, upper=0)
     now = time.time()
-    args: dict[str, Any] = {"shard_url": shard.url, "lower": 20, "poke_interval": 0.05, "waiting_since": now,
+    args: dict[str, Any] = {"shard_url": shard.url, "lower": 20, "poke_interval": 0.01, "waiting_since": now,
                             "deadline": now + 60, "behind": "x"}
     seen: list[int | None] = []
 
-    def writer() -> None:
-        for lo in (0, 10):
-            time.sleep(0.3)
+    def commit_next(**kw: Any) -> None:  # each poke below the lower: the next day commits
+        seen.append(kw["upper"])
+        lo = kw["upper"]
+        if lo < 20:
             shard.append(table_of(rows_for(f"d{lo}", lo, lo + 10)), lower=lo, upper=lo + 10, desc_id=f"d{lo}")
-            seen.append(shard.info().upper)
 
-    t = threading.Thread(target=writer, daemon=True)
-    t.start()
-    events = _run(TurnTrigger(**args))
-    t.join()
-    assert seen == [10, 20]  # it kept waiting at 10
+    remove = hooks.register("trigger.poked", commit_next)
+    try:
+        events = _run(TurnTrigger(**args))
+    finally:
+        remove()
+    assert seen == [0, 10, 20]  # it kept waiting at 10
     assert events == [{"status": "reached", "lower": 20, "upper": 20, "waiting_since": now, "behind": "x"}]
     assert _run(TurnTrigger(**{**args, "lower": 30, "deadline": time.time() + 0.3}))[0]["status"] == "timeout"
     got = _run(TurnTrigger(**{**args, "lower": 30, "catch_up_after": 0.2}))[0]
@@ -218,8 +241,6 @@ def test_the_turn_trigger_hands_back_when_the_upper_reaches_the_lower_or_the_dea
 
 def test_what_a_given_up_turn_staged_goes_once_the_catch_up_passes_it(tmp_path: Path) -> None:
     from shardsink.airflow.results import AppendReport
-    from shardsink.airflow.tasks import settle_given_up
-    from shardsink.sinks.description import to_builtins
 
     shard = Shard.create((tmp_path / "s").as_uri(), SCHEMA, upper=0)
     ahead = Description(make_desc_id("d", "backfill__2025-03-02", 1), 10, 20, 1)
@@ -227,66 +248,75 @@ def test_what_a_given_up_turn_staged_goes_once_the_catch_up_passes_it(tmp_path: 
     xcoms = {"attempt_1.append": to_builtins(AppendReport(shard=shard.url, lost=("gave its turn up",), upper=0,
                                                           gave_up=True)),
              "attempt_1.mint": [to_builtins(ahead)]}
-    context = _context(shard.url)
-    context["ti"].xcom_pull = lambda task_ids, key="return_value": xcoms.get(task_ids)
-    settle_given_up(shard, context, 2)  # still possible: refused, kept
-    assert len(shard.admin().list_staged(ahead.desc_id)) == 2
-    shard.append(table_of(rows_for("c", 0, 20)), lower=0, upper=20, desc_id="catch-up")  # attempt 2's commit
-    settle_given_up(shard, context, 2)
+    assert given_up(_with_xcoms(_context(shard.url), xcoms), 2) == [ahead]
+    # Attempt 2 catches up from the upper, but its chain loses (a racing run committed [0, 20)):
+    # the given-up description is still possible? No: the upper passed it, yet nothing of attempt 2
+    # committed, so nothing is settled; attempt 3 commits and then deletes what can never commit.
+    catch_up = Description(make_desc_id("d", "backfill__2025-03-02", 2), 0, 10, 2)
+    _stage(shard, catch_up)
+    out = _append(_settings(shard.url), _with_xcoms(_context(shard.url), xcoms), [catch_up], 2)
+    assert out["upper"] == 10 and len(shard.admin().list_staged(ahead.desc_id)) == 2  # still possible: kept
+    shard.append(table_of(rows_for("c", 10, 20)), lower=10, upper=20, desc_id="racer")
+    third = Description(make_desc_id("d", "backfill__2025-03-02", 3), 20, 30, 3)
+    _stage(shard, third)
+    _append(_settings(shard.url), _with_xcoms(_context(shard.url), xcoms), [third], 3)
     assert shard.admin().list_staged(ahead.desc_id) == []
 
 
-def test_the_turn_trigger_commits_the_chain_when_its_turn_comes_and_the_task_reports_it_as_its_own(
+def _with_xcoms(context: dict[str, Any], xcoms: dict[str, Any]) -> dict[str, Any]:
+    context["ti"].xcom_pull = lambda task_ids, key="return_value": xcoms.get(task_ids) if key == "return_value" \
+        else None
+    return context
+
+
+def test_the_turn_trigger_appends_the_chain_when_its_turn_comes_and_the_task_reports_it_as_its_own(
         tmp_path: Path) -> None:
     from shardsink.airflow.results import TurnCommit
-    from shardsink.airflow.tasks import append_task
-    from shardsink.sinks.description import to_builtins
 
     shard = Shard.create((tmp_path / "s").as_uri(), SCHEMA, upper=0)
     settings = _settings(shard.url)
     earlier = Description(make_desc_id("d", "backfill__2025-03-01", 1), 0, 10, 1)
-    chain = (Description(make_desc_id("d", "backfill__2025-03-02", 1), 10, 20, 1),
-             Description(make_desc_id("d", "backfill__2025-03-02", 1), 20, 30, 1))
+    chain = [Description(make_desc_id("d", "backfill__2025-03-02", 1), 10, 20, 1),
+             Description(make_desc_id("d", "backfill__2025-03-02", 1), 20, 30, 1)]
     for d in (earlier, *chain):
         _stage(shard, d)
     writer = "airflow:d/backfill__2025-03-02"
     context = _context(shard.url)
-    context["outlet_events"] = {"asset": SimpleNamespace(extra=None)}
     with pytest.raises(TaskDeferred) as deferred:  # the append task defers, handing its chain to the trigger
-        append_task(settings, 1, [to_builtins(d) for d in chain], context, "asset")
+        _append(settings, context, chain)
     _, kwargs = deferred.value.trigger.serialize()
-    assert kwargs["commit"] == to_builtins(TurnCommit(chain=chain, slots=1, writer=writer))
-    trigger = TurnTrigger(**{**kwargs, "poke_interval": 0.05})  # as the triggerer rebuilds it from its row
-
-    def earlier_run() -> None:
-        time.sleep(0.3)
-        shard.append(table_of(rows_for(earlier.desc_id, 0, 10)), lower=0, upper=10, desc_id=earlier.desc_id)
-
-    t = threading.Thread(target=earlier_run, daemon=True)
-    t.start()
-    (event,) = _run(trigger)
-    t.join()
+    assert kwargs["commit"] == to_builtins(TurnCommit(chain=tuple(chain), slots=1, writer=writer))
+    trigger = TurnTrigger(**{**kwargs, "poke_interval": 0.01})  # as the triggerer rebuilds it from its row
+    remove = _after_first_poke(lambda: shard.append(table_of(rows_for(earlier.desc_id, 0, 10)), lower=0, upper=10,
+                                                    desc_id=earlier.desc_id))
+    try:
+        (event,) = _run(trigger)
+    finally:
+        remove()
     # Committed on the triggerer, before the task is back: the next interval's turn has come.
     assert event["status"] == "reached" and shard.info().upper == 30
-    claimed = event["committed_by_trigger"]
-    log = {c.desc_id: (seqno, c.writer) for seqno, c in shard.log(limit=10) if c.kind == "append"}
-    assert claimed["commits"] == [[d.desc_id, log[d.desc_id][0]] for d in chain] and claimed["error"] is None
-    assert {log[d.desc_id][1] for d in chain} == {writer}
-    # The task resumes, reads every fate itself, finds the seqnos its trigger named: its own commits.
+    log = {c.desc_id: c for _, c in shard.log(limit=10) if c.kind == "append"}
+    assert {log[d.desc_id].writer for d in chain} == {writer}, "the shard log says this run committed them"
+    # The task resumes and calls the same operation: the log's writer makes the commits its own.
     _resume(context, event)
-    out = append_task(settings, 1, [to_builtins(d) for d in chain], context, "asset")
+    out = _append(settings, context, chain)
     assert [(c["desc_id"], c["status"]) for c in out["committed"]] == [(d.desc_id, "committed") for d in chain]
-    assert out["committed_at"] == claimed["at"] and out["waited_for"] == kwargs["behind"]
+    assert out["committed_at"] == datetime.fromisoformat(log[chain[1].desc_id].at).timestamp()
+    assert out["waited_for"] == kwargs["behind"]
     assert {o.kind for d in chain for o in shard.admin().list_staged(d.desc_id)} == {"part"}  # the batches'
-    # A claim the store does not bear out (another seqno) is not taken: found committed, by a twin.
-    _resume(context, {**event, "committed_by_trigger": {**claimed, "commits": [[chain[0].desc_id, 99]]}})
-    out = append_task(settings, 1, [to_builtins(chain[0])], context, "asset")
-    assert [c["status"] for c in out["committed"]] == ["already_committed"] and out["committed_at"] > claimed["at"]
+    # Another run's commit of the same description (a twin under another writer) is not reported as its own.
+    other = _context(shard.url)
+    other["dag_run"] = SimpleNamespace(start_date=datetime.now(UTC), run_id="manual__x", conf={}, dag_id="d")
+    out = _append(settings, other, chain[:1])
+    assert [c["status"] for c in out["committed"]] == ["already_committed"]
 
 
-def test_a_turn_trigger_commits_only_at_its_lower_and_reports_what_stopped_it(tmp_path: Path) -> None:
+def test_a_turn_trigger_appends_only_at_its_lower_and_never_waits_on_the_shared_pool(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from shardsink.airflow import triggers
     from shardsink.airflow.results import TurnCommit
-    from shardsink.sinks.description import to_builtins
+    from shardsink.errors import StorageError
+    from shardsink.storage.local import LocalBlob
 
     shard = Shard.create((tmp_path / "s").as_uri(), SCHEMA, upper=0)
     mine = Description(make_desc_id("d", "backfill__2025-03-02", 1), 10, 20, 1)
@@ -294,22 +324,49 @@ def test_a_turn_trigger_commits_only_at_its_lower_and_reports_what_stopped_it(tm
     args: dict[str, Any] = {"shard_url": shard.url, "lower": 10, "poke_interval": 0.05, "waiting_since": now,
                             "deadline": now + 60,
                             "commit": to_builtins(TurnCommit(chain=(mine,), slots=1, writer="airflow:d/r"))}
-    # Its writes staged nothing (a manifest missing): the commit stops with the error, nothing committed.
+    # Its writes staged nothing (a manifest missing): nothing committed, the task settles it.
     shard.append(table_of(rows_for("e", 0, 10)), lower=0, upper=10, desc_id="earlier")
     (event,) = _run(TurnTrigger(**args))
-    assert event["status"] == "reached" and event["committed_by_trigger"]["commits"] == []
-    assert event["committed_by_trigger"]["error"] and shard.info().upper == 10
+    assert event["status"] == "reached" and shard.info().upper == 10
     # Cancelled (the task cleared while deferred: Airflow calls on_kill): it starts no commit.
     _stage(shard, mine)
     cancelled = TurnTrigger(**args)
     asyncio.run(cancelled.on_kill())
     (event,) = _run(cancelled)
-    assert event["committed_by_trigger"]["commits"] == [] and shard.info().upper == 10
-    assert event["committed_by_trigger"]["error"] == "cancelled before committing"
+    assert event["status"] == "reached" and shard.info().upper == 10
+    # A transient store error that a retry would wait out: the trigger stops at once, it never sleeps.
+    failed: list[str] = []
+    armed: list[bool] = []
+    real_get = LocalBlob.get
+
+    def flaky_get(self: LocalBlob, key: str) -> Any:
+        if armed and not failed:
+            failed.append(key)
+            raise StorageError(f"injected: GET {key} failed (a 503)")
+        return real_get(self, key)
+
+    monkeypatch.setattr(LocalBlob, "get", flaky_get)
+    remove = hooks.register("trigger.poked", lambda **_: armed.append(True))
+    refused: list[float] = []
+    refuse = triggers._refuse_to_wait
+
+    def record(seconds: float) -> None:
+        refused.append(seconds)
+        refuse(seconds)
+
+    monkeypatch.setattr(triggers, "_refuse_to_wait", record)
+    try:
+        (event,) = _run(TurnTrigger(**args))
+    finally:
+        remove()
+        monkeypatch.undo()
+    assert event["status"] == "reached" and shard.info().upper == 10 and failed
+    assert len(refused) == 1, refused  # the one retry's wait was refused (it raised), never slept
     # Past its lower (a catch-up covered it): the task settles the fate; the trigger commits nothing.
     shard.append(table_of(rows_for("c", 10, 20)), lower=10, upper=20, desc_id="catch-up")
     (event,) = _run(TurnTrigger(**args))
-    assert event["status"] == "reached" and "committed_by_trigger" not in event
+    assert event["status"] == "reached" and shard.info().upper == 20
+    assert shard.fate(mine.desc_id, mine.lower) == CannotCommit(20)
     later = to_builtins(Description("y", 20, 30, 1))
     for bad in ({"chain": []}, {"chain": [to_builtins(Description("x", 20, 30, 1))]}, {"slots": 0},
                 {"writer": ""}, {"writer": "w" * 1025}, {"format": 9}, {"slots": "2"},

@@ -180,7 +180,7 @@ def _deferrals(topology: Topology, runs: dict[str, list[dict[str, Any]]]) -> Cou
             texts = {task: _log(topology, dag_id, r["dag_run_id"], task) for task in ("attempt_1.mint",
                                                                                      "attempt_1.append")}
             deferred[dag_id] += sum("deferred to the triggerer" in t for t in texts.values())
-            if "(by this task's trigger, on the triggerer)" in texts["attempt_1.append"]:
+            if "(by this run before this try: its turn trigger on the triggerer" in texts["attempt_1.append"]:
                 by_trigger.append(r["dag_run_id"])
     print(f"runs whose attempt_1 mint or append deferred: {dict(deferred)}; appends committed by their trigger "
           f"on the triggerer: {by_trigger}")
@@ -210,7 +210,8 @@ def _assert_the_triggerer_committed_the_turn(topology: Topology, spec: tuple[str
     runs = topology.wait_for_runs(TURN, at_least=days, timeout=600)
     assert {r["state"] for r in runs} == {"success"}, [(r["dag_run_id"], r["state"]) for r in runs]
     text = _log(topology, TURN, "turn_day2", "attempt_1.append")
-    assert "deferred to the triggerer" in text and "(by this task's trigger, on the triggerer)" in text
+    assert "deferred to the triggerer" in text
+    assert "(by this run before this try: its turn trigger on the triggerer" in text
     assert re.search(r"committed description \S+ \[\d+, \d+\) at seqno \d+ on the triggerer", text), text[-3000:]
     got = topology.api("GET", f"/dags/{TURN}/dagRuns/turn_day2/taskInstances/attempt_1.append/xcomEntries/"
                               "return_value?deserialize=true")["value"]

@@ -6,9 +6,8 @@ consumer (:func:`shardsink.sinks.description.decode`).
 * :class:`AppendReport` (``return_value`` of ``attempt_<k>.append``): what the attempt
   committed (:class:`CommitRecord`), the descriptions it found lost, the shard's upper;
 * :class:`RunReport` (``return_value`` of ``report``): every range the run committed;
-* :class:`TurnCommit` (a :class:`shardsink.airflow.triggers.TurnTrigger`'s stored kwargs) and
-  :class:`TurnCommitted` (its event): what an append minted ahead lets its trigger commit
-  when the turn comes, and what the trigger committed.
+* :class:`TurnCommit` (a :class:`shardsink.airflow.triggers.TurnTrigger`'s stored kwargs): what
+  an append minted ahead lets its trigger append when the turn comes.
 
 The keys are the documented ones (``committed = [{desc_id, lower, upper, seqno, rows,
 status, corrects}]``, ``target``, ``upper``, ``writer``), plus ``format``.
@@ -86,25 +85,12 @@ class RunReport(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class TurnCommit(msgspec.Struct, frozen=True, kw_only=True):
-    """What an append waiting its turn lets its trigger commit once the shard's upper equals the
-    chain's first lower: the attempt's chain in order, the write slots of each description (a
-    correcting one has one) and the writer its commits carry (the run's, as the task's own)."""
+    """What an append waiting its turn lets its trigger append once the shard's upper equals the
+    chain's first lower (:func:`shardsink.sinks.append.append_run`, as the task would): the
+    attempt's chain in order, the write slots of each description (a correcting one has one) and
+    the writer its commits carry (the run's: the shard log then says this run committed them)."""
 
     format: int = RESULTS_FORMAT
     chain: tuple[Description, ...]
     slots: int
     writer: str
-
-
-class TurnCommitted(msgspec.Struct, frozen=True, kw_only=True):
-    """What the trigger committed, in chain order (``(desc_id, seqno)``), when (epoch s), and why it
-    stopped early if it did (``error``: the task re-reads every fate and settles the rest itself)."""
-
-    format: int = RESULTS_FORMAT
-    commits: tuple[tuple[str, int], ...] = ()
-    at: float
-    error: str | None = None
-
-    def made(self, desc_id: str, seqno: int) -> bool:
-        """Whether the trigger says it committed ``desc_id`` at ``seqno`` (a claim: the store must show it)."""
-        return (desc_id, seqno) in self.commits

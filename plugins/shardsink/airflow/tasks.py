@@ -20,7 +20,7 @@ from typing import Any, NoReturn
 
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from shardsink.airflow.append_wait import trigger_commits, wait_turn
+from shardsink.airflow.append_wait import defer_turn, turn_of
 from shardsink.airflow.failures import for_airflow
 from shardsink.airflow.gates import (
     ahead_from,
@@ -32,7 +32,7 @@ from shardsink.airflow.gates import (
     skip_rest,
     wait_for_earlier_intervals,
 )
-from shardsink.airflow.results import AppendReport, CommitRecord, RunReport, TurnCommit, TurnCommitted
+from shardsink.airflow.results import AppendReport, CommitRecord, RunReport, TurnCommit
 from shardsink.airflow.run_context import (
     earlier_appends,
     plan_of,
@@ -43,25 +43,16 @@ from shardsink.airflow.run_context import (
     run_writer,
 )
 from shardsink.airflow.settings import IngestSettings
-from shardsink.core.shard import AppendResult, Shard
+from shardsink.core.shard import Shard
 from shardsink.errors import (
-    CorruptionError,
     InvalidUsageError,
-    ShardClosedError,
     ShardNotFoundError,
     ShardsinkError,
-    UpperMismatchError,
 )
 from shardsink.reclock.source import Reclocked
+from shardsink.sinks.append import Appended, Failed, Landed, Lost, Waiting, append_run
 from shardsink.sinks.description import Description, NoOp, descriptions, to_builtins
-from shardsink.sinks.ingest import (
-    LostRaceError,
-    Seen,
-    append_chain,
-    cleanup,
-    open_with_info,
-    read_watermark,
-)
+from shardsink.sinks.ingest import Seen, open_with_info, read_watermark
 from shardsink.sinks.reprocess import check_range
 from shardsink.sources.base import source_from_spec
 from shardsink.sources.evolution import SchemaMode
@@ -172,126 +163,90 @@ def dry_run_report(context: dict[str, Any], settings: IngestSettings,
     raise AssertionError("unreachable")  # pragma: no cover - skip_rest always raises
 
 
-def _lost(d: Description, e: UpperMismatchError) -> str:
-    """Why ``d`` did not commit, for the log and the append's XCom."""
-    if isinstance(e, LostRaceError):
-        return (f"lost the race at shard upper {e.current}: description {d.desc_id} [{d.lower}, {d.upper}) "
-                f"was not committed and its {e.deleted} staged objects were deleted")
-    return (f"description {d.desc_id} [{d.lower}, {d.upper}) cannot commit now (shard upper {e.current}); "
-            "nothing was deleted (its staged parts go with GC once the upper passes it)")
-
-
-def _record(d: Description, r: AppendResult, by_trigger: TurnCommitted | None) -> CommitRecord:
-    """``d``'s commit as the append reports and logs it. Found committed at the seqno this task's
-    trigger says it committed (:func:`shardsink.airflow.append_wait.trigger_commits`): the task's own."""
-    mine = by_trigger is not None and by_trigger.made(r.desc_id, r.seqno)
-    status = "committed" if mine else r.status
+def _record(landed: Landed) -> CommitRecord:
+    """A commit as the append reports and logs it: ``committed`` when this run's writer made it
+    (this try, an earlier one, or its turn trigger on the triggerer: the shard log says who)."""
+    d, r = landed.desc, landed.result
+    status = "committed" if landed.mine else r.status
     log.info("%s: description %s [%d, %d) at seqno %d, %d rows%s%s", status.replace("_", " "), r.desc_id,
              r.lower, r.upper, r.seqno, r.rows,
              f" (with the correction of [{d.corrects[0]}, {d.corrects[1]}))" if d.corrects else "",
-             " (by this task's trigger, on the triggerer)" if mine else "")
+             " (by this run before this try: its turn trigger on the triggerer, or an earlier try)"
+             if landed.mine and r.status != "committed" else "")
     return CommitRecord(desc_id=r.desc_id, lower=r.lower, upper=r.upper, seqno=r.seqno, rows=r.rows, status=status,
                         corrects=d.corrects)
 
 
-def _committed_at(done: list[CommitRecord], by_trigger: TurnCommitted | None) -> float | None:
-    """When the attempt's commits landed: the trigger's time if the store bore out that it made
-    every one of them, else now (None: nothing committed)."""
-    if not done:
-        return None
-    if by_trigger is not None and all(by_trigger.made(c.desc_id, c.seqno) for c in done):
-        return by_trigger.at
-    return time.time()
+def given_up(context: dict[str, Any], attempt: int) -> list[Description]:
+    """The descriptions of this run's earlier attempts whose appends gave their turn up (XCom)."""
+    out: list[Description] = []
+    for k, rep in enumerate(earlier_appends(context, attempt), start=1):
+        if rep.gave_up:
+            got = context["ti"].xcom_pull(task_ids=f"attempt_{k}.mint")
+            out += descriptions(got or [], what=f"XCom descriptions of attempt_{k}.mint")
+    return out
 
 
 def append_task(settings: IngestSettings, attempt: int, descs: list[dict[str, Any]], context: dict[str, Any],
                 asset: Any) -> dict[str, Any]:
-    """Commit the attempt's descriptions in order; a lost one is skipped over (its objects deleted).
+    """Commit the attempt's descriptions in order through :func:`shardsink.sinks.append.append_run`
+    and map its one outcome: Waiting defers to the turn trigger, Failed fails the task, Lost
+    skips (attempt k+1 retries fresh after a backoff) or, on the last attempt, fails; Appended
+    succeeds. UnknownOutcomeError propagates so that Airflow retries this task, which re-reads.
 
-    A description whose lower is the shard's upper after an earlier one lost (a racing run
-    committed exactly the span before it) still commits. Result (XCom and log,
-    :class:`AppendReport`): the committed ranges ``[{desc_id, lower, upper, seqno, rows, status,
-    corrects}]``, the losses, the upper as last seen. If anything committed, the shard's asset
-    event carries the same (``lower``/``upper`` the span of this attempt's commits). Covered
-    target: the rest of the run is skipped. Nothing committed: skipped (attempt k+1 retries
-    fresh after a backoff) or, on the last attempt, failed. UnknownOutcomeError propagates so
-    that Airflow retries this task, which re-reads.
-
-    Reads: the first description's fate is the task's one head read; each later one's fate is
-    the version that committed the one before it (:func:`shardsink.sinks.ingest.append_chain`).
-    A description minted ahead of the upper waits its turn first, deferred
-    (:func:`shardsink.airflow.append_wait.wait_turn`). The report also carries the timeline:
-    ``minted_at``, ``staged_at`` (the writes done), ``waited_for`` and ``committed_at``.
+    Result (XCom and log, :class:`AppendReport`): the committed ranges ``[{desc_id, lower, upper,
+    seqno, rows, status, corrects}]``, the losses, the upper as last seen, and the timeline:
+    ``minted_at``, ``staged_at`` (the writes done), ``waited_for`` and ``committed_at`` (the latest
+    commit's time, as the shard log records it). If anything committed, the shard's asset event
+    carries the same (``lower``/``upper`` the span of this attempt's commits). Covered target: the
+    rest of the run is skipped.
     """
     if not descs:
         raise AirflowSkipException("no description was minted for this attempt; nothing to append")
     chain = descriptions(descs, what=f"XCom descriptions of attempt_{attempt}.mint")
     shard = Shard(settings.shard_url)
     writer = run_writer(context, dag_id=settings.dag_id)
-    done: list[CommitRecord] = []
-    lost: list[str] = []
-    upper: int | None = None
-    by_trigger: TurnCommitted | None = None
-    try:
-        first = shard.fate(chain[0].desc_id, chain[0].lower)  # the task's one head read
-        waited = wait_turn(settings, shard, chain[0], first, attempt, context,  # minted ahead: wait its turn
-                           commit=TurnCommit(chain=tuple(chain), slots=settings.writers, writer=writer))
-        by_trigger = trigger_commits(context, chain[0])
-        for d, r in append_chain(shard, chain, settings.writers, writer=writer, first=first):
-            if isinstance(r, UpperMismatchError):
-                upper = r.current
-                lost.append(_lost(d, r))
-                log.info("%s", lost[-1])
-                continue
-            upper = r.upper
-            done.append(_record(d, r, by_trigger))
-    except (CorruptionError, ShardClosedError) as e:
-        raise AirflowFailException(str(e)) from e
-    if done:
-        settle_given_up(shard, context, attempt)
-        ensure_retention(shard, settings.retention, writer=writer)
-        after_commit(settings.source_spec, shard.url)  # reclocked sources publish their resumption frontier
+    turn = turn_of(settings, context, chain[0])
+    out = append_run(shard, chain, settings.writers, writer=writer, turn=turn, superseded=given_up(context, attempt))
+    if isinstance(out, Waiting):
+        defer_turn(settings, context, out, TurnCommit(chain=tuple(chain), slots=settings.writers, writer=writer))
+    if isinstance(out, Failed):
+        raise AirflowFailException(out.why)
     minted_at = context["ti"].xcom_pull(task_ids=f"attempt_{attempt}.mint", key="minted_at")
-    result = AppendReport(shard=shard.url, committed=tuple(done), lost=tuple(lost), upper=upper,
-                          retry_at=time.time() + settings.backoff(attempt + 1) if lost else None,
+    done = tuple(_record(x) for x in out.landed) if isinstance(out, Appended) else ()
+    lost = (out.why,) if isinstance(out, Lost) and out.gave_up else tuple(m.line() for m in out.missed)
+    result = AppendReport(shard=shard.url, committed=done, lost=lost, upper=out.upper,
+                          retry_at=time.time() + settings.backoff(attempt + 1) if lost and not done else None,
                           minted_at=minted_at if isinstance(minted_at, int | float) else None,
-                          staged_at=waited["staged_at"], waited_for=waited["waited_for"],
-                          committed_at=_committed_at(done, by_trigger))
+                          staged_at=turn.since, waited_for=turn.behind,
+                          committed_at=max(x.at for x in out.landed) if isinstance(out, Appended) else None,
+                          gave_up=isinstance(out, Lost) and out.gave_up)
     log.info("timeline: minted at %s, staged at %s, waited for %s, committed at %s", result.minted_at,
              result.staged_at, result.waited_for or "nothing", result.committed_at)
-    out: dict[str, Any] = to_builtins(result)
-    context["ti"].xcom_push(key="return_value", value=out)
-    if done:
-        context["outlet_events"][asset].extra = {
-            "shard": shard.url, "lower": done[0].lower, "upper": done[-1].upper, "seqno": done[-1].seqno,
-            "rows": sum(c.rows for c in done), "desc_id": done[-1].desc_id, "commits": out["committed"]}
-    elif attempt < settings.max_attempts:
-        raise AirflowSkipException(f"{lost[-1]}; attempt {attempt + 1} retries with a fresh description")
-    else:
-        raise AirflowFailException(f"{lost[-1]}; all {settings.max_attempts} attempts lost their races, giving up")
+    pushed: dict[str, Any] = to_builtins(result)
+    context["ti"].xcom_push(key="return_value", value=pushed)
+    if isinstance(out, Lost):
+        if attempt < settings.max_attempts:
+            then = "catches up from the upper" if out.gave_up else "retries with a fresh description"
+            raise AirflowSkipException(f"{out.why}; attempt {attempt + 1} {then}")
+        end = ("no attempt left to catch up (clear the run to continue)" if out.gave_up
+               else f"all {settings.max_attempts} attempts lost their races, giving up")
+        raise AirflowFailException(f"{out.why}; {end}")
+    _after_commit(settings, shard, writer)
+    context["outlet_events"][asset].extra = {
+        "shard": shard.url, "lower": done[0].lower, "upper": done[-1].upper, "seqno": done[-1].seqno,
+        "rows": sum(c.rows for c in done), "desc_id": done[-1].desc_id, "commits": pushed["committed"]}
     plan = plan_of(context, attempt)
-    if plan is not None and covered(settings, context, plan.target, upper=upper) and not (
+    if plan is not None and covered(settings, context, plan.target, upper=out.upper) and not (
             plan.corrects and not any(c.corrects for c in done)):
         skip_rest(context, settings.writers)
-    return out
+    return pushed
 
 
-def settle_given_up(shard: Shard, context: dict[str, Any], attempt: int) -> None:
-    """Delete what this run's earlier attempts staged ahead and gave their turn up on, now that
-    this attempt committed (through the fate primitive: only what can never commit goes; one
-    still possible, or any failure, is left to GC and logged)."""
-    for k, rep in enumerate(earlier_appends(context, attempt), start=1):
-        if not rep.gave_up:
-            continue
-        got = context["ti"].xcom_pull(task_ids=f"attempt_{k}.mint")
-        for d in descriptions(got or [], what=f"XCom descriptions of attempt_{k}.mint"):
-            try:
-                gone = cleanup(shard, d)
-            except ShardsinkError as e:  # DeleteRefusedError: still possible; else: GC's, later
-                log.info("description %s of attempt %d left to GC: %s", d.desc_id, k, e)
-                continue
-            log.info("description %s of attempt %d (its turn given up) can never commit: deleted its %d staged "
-                     "objects", d.desc_id, k, gone)
+def _after_commit(settings: IngestSettings, shard: Shard, writer: str) -> None:
+    """The run's bookkeeping once it committed: the DAG's retention, a reclocked source's frontier."""
+    ensure_retention(shard, settings.retention, writer=writer)
+    after_commit(settings.source_spec, shard.url)  # reclocked sources publish their resumption frontier
 
 
 def report_task(settings: IngestSettings, context: dict[str, Any]) -> dict[str, Any]:

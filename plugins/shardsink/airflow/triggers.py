@@ -24,7 +24,8 @@ so it needs the same shardsink package, the store's network and the connection's
 backend as a worker. Store reads are synchronous: each runs in a thread
 (``asyncio.to_thread``), never on the triggerer's event loop. Between reads the trigger
 awaits ``asyncio.sleep`` (the triggerer's loop runs other triggers meanwhile; nothing
-blocks), at most ``poke_interval`` and never past the catch-up moment.
+blocks), at most ``poke_interval`` and never past the catch-up moment. A trigger appending a
+turn's chain (:class:`TurnTrigger`) does so in such a thread too, and never sleeps there.
 """
 
 from __future__ import annotations
@@ -34,13 +35,14 @@ import itertools
 import math
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from shardsink.airflow.results import RESULTS_FORMAT, TurnCommit, TurnCommitted
+from shardsink import hooks
+from shardsink.airflow.results import RESULTS_FORMAT, TurnCommit
 from shardsink.core import checks as ck
 from shardsink.core.read import ShardInfo
 from shardsink.errors import InvalidUsageError
@@ -79,6 +81,11 @@ class _ShardPokeTrigger(BaseTrigger):
     SUBTLE: a failed read never fails the try from here: the task re-reads under its own retries.
     """
 
+    #: The clock a poke decides by and the pause between pokes: the triggerer's (a test injects
+    #: simulated ones on an instance; they are never serialized).
+    clock: Callable[[], float] = staticmethod(time.time)
+    pause: Callable[[float], Awaitable[None]] = staticmethod(asyncio.sleep)
+
     def __init__(self, *, shard_url: str, aws_conn_id: str | None) -> None:
         super().__init__()
         if not isinstance(shard_url, str) or not shard_url:
@@ -94,7 +101,9 @@ class _ShardPokeTrigger(BaseTrigger):
         from shardsink.core.shard import Shard
 
         with store_access(self.aws_conn_id):
-            return Shard(self.shard_url).info()
+            info = Shard(self.shard_url).info()
+        hooks.fire("trigger.poked", shard_url=self.shard_url, upper=info.upper)
+        return info
 
     def decide(self, info: ShardInfo, now: float) -> dict[str, Any] | None:
         """The event's payload if waiting ends at ``now`` with the shard at ``info``, else None."""
@@ -120,14 +129,14 @@ class _ShardPokeTrigger(BaseTrigger):
                 yield TriggerEvent({"status": "unreadable", "error": f"{type(e).__name__}: {str(e)[:300]}",
                                     **self._unreadable()})
                 return
-            now = time.time()
+            now = self.clock()
             payload = self.decide(info, now)
             if payload is not None:
                 payload = await self._on_decided(info, payload)
                 self.log.info("shard %s: %s; handing the task back", self.shard_url, payload)
                 yield TriggerEvent(payload)
                 return
-            await asyncio.sleep(max(0.0, self._next_wait(info, now)))
+            await self.pause(max(0.0, self._next_wait(info, now)))
 
 
 class EarlierIntervalsTrigger(_ShardPokeTrigger):
@@ -182,18 +191,19 @@ class TurnTrigger(_ShardPokeTrigger):
     * ``unreadable``: a read failed after the store's own retry policy.
 
     ``commit`` (a :class:`~shardsink.airflow.results.TurnCommit` as plain values): when the upper
-    is exactly ``lower``, the trigger commits the chain itself before handing back (in a thread,
-    :func:`shardsink.sinks.ingest.append_chain`, the task's own code and writer), and the
-    ``reached`` event carries ``committed_by_trigger`` (a :class:`TurnCommitted`). The next
-    interval's turn then comes one head read later, not after this task has come back through
-    the scheduler and a worker. The task still decides from its own read: it finds the commits
-    and reports them as its own only where the store shows the seqno the trigger names.
+    is exactly ``lower``, the trigger appends the chain itself before handing back, through the
+    task's own call (:func:`shardsink.sinks.append.append_run`, in a thread, with the run's
+    writer; its retries never sleep on the shared pool). The next interval's turn then comes one
+    head read later, not after this task has come back through the scheduler and a worker. The
+    event says nothing of it: the task resumes, calls the same operation, and the shard log's
+    writer tells it this run made the commits.
 
     SUBTLE: the trigger commits while its task is deferred, so a twin of the task, a second
     triggerer picking the trigger up, or the task resumed after a lost event may append the
     same chain: each is a conditional put on the same lower, so one commits and the others
     find it committed (the fate primitive keeps the batch). Any error stops the trigger's
-    commits (an unknown outcome included): the event says so and the task settles the fate.
+    commits (an unknown outcome included, or a retry that would wait): it is logged and the
+    task settles the fate.
     Cancelled (the task cleared, marked failed or succeeded while deferred: :meth:`on_kill`, or
     the trigger removed), it starts no further commit; a conditional put already sent may
     still land, as a killed task's may, and the description's fate says so.
@@ -253,37 +263,46 @@ class TurnTrigger(_ShardPokeTrigger):
         await super().cleanup()
 
     async def _on_decided(self, info: ShardInfo, payload: dict[str, Any]) -> dict[str, Any]:
-        if self.commit is None or payload.get("status") != "reached" or info.upper != self.lower:
-            return payload
-        try:
-            done = await asyncio.to_thread(self._commit, self.commit)
-        except asyncio.CancelledError:  # the thread runs on: it starts no further commit
-            self._stopped.set()
-            raise
-        return {**payload, "committed_by_trigger": to_builtins(done)}
+        if self.commit is not None and payload.get("status") == "reached" and info.upper == self.lower:
+            try:
+                await asyncio.to_thread(self._commit, self.commit)
+            except asyncio.CancelledError:  # the thread runs on: it starts no further commit
+                self._stopped.set()
+                raise
+        return payload
 
-    def _commit(self, commit: TurnCommit) -> TurnCommitted:
-        """Append ``commit``'s chain while each description commits; never raises. Runs in a thread."""
+    def _commit(self, commit: TurnCommit) -> None:
+        """Append ``commit``'s chain as the task would (:func:`shardsink.sinks.append.append_run`);
+        never raises, never sleeps: its store handle's retries refuse to wait (the thread is the
+        triggerer's shared pool), so a transient error ends the attempt and the task settles the
+        fate from its own read. Runs in a thread."""
         from shardsink.airflow.credentials import store_access
-        from shardsink.core.shard import AppendResult, Shard
-        from shardsink.sinks.ingest import append_chain
+        from shardsink.core.shard import Shard
+        from shardsink.sinks.append import Appended, append_run
 
-        done: list[tuple[str, int]] = []
         if self._stopped.is_set():
-            return TurnCommitted(at=time.time(), error="cancelled before committing")
+            self.log.info("cancelled before committing; the task settles the chain")
+            return
         try:
             with store_access(self.aws_conn_id):
-                for d, r in append_chain(Shard(self.shard_url), commit.chain, commit.slots, writer=commit.writer):
-                    if not isinstance(r, AppendResult) or self._stopped.is_set():  # lost or cancelled: the task
-                        break                                                       # settles the rest
-                    if r.status == "committed":
-                        done.append((r.desc_id, r.seqno))
-                        self.log.info("committed description %s [%d, %d) at seqno %d on the triggerer",
-                                      d.desc_id, r.lower, r.upper, r.seqno)
+                out = append_run(Shard(self.shard_url, sleep=_refuse_to_wait), commit.chain, commit.slots,
+                                 writer=commit.writer)
         except Exception as e:  # the outcome may be unknown: the task re-reads and settles it
             self.log.warning("stopped committing on the triggerer: %s: %s", type(e).__name__, e)
-            return TurnCommitted(commits=tuple(done), at=time.time(), error=f"{type(e).__name__}: {str(e)[:300]}")
-        return TurnCommitted(commits=tuple(done), at=time.time())
+            return
+        for x in out.landed if isinstance(out, Appended) else ():
+            self.log.info("committed description %s [%d, %d) at seqno %d on the triggerer", x.desc.desc_id,
+                          x.result.lower, x.result.upper, x.result.seqno)
+        if not isinstance(out, Appended):
+            self.log.info("committed nothing on the triggerer (%s); the task settles the chain", type(out).__name__)
+
+
+class _WouldWait(Exception):
+    """A retry on the triggerer would have slept in the pool every trigger shares."""
+
+
+def _refuse_to_wait(seconds: float) -> None:
+    raise _WouldWait(f"a retry would wait {seconds:.3f}s on the triggerer's shared thread pool; left to the task")
 
 
 def _turn_commit(value: object, lower: int) -> TurnCommit:

@@ -77,6 +77,10 @@ class Committed:
     #: The committed bounds (not part of equality: a fate is its commit, its parts and rows).
     lower: int | None = field(default=None, compare=False)
     upper: int | None = field(default=None, compare=False)
+    #: Who committed it and when (ISO time), as the committing version's record says; None when
+    #: the fate was decided from a batch record beyond the retained history.
+    writer: str | None = field(default=None, compare=False)
+    at: str | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -119,7 +123,8 @@ def decide(ev: Evidence, desc_id: str, lower: int) -> Fate:
     crossed = c.commit.batch() if c is not None else None
     if c is not None and crossed is not None and crossed[0] == desc_id:
         batch = [p for b in c.added if b.desc_id == desc_id for p in b.parts]
-        return Committed(c.seqno, frozenset(p.key for p in batch), sum(p.rows for p in batch), crossed[1], crossed[2])
+        return Committed(c.seqno, frozenset(p.key for p in batch), sum(p.rows for p in batch), crossed[1], crossed[2],
+                         c.commit.writer, c.commit.at)
     for b in ev.horizon or ():
         if b.desc_id == desc_id:
             return Committed(b.seqno, frozenset(p.key for p in b.parts), b.rows, b.lower, b.upper)

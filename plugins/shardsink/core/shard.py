@@ -12,7 +12,7 @@ machine, the blob or a key (``tests/core/test_boundary.py``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import pyarrow as pa
 
@@ -32,6 +32,7 @@ from shardsink.core.updates import check_schema
 from shardsink.core.write import AppendResult, StagedBatch, WriteHandle
 from shardsink.errors import InvalidUsageError, ShardExistsError
 from shardsink.storage.base import Blob, ObjectInfo
+from shardsink.storage.retry import COMMIT, STORAGE, RetryingBlob
 from shardsink.storage.url import open_blob, parse_url
 
 __all__ = [
@@ -42,9 +43,18 @@ __all__ = [
 class Shard:
     """A handle on one shard. Cheap to create; holds no locks and no leases."""
 
-    def __init__(self, url: str, *, blob: Blob | None = None, machine: Machine | None = None) -> None:
+    def __init__(self, url: str, *, blob: Blob | None = None, machine: Machine | None = None,
+                 sleep: Callable[[float], None] | None = None) -> None:
+        """``sleep``: what every retry of this handle's requests and commits sleeps with (its
+        named policies' waits; default ``time.sleep``). A caller that must not block its thread
+        (the triggerer's shared pool) passes one that raises, so a retry that would wait fails
+        instead."""
         self.url = str(parse_url(url)) if blob is None else blob.url
-        self._machine = machine or Machine(blob if blob is not None else open_blob(url))
+        store = blob if blob is not None else open_blob(url)
+        if machine is None and sleep is not None:
+            policy = store.policy if isinstance(store, RetryingBlob) else STORAGE
+            machine = Machine(store, storage_policy=policy.with_sleep(sleep), commit_policy=COMMIT.with_sleep(sleep))
+        self._machine = machine or Machine(store)
         self._writer = WriteHandle(self.url, self._machine)
         self._reader = ReadHandle(self.url, self._machine)
 

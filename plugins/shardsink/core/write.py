@@ -61,12 +61,19 @@ class StagedBatch:
 
 @dataclass(frozen=True)
 class AppendResult:
+    """``committed``: this call's conditional put made the commit; ``already_committed``: an
+    earlier attempt with the same ``desc_id`` did (a lost acknowledgement, a twin). ``writer``
+    and ``at`` (ISO time): who committed it and when, as the committing version's record says
+    (None: decided from a record beyond the retained history)."""
+
     status: Literal["committed", "already_committed"]
     desc_id: str
     seqno: int
     lower: int
     upper: int | None
     rows: int
+    writer: str | None = None
+    at: str | None = None
 
 
 class WriteHandle:
@@ -221,7 +228,8 @@ class WriteHandle:
         out = self._machine.commit(cmd, writer=writer, start=start)
         rows = sum(p.rows for p in all_parts)
         if isinstance(out, st.Version):
-            return AppendResult("committed", desc_id, out.seqno, expected_upper, new_upper, rows)
+            return AppendResult("committed", desc_id, out.seqno, expected_upper, new_upper, rows, out.commit.writer,
+                                out.commit.at)
         if not isinstance(out, tr.AlreadyCommitted | tr.UpperMismatch):  # compare_and_append refuses with no other
             raise AssertionError(f"unexpected refusal of an append: {out}")
         # Committed earlier (an AlreadyCommitted from the header's window is checked for its
@@ -245,7 +253,7 @@ class WriteHandle:
     def _landed(self, fate: ft.Committed, desc_id: str, lower: int, upper: int | None) -> AppendResult:
         """``already_committed`` if ``desc_id`` committed these bounds; DescriptionConflictError if others."""
         vd.check_same_bounds(self.url, desc_id, fate, lower, upper)
-        return AppendResult("already_committed", desc_id, fate.seqno, lower, upper, fate.rows)
+        return AppendResult("already_committed", desc_id, fate.seqno, lower, upper, fate.rows, fate.writer, fate.at)
 
     def append(self, table: pa.Table, *, lower: int, upper: int | None, desc_id: str | None = None,
                writer: str | None = None, schema: pa.Schema | None = None) -> AppendResult:

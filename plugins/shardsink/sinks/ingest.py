@@ -44,7 +44,7 @@ from shardsink.reclock.source import Reclocked, reclocked_upper
 from shardsink.sinks.description import Description, NoOp, make_desc_id
 from shardsink.sinks.seals import seals
 from shardsink.sinks.staging import staged_schema_id, verified_manifests
-from shardsink.sources.base import Source
+from shardsink.sources.base import Seal, Source
 
 log = logging.getLogger("shardsink.sinks")
 
@@ -199,11 +199,19 @@ def mint_chain(
         )
     plan = getattr(source, "prepare_chain", None) if prepare else None
     if plan is not None:  # a source that plans its descriptions' reads (the landing zone's file plans)
-        listings = plan(shard.url, out, seals=seals(shard))
+        listings = plan(shard.url, out, seals=_seals_as_seen(shard, seen))
         # Each description carries the listing its plan was made from to its commit (it seals
         # its times as of that listing: shardsink.sinks.seals).
         out = [msgspec.structs.replace(d, listing=li) for d, li in zip(out, listings, strict=True)]
     return out
+
+
+def _seals_as_seen(shard: Shard, seen: Seen | None) -> list[Seal]:
+    """The shard's seals (:func:`shardsink.sinks.seals.seals`) as of the head the mint read: that
+    version fetched by its seqno (no second head read), or a fresh head if the caller read none
+    or GC took it meanwhile."""
+    head = shard.reader().version(seen.info.seqno) if seen is not None else None
+    return seals(shard, head=head)
 
 
 # --- committed state ------------------------------------------------------------------
@@ -344,7 +352,8 @@ def _landed(shard: Shard, desc: Description, fate: Committed | None = None) -> A
     gone = shard.writer().delete_staged(desc.desc_id, desc.lower, decided=fate)
     assert isinstance(gone.fate, Committed)
     check_same_bounds(shard.url, desc.desc_id, gone.fate, desc.lower, desc.upper)
-    return AppendResult("already_committed", desc.desc_id, gone.fate.seqno, desc.lower, desc.upper, gone.fate.rows)
+    return AppendResult("already_committed", desc.desc_id, gone.fate.seqno, desc.lower, desc.upper, gone.fate.rows,
+                        gone.fate.writer, gone.fate.at)
 
 
 def _settle_loss(shard: Shard, desc: Description, fate: CannotCommit | None = None) -> AppendResult:
@@ -359,7 +368,7 @@ def _settle_loss(shard: Shard, desc: Description, fate: CannotCommit | None = No
     if isinstance(gone.fate, Committed):
         check_same_bounds(shard.url, desc.desc_id, gone.fate, desc.lower, desc.upper)
         return AppendResult("already_committed", desc.desc_id, gone.fate.seqno, desc.lower, desc.upper,
-                            gone.fate.rows)
+                            gone.fate.rows, gone.fate.writer, gone.fate.at)
     if isinstance(gone.fate, Unknown):  # GC passed it meanwhile: never "lost" on an unknown history
         raise unknown_fate_error(shard.url, desc.desc_id, desc.lower, desc.upper, gone.fate)
     current = gone.fate.upper

@@ -5,12 +5,13 @@ behind, and the band of descriptions staged ahead of the shard's upper.
 
     staged = staged_descriptions(shard)            # every ingest description with a manifest
     behind = at_upper(staged, upper)               # the one(s) whose lower is the upper: next in line
+    waits_behind(shard, upper, dag_id=d)           # the same, as one line naming their DAG runs
     band = ahead_of(staged, upper)                 # lower > upper: staged, waiting for their turn
     waiting_json(shard, upper)                     # lower >= upper, as JSON (inspect, the Shards page)
 
 A backfill mints each interval's description as soon as the source covers it, its writes stage
 at once, and its append waits until the shard's upper reaches its lower
-(:func:`shardsink.airflow.append_wait.wait_turn`). These reads say what the wait is for: the
+(:func:`shardsink.sinks.append.append_run`). These reads say what the wait is for: the
 description starting at the upper (and the DAG run owning it, which its id names), or none
 (its run has not minted or staged yet, or failed before staging).
 
@@ -82,6 +83,16 @@ def staged_descriptions(shard: Shard) -> list[Staged]:
 def at_upper(staged: Sequence[Staged], upper: int | None) -> list[Staged]:
     """The staged descriptions whose lower is ``upper``: the next in line to commit."""
     return [s for s in staged if upper is not None and s.lower == upper]
+
+
+def waits_behind(shard: Shard, upper: int, *, dag_id: str | None = None) -> str:
+    """Who a description waiting at ``upper`` waits behind: the staged description(s) starting at
+    the upper with the DAG run owning each, or what is missing (one listing of ``staging/``)."""
+    found = at_upper(staged_descriptions(shard), upper)
+    if found:
+        return "; ".join(s.line(dag_id) for s in found)
+    return (f"no description staged at the shard's upper {upper} (the run owning the interval from {upper} has "
+            "not minted or staged yet, or failed before staging)")
 
 
 def ahead_of(staged: Sequence[Staged], upper: int | None) -> list[Staged]:

@@ -1,0 +1,203 @@
+"""A run's append as one call with one typed outcome.
+
+::
+
+    outcome = append_run(shard, chain, slots, writer=w, turn=Turn(...), superseded=[...])
+    # Appended | Waiting | Lost | Failed
+
+``chain`` is one attempt's descriptions, in order (:func:`shardsink.sinks.ingest.mint_chain`).
+The call reads the first description's fate ONCE (the one head read) and decides:
+
+* **Waiting**: the chain was minted ahead and the shard's upper has not reached its lower yet
+  (StillPossible below it): nothing is appended or deleted; the outcome names who it waits behind
+  (the description staged at the upper and the DAG run owning it, or what is missing);
+* **Failed** (for good, the caller must not retry): the wait lasted past ``turn.max_wait``, the
+  shard is closed, or its state is corrupt;
+* **Lost**: nothing committed: every description lost its race (its staged objects deleted
+  through the fate primitive), or an idle wait with nobody working at the upper gave its turn
+  up (nothing deleted: its descriptions stay StillPossible until the upper passes them);
+* **Appended**: at least one description committed; the others that lost are listed. Each
+  commit says whether this run's ``writer`` made it (this call, an earlier try of the same run,
+  or its turn trigger: the shard log records the committing writer, so no second record is
+  kept), and when. The descriptions of earlier attempts that gave their turn up
+  (``superseded``) are then deleted where their fate lets them go.
+
+Every decision comes from the fate (:mod:`shardsink.core.fate`), every deletion from the fate
+primitive, and retries are the store's named policies: the caller (the Airflow task, the turn
+trigger, the CLI) maps the outcome to succeed, defer or fail and does nothing else.
+UnknownOutcomeError and FateUnknownError propagate (the caller retries the whole call, which
+re-reads).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from shardsink.core.fate import StillPossible
+from shardsink.core.shard import AppendResult, Shard
+from shardsink.errors import CorruptionError, InvalidUsageError, ShardClosedError, ShardsinkError, UpperMismatchError
+from shardsink.sinks.description import Description
+from shardsink.sinks.ingest import LostRaceError, append_chain, cleanup
+from shardsink.sinks.waiting import at_upper, staged_descriptions, waits_behind
+
+log = logging.getLogger("shardsink.sinks")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Turn:
+    """The wait of a chain minted ahead, as its caller has kept it across hand-backs: when it
+    began (epoch s), how long it may last (``max_wait``), after how long without progress an
+    idle wait gives its turn up (``catch_up_after``), and what the watcher last said (``idle``,
+    ``timed_out``, ``behind``). ``dag_id`` names the runs it waits behind; ``now``: the clock."""
+
+    since: float
+    max_wait: float
+    catch_up_after: float
+    idle: bool = False
+    timed_out: bool = False
+    behind: str | None = None
+    dag_id: str | None = None
+    now: Callable[[], float] = field(default=time.time, compare=False)
+
+
+@dataclass(frozen=True)
+class Landed:
+    """``desc`` committed (``result``); ``mine``: by this run's writer; ``at``: when (epoch s)."""
+
+    desc: Description
+    result: AppendResult
+    mine: bool
+    at: float
+
+
+@dataclass(frozen=True)
+class Missed:
+    """``desc`` did not commit: the shard's upper was ``upper``; ``deleted``: its staged objects
+    deleted (a lost race), or None (nothing deleted: it may still commit once its turn comes)."""
+
+    desc: Description
+    upper: int | None
+    deleted: int | None
+
+    def line(self) -> str:
+        """Why, for the log and the append's report."""
+        d = self.desc
+        if self.deleted is not None:
+            return (f"lost the race at shard upper {self.upper}: description {d.desc_id} [{d.lower}, {d.upper}) "
+                    f"was not committed and its {self.deleted} staged objects were deleted")
+        return (f"description {d.desc_id} [{d.lower}, {d.upper}) cannot commit now (shard upper {self.upper}); "
+                "nothing was deleted (its staged parts go with GC once the upper passes it)")
+
+
+@dataclass(frozen=True)
+class Appended:
+    landed: tuple[Landed, ...]
+    missed: tuple[Missed, ...]
+    upper: int | None
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """The chain's turn has not come: the upper is ``upper``, below ``desc.lower``. ``catch_up_after``:
+    how long the watcher may see no progress before handing back as idle (None: someone works at
+    the upper, so only ``max_wait`` ends the wait)."""
+
+    desc: Description
+    upper: int
+    behind: str
+    since: float
+    catch_up_after: float | None
+
+
+@dataclass(frozen=True)
+class Lost:
+    missed: tuple[Missed, ...]
+    upper: int | None
+    why: str
+    gave_up: bool = False
+
+
+@dataclass(frozen=True)
+class Failed:
+    why: str
+
+
+AppendOutcome = Appended | Waiting | Lost | Failed
+
+
+def append_run(shard: Shard, chain: Sequence[Description], slots: int, *, writer: str, turn: Turn | None = None,
+               superseded: Sequence[Description] = ()) -> AppendOutcome:
+    """Append ``chain`` in order, or say why not (module docstring). ``turn``: the wait so far of
+    a chain minted ahead (None: a caller that never waits: a chain ahead of the upper is Waiting
+    with no one named behind)."""
+    if not chain:
+        raise InvalidUsageError("append_run takes a chain of at least one description; nothing appended")
+    try:
+        first = shard.fate(chain[0].desc_id, chain[0].lower)  # the one head read
+        if isinstance(first, StillPossible) and first.upper is not None and first.upper < chain[0].lower:
+            return _wait(shard, chain[0], first.upper, turn)
+        landed: list[Landed] = []
+        missed: list[Missed] = []
+        upper: int | None = None
+        for d, r in append_chain(shard, chain, slots, writer=writer, first=first):
+            if isinstance(r, UpperMismatchError):
+                upper = r.current
+                missed.append(Missed(d, r.current, r.deleted if isinstance(r, LostRaceError) else None))
+                log.info("%s", missed[-1].line())
+                continue
+            upper = r.upper
+            landed.append(Landed(d, r, r.status == "committed" or r.writer == writer, _epoch(r.at)))
+    except (CorruptionError, ShardClosedError) as e:
+        return Failed(str(e))
+    if not landed:
+        return Lost(tuple(missed), upper, missed[-1].line())
+    _settle_superseded(shard, superseded)
+    return Appended(tuple(landed), tuple(missed), upper)
+
+
+def _epoch(at: str | None) -> float:
+    return datetime.fromisoformat(at).timestamp() if at else time.time()
+
+
+def _wait(shard: Shard, desc: Description, upper: int, turn: Turn | None) -> Waiting | Lost | Failed:
+    """The chain's turn has not come: wait on, give the turn up, or fail (the module docstring)."""
+    if turn is None:
+        return Waiting(desc, upper, "", time.time(), None)
+    now = turn.now()
+    behind = turn.behind if turn.behind is not None else waits_behind(shard, upper, dag_id=turn.dag_id)
+    what = f"description {desc.desc_id} [{desc.lower}, {desc.upper})"
+    waited = now - turn.since
+    if waited >= turn.max_wait or turn.timed_out:
+        return Failed(
+            f"{what} waited {waited:.0f}s (max_append_wait {turn.max_wait:.0f}s) for the shard's upper {upper} to "
+            f"reach its lower; it waits behind {behind}. Nothing was deleted: its staged parts stay (still "
+            "possible) until the upper passes its lower. Fix or clear the run it waits behind, then clear this task")
+    catch_up: float | None = turn.catch_up_after
+    if turn.idle:
+        staged = staged_descriptions(shard)
+        busy = [s for s in staged if s.lower < desc.lower and now - s.newest < turn.catch_up_after]
+        if not at_upper(staged, upper) and not busy:
+            why = (f"{what} gave its turn up: no progress at the shard's upper {upper} for "
+                   f"{turn.catch_up_after:.0f}s and nothing staged there; nothing was deleted (the attempt that "
+                   "catches up deletes its staged objects once it passes them)")
+            return Lost((Missed(desc, upper, None),), upper, why, gave_up=True)
+        catch_up = None  # someone works at or below the upper: wait for it (until max_wait)
+    return Waiting(desc, upper, behind, turn.since, catch_up)
+
+
+def _settle_superseded(shard: Shard, superseded: Sequence[Description]) -> None:
+    """Delete what earlier attempts of the run staged ahead and gave their turn up on, now that
+    this chain committed, through the fate primitive: only what can never commit goes; one still
+    possible, or any failure, is left to GC and logged."""
+    for d in superseded:
+        try:
+            gone = cleanup(shard, d)
+        except ShardsinkError as e:  # DeleteRefusedError: still possible; else: GC's, later
+            log.info("description %s (its turn given up) left to GC: %s", d.desc_id, e)
+            continue
+        log.info("description %s (its turn given up) can never commit: deleted its %d staged objects", d.desc_id,
+                 gone)
