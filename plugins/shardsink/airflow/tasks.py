@@ -214,13 +214,14 @@ def append_task(settings: IngestSettings, attempt: int, descs: list[dict[str, An
         raise AirflowFailException(out.why)
     minted_at = context["ti"].xcom_pull(task_ids=f"attempt_{attempt}.mint", key="minted_at")
     done = tuple(_record(x) for x in out.landed) if isinstance(out, Appended) else ()
-    lost = (out.why,) if isinstance(out, Lost) and out.gave_up else tuple(m.line() for m in out.missed)
+    gave_up = isinstance(out, Lost) and out.gave_up  # the next attempt catches up at once, no backoff
+    lost = (out.why,) if gave_up else tuple(m.line() for m in out.missed)
     result = AppendReport(shard=shard.url, committed=done, lost=lost, upper=out.upper,
-                          retry_at=time.time() + settings.backoff(attempt + 1) if lost and not done else None,
+                          retry_at=time.time() + settings.backoff(attempt + 1) if lost and not gave_up else None,
                           minted_at=minted_at if isinstance(minted_at, int | float) else None,
                           staged_at=turn.since, waited_for=turn.behind,
                           committed_at=max(x.at for x in out.landed) if isinstance(out, Appended) else None,
-                          gave_up=isinstance(out, Lost) and out.gave_up)
+                          gave_up=gave_up)
     log.info("timeline: minted at %s, staged at %s, waited for %s, committed at %s", result.minted_at,
              result.staged_at, result.waited_for or "nothing", result.committed_at)
     pushed: dict[str, Any] = to_builtins(result)
