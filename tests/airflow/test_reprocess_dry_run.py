@@ -16,7 +16,6 @@ from af_helpers import DAY, START, Env, assert_no_leaks, ok
 from shardsink import Shard
 from shardsink.core.updates import COUNT, DIFF, TIME
 from shardsink.errors import ShardNotFoundError
-from shardsink.sinks.reprocess import corrected_range
 from shardsink.sources.landing import LandingSource, read_landing_file
 from shardsink_dev.dagrunner import dags_test
 from shardsink_dev.synthetic import encode, generate
@@ -73,7 +72,7 @@ def _fix_day_one(landing: str) -> None:
 
 
 def _correction_parts(shard: Shard, lower: int, upper: int) -> list[Any]:
-    return [p for b in shard.batches() for p in b.parts if corrected_range(p.key) == (lower, upper)]
+    return [p for b in shard.batches() for p in b.parts if p.corrected_range() == (lower, upper)]
 
 
 @pytest.mark.timeout(1800)  # four dags-test runs, two Spark jobs each

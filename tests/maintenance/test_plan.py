@@ -15,10 +15,12 @@ from shardsink.errors import CorruptionError, InvalidUsageError
 from shardsink.maintenance.plan import PlanOptions, merge_target, plan_merges, visible_drops
 
 
-def _batch(i: int, *, correction: bool = False, schema_id: int = 0) -> BatchMeta:
-    key = f"parts/d{i}/corrects-0_10/p.parquet" if correction else f"parts/d{i}/p.parquet"
-    return BatchMeta(f"d{i}", 10 * i, 10 * (i + 1), i + 1, (PartMeta(key, 1, 100, 10 * i, 10 * i),),
-                     schema_id=schema_id)
+def _batch(i: int, *, correction: bool = False, legacy: bool = False, schema_id: int = 0) -> BatchMeta:
+    """Batch ``d<i>``; ``correction``: its part records ``corrects`` (``legacy``: only its key's
+    ``corrects-`` folder says so, as parts recorded before the field existed)."""
+    key = f"parts/d{i}/corrects-0_10/p.parquet" if legacy else f"parts/d{i}/p.parquet"
+    part = PartMeta(key, 1, 100, 10 * i, 10 * i, corrects=(0, 10) if correction else None)
+    return BatchMeta(f"d{i}", 10 * i, 10 * (i + 1), i + 1, (part,), schema_id=schema_id)
 
 
 def test_small_batches_merge_into_one_run() -> None:
@@ -26,13 +28,17 @@ def test_small_batches_merge_into_one_run() -> None:
     assert plan_merges(batches, PlanOptions(min_rows=8)) == [tuple(batches)]
 
 
-def test_batches_holding_corrections_are_never_merged_nor_merged_across() -> None:
-    """Re-processing finds earlier corrections by their parts' key label: a merge would erase it
-    and a re-run of the range would apply the same correction twice."""
-    batches = [_batch(0), _batch(1), _batch(2, correction=True), _batch(3), _batch(4), _batch(5)]
+@pytest.mark.parametrize("legacy", [False, True], ids=["recorded", "recorded-before-the-field"])
+def test_batches_holding_corrections_are_never_merged_nor_merged_across(legacy: bool) -> None:
+    """Re-processing finds earlier corrections by their parts' records (``corrects``, or the key
+    folder of parts recorded before it): a merged part records none, and a re-run of the range
+    would apply the same correction twice."""
+    batches = [_batch(0), _batch(1), _batch(2, correction=not legacy, legacy=legacy), _batch(3), _batch(4),
+               _batch(5)]
     runs = plan_merges(batches, PlanOptions(min_rows=8))
     assert runs == [tuple(batches[:2]), tuple(batches[3:])]
-    assert all(not any("/corrects-" in p.key for b in run for p in b.parts) for run in runs)
+    assert batches[2].parts[0].corrected_range() == (0, 10)
+    assert all(p.corrected_range() is None for run in runs for b in run for p in b.parts)
 
 
 def _seal(s: Shard, lower: int, upper: int) -> None:

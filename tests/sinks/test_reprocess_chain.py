@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import msgspec
 import pyarrow as pa
 import pytest
 from test_ingest import FakeSource  # the same fake watermark source
 
 from shardsink import Shard
-from shardsink.core.state import PartMeta
+from shardsink.core.part_io import write_parts
+from shardsink.core.shard import StagedBatch
+from shardsink.core.state import PartMeta, correction_label
 from shardsink.errors import InvalidUsageError
+from shardsink.maintenance.plan import holds_corrections
 from shardsink.sinks.description import Description, NoOp, to_builtins
 from shardsink.sinks.ingest import mint_chain
-from shardsink.sinks.reprocess import corrected_range, correction_label, prior_corrections, requested_range
+from shardsink.sinks.reprocess import prior_corrections, requested_range
 from shardsink.sinks.seals import seals
 from shardsink_dev.synthetic import SCHEMA
 
@@ -57,24 +61,46 @@ def test_requested_range_from_params() -> None:
         requested_range({"reprocess_from": "yesterday", "reprocess_to": 5}, interval=(0, DAY))
 
 
-def test_earlier_corrections_are_found_reseal_their_range_and_partial_overlaps_are_refused(tmp_path: object) -> None:
+def _commit_correction(shard: Shard, d: str, lower: int, upper: int, *, prefix: str,
+                       corrects: tuple[int, int] | None) -> list[PartMeta]:
+    """Commit description ``d`` [lower, upper) holding one correction part written under ``prefix``,
+    recorded with ``corrects`` (None: as a writer before ``PartMeta.corrects`` recorded it), and
+    an ordinary part; returns the correction part as a fresh handle reads it back."""
+    t = pa.table({"user": ["a", "b"], "action": ["x", "x"], "amount": [1, 2], "_time": [upper - 1] * 2,
+                  "_diff": [-1, 1]})
+    part = [msgspec.structs.replace(p, corrects=corrects) for p in write_parts(shard.blob, t, prefix=prefix)]
+    plain = write_parts(shard.blob, t, prefix=f"parts/{d}")
+    shard.compare_and_append([StagedBatch(d, lower, upper, (*part, *plain))], expected_upper=lower,
+                             new_upper=upper, desc_id=d)
+    stored = {p.key: p for b in Shard(shard.url).batches() for p in b.parts}  # decoded from the store
+    assert stored[plain[0].key].corrected_range() is None, "an ordinary part of a correcting batch corrects nothing"
+    return [stored[p.key] for p in part]
+
+
+def test_earlier_corrections_are_found_by_their_part_record_reseal_their_range_and_partial_overlaps_are_refused(
+        tmp_path: object) -> None:
+    """The range a correction part corrects is its record's ``corrects``, read back from the store:
+    a part recorded with it is found whatever its key, and re-seals that range at its commit."""
     shard = Shard.create(f"{tmp_path}/s", SCHEMA, upper=0)
     shard.append(pa.table({"user": ["a"], "action": ["x"], "amount": [1], "_time": [5]}), lower=0, upper=3 * DAY)
-    d = "corr-1"
-    t = pa.table({"user": ["a", "b"], "action": ["x", "x"], "amount": [1, 2], "_time": [4 * DAY - 1] * 2,
-                  "_diff": [-1, 1]})
-    from shardsink.core.part_io import write_parts
-
-    parts = write_parts(shard.blob, t, prefix=f"parts/{d}/{correction_label(0, DAY)}")
-    from shardsink.core.shard import StagedBatch
-
-    shard.compare_and_append([StagedBatch(d, 3 * DAY, 4 * DAY, parts)], expected_upper=3 * DAY,
-                             new_upper=4 * DAY, desc_id=d)
-    assert corrected_range(parts[0].key) == (0, DAY) and corrected_range("parts/x/y.parquet") is None
-    assert [p.key for p in prior_corrections(shard, 0, 2 * DAY)] == [parts[0].key]
+    found = _commit_correction(shard, "corr-1", 3 * DAY, 4 * DAY, prefix="parts/corr-1/fix", corrects=(0, DAY))
+    assert [p.corrects for p in found] == [(0, DAY)]
+    assert [p.key for p in prior_corrections(shard, 0, 2 * DAY)] == [found[0].key]
     assert prior_corrections(shard, DAY, 2 * DAY) == []
     with pytest.raises(InvalidUsageError, match="partially overlaps the earlier correction"):
         prior_corrections(shard, DAY // 2, 2 * DAY)
     resealed = [s for s in seals(shard) if (s.lower, s.upper) == (0, DAY)]
     assert len(resealed) == 1 and resealed[0].seqno == 2
-    assert isinstance(parts[0], PartMeta)
+
+
+def test_a_correction_recorded_before_the_field_is_still_found_by_its_key_folder(tmp_path: object) -> None:
+    """Parts committed by a writer older than ``PartMeta.corrects`` say what they correct only by
+    their ``corrects-<A>_<B>/`` folder; they keep being found, re-sealing and kept out of merges."""
+    shard = Shard.create(f"{tmp_path}/s", SCHEMA, upper=0)
+    shard.append(pa.table({"user": ["a"], "action": ["x"], "amount": [1], "_time": [5]}), lower=0, upper=3 * DAY)
+    old = _commit_correction(shard, "corr-1", 3 * DAY, 4 * DAY, prefix=f"parts/corr-1/{correction_label(0, DAY)}",
+                             corrects=None)
+    assert old[0].corrects is None and old[0].corrected_range() == (0, DAY)
+    assert [p.key for p in prior_corrections(shard, 0, 2 * DAY)] == [old[0].key]
+    assert [s.seqno for s in seals(shard) if (s.lower, s.upper) == (0, DAY)] == [2]
+    assert [holds_corrections(b) for b in shard.batches()] == [False, True]

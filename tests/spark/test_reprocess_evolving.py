@@ -23,7 +23,6 @@ from shardsink.core.schema import current as current_schema
 from shardsink.sinks.description import Description
 from shardsink.sinks.evolve import evolve_for_source
 from shardsink.sinks.ingest import append_from_manifests
-from shardsink.sinks.reprocess import corrected_range
 from shardsink.sinks.staging import write_manifest
 from shardsink.sources.evolution import SchemaMode
 from shardsink.sources.landing import LandingSource, read_landing_file
@@ -64,7 +63,9 @@ def correct(spark: Any, src: LandingSource, shard: Shard, desc: Description, mod
     write_manifest(shard, desc, slot=0, slots=1, parts=parts, inputs=inputs, schema_id=current_schema(header).id)
     append_from_manifests(shard, desc, 1)
     assert desc.corrects is not None
-    return sum(p.rows for b in shard.batches() for p in b.parts if corrected_range(p.key) == desc.corrects)
+    fixes = [p for b in shard.batches() for p in b.parts if p.corrected_range() == desc.corrects]
+    assert all(p.corrects == desc.corrects for p in fixes), "the committed correction parts record their range"
+    return sum(p.rows for p in fixes)
 
 
 def test_after_an_evolution_a_correction_of_older_files_reads_them_with_nulls_under_add_columns(

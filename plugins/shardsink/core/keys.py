@@ -6,6 +6,9 @@ Layout under a shard root::
     state/v/<seqno:020d>.json         one immutable document per committed version
     state/rollup/<seqno:020d>.json    the full batch list at that version (readers skip diffs)
     parts/<desc_id>/<uuid>.parquet    parts a description (append or compaction) staged
+    parts/<desc_id>/<label>/<uuid>.parquet
+                                      labelled parts (re-processing corrections:
+                                      :func:`shardsink.core.state.correction_label`)
     staging/<desc_id>/slot-<i>.json   a writer slot's manifest of what it staged
     staging/<cid>/compaction.json     a compaction's manifest of its inputs
     leases/<lease_id>.json            read leases holding back ``since``

@@ -18,6 +18,7 @@ layout of versions and rollups in :mod:`shardsink.core.state_codec`.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -40,6 +41,17 @@ PART_ORDERS: tuple[PartOrder, ...] = ("sorted", "unordered")
 #: :func:`shardsink.core.part_io.open_part`, which supplies the ones, or plan from this field.
 PartDiffs = Literal["column", "ones"]
 PART_DIFFS: tuple[PartDiffs, ...] = ("column", "ones")
+#: The key folder of a part :func:`correction_label` put there (parts recorded before ``corrects``).
+_CORRECTION_FOLDER = re.compile(r"^parts/[^/]+/corrects-(-?\d+)_(-?\d+)/")
+
+
+def correction_label(lower: int, upper: int) -> str:
+    """The parts-prefix label (sub-folder) the parts correcting ``[lower, upper)`` are staged under.
+
+    Layout only: what a part corrects is its record's ``corrects`` (:meth:`PartMeta.corrected_range`).
+    The folder is still written so that shardsinks older than that field, which read it from
+    the key, keep finding the corrections."""
+    return f"corrects-{lower}_{upper}"
 
 
 class PartMeta(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -57,6 +69,11 @@ class PartMeta(msgspec.Struct, frozen=True, omit_defaults=True):
     it does not know (CorruptionError) rather than reading diffs that may not be there; a
     shardsink older than this field reading a ``"ones"`` part fails on the missing ``_diff``
     column (CorruptionError), never reads wrong multiplicities.
+
+    ``corrects``: stored field, left out of the JSON when None: the part holds the
+    re-processing correction of the sealed range ``[corrects[0], corrects[1])``
+    (:mod:`shardsink.sinks.reprocess`), its rows stamped at its batch's last time, outside that
+    range. Readers ask :meth:`corrected_range`, which also reads parts recorded before the field.
     """
 
     key: str
@@ -66,6 +83,7 @@ class PartMeta(msgspec.Struct, frozen=True, omit_defaults=True):
     max_time: int
     order: str = "sorted"
     diffs: str = "column"
+    corrects: tuple[int, int] | None = None
 
     @property
     def implicit_diffs(self) -> bool:
@@ -76,6 +94,20 @@ class PartMeta(msgspec.Struct, frozen=True, omit_defaults=True):
     def is_sorted(self) -> bool:
         """Whether the part keeps the sorted, consolidated contract (see :data:`PartOrder`)."""
         return self.order == "sorted"
+
+    def corrected_range(self) -> tuple[int, int] | None:
+        """The range ``[lo, hi)`` whose re-processing correction this part holds; None for an
+        ordinary part. The one place that answers it (late-data seals, compaction plans and
+        re-processing ask here).
+
+        SUBTLE: a correction part recorded before ``corrects`` existed says so only by its key's
+        :func:`correction_label` folder, which is read here for that reason alone: the key is
+        read only when the field is absent, which since then means an ordinary part (whose key
+        names no such folder) or such an old one."""
+        if self.corrects is not None:
+            return self.corrects
+        m = _CORRECTION_FOLDER.match(self.key)
+        return (int(m.group(1)), int(m.group(2))) if m else None
 
 
 class MergedDesc(msgspec.Struct, frozen=True, array_like=True):

@@ -12,10 +12,11 @@ Only groups of two or more batches are merges to run, and a lone batch with unor
 parts (the fast ingest path, :data:`shardsink.core.state.PartOrder`): compaction is what
 sorts and consolidates them.
 
-Batches holding re-processing corrections (parts under ``parts/<desc>/corrects-A_B/``,
-see :mod:`shardsink.sinks.reprocess`) are never merged: re-processing finds earlier
-corrections of a range by that key label, and a merge would erase it (a re-run would
-then apply the same correction twice). They are barriers: groups never span them.
+Batches holding re-processing corrections (parts whose record names the range they correct,
+:meth:`shardsink.core.state.PartMeta.corrected_range`; see :mod:`shardsink.sinks.reprocess`)
+are never merged: re-processing finds earlier corrections of a range by that record, and a
+merged part records none (a re-run would then apply the same correction twice). They are
+barriers: groups never span them.
 
 **Dropped columns still visible** (schema evolution, :mod:`shardsink.core.schema`): a merge
 writes the newest schema, which lacks a dropped column, but an ``as_of`` read at a time
@@ -56,13 +57,9 @@ class PlanOptions:
     min_rows: int = 1024
 
 
-#: The key segment of re-processing corrections' parts (``shardsink.sinks.reprocess.correction_label``).
-CORRECTION_SEGMENT = "/corrects-"
-
-
 def holds_corrections(b: BatchMeta) -> bool:
     """Whether ``b`` holds re-processing correction parts (kept apart by every plan)."""
-    return any(CORRECTION_SEGMENT in p.key for p in b.parts)
+    return any(p.corrected_range() is not None for p in b.parts)
 
 
 def level(rows: int, fan_in: int, min_rows: int = 1) -> int:

@@ -12,22 +12,24 @@ description also carries the source's ordinary rows in ``[U, U')``, so the bound
 skips and duplicates nothing.
 
 "What the shard holds for [A, B)" = its updates with times in ``[A, B)`` plus every
-earlier correction of a range inside ``[A, B)``. Earlier corrections are found by their
-part keys: correction parts are staged under ``parts/<desc_id>/corrects-<A>_<B>/``
-(:func:`correction_label`). So a second run over an unchanged (or already corrected)
-range computes an empty correction and writes 0 updates and 0 bytes.
+earlier correction of a range inside ``[A, B)``. Earlier corrections are the live parts
+whose record says which range they correct
+(:meth:`shardsink.core.state.PartMeta.corrected_range`: the part's ``corrects`` field, set
+when the correction is staged, :func:`shardsink.spark.reprocess.stage_range_correction`).
+So a second run over an unchanged (or already corrected) range computes an empty correction
+and writes 0 updates and 0 bytes.
 
 HAZARDS: a new range that partially overlaps an earlier correction's range is refused
 (InvalidUsageError): the earlier correction's rows carry the correction's time, not their
-original one, so they cannot be split. Maintenance that merges parts must keep parts
-under a ``corrects-`` folder apart (or re-processing over their range loses track of
-them); a row whose event time changed within ``[A, B)`` but whose user columns did not
-is unchanged for the correction (time is not part of a row's identity).
+original one, so they cannot be split. Maintenance that merges parts must keep correction
+parts apart (a merged part records no range, so re-processing over it would lose track of
+the correction and apply it twice: :func:`shardsink.maintenance.plan.holds_corrections`);
+a row whose event time changed within ``[A, B)`` but whose user columns did not is
+unchanged for the correction (time is not part of a row's identity).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -35,19 +37,6 @@ from typing import Any
 from shardsink.core.shard import Shard, ShardInfo
 from shardsink.core.state import PartMeta
 from shardsink.errors import InvalidUsageError, ReadFrontierError
-
-_LABEL = re.compile(r"^parts/[^/]+/corrects-(-?\d+)_(-?\d+)/")
-
-
-def correction_label(lower: int, upper: int) -> str:
-    """The folder (under the description's part prefix) holding the correction of ``[lower, upper)``."""
-    return f"corrects-{lower}_{upper}"
-
-
-def corrected_range(key: str) -> tuple[int, int] | None:
-    """The range a correction part corrects, or None for an ordinary part."""
-    m = _LABEL.match(key)
-    return (int(m.group(1)), int(m.group(2))) if m else None
 
 
 def prior_corrections(shard: Shard, lower: int, upper: int) -> list[PartMeta]:
@@ -58,7 +47,7 @@ def prior_corrections(shard: Shard, lower: int, upper: int) -> list[PartMeta]:
     out = []
     for b in shard.batches():
         for p in b.parts:
-            r = corrected_range(p.key)
+            r = p.corrected_range()
             if r is None or r[1] <= lower or r[0] >= upper:
                 continue
             if r[0] < lower or r[1] > upper:

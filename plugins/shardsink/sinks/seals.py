@@ -10,8 +10,9 @@ compaction, since advance, retention or schema commit seals nothing, whatever bo
 record carries: it must never make a late file look on time (a late file whose earliest
 time is "re-sealed" by maintenance would be half ingested, its rows below the description's
 lower dropped). It reads the last ``limit`` commits (:data:`SEAL_HISTORY` by default),
-corrections from the parts each commit added (not from the live batch list, which a
-compaction rewrites). When the window does not reach the create (a long or collected
+corrections from the records of the parts each commit added
+(:meth:`shardsink.core.state.PartMeta.corrected_range`; not from the live batch list, which
+a compaction rewrites). When the window does not reach the create (a long or collected
 history), a *horizon* seal stands for the commits before it: every time below the oldest
 retained version's upper was sealed no later than that version's commit.
 """
@@ -23,7 +24,6 @@ from datetime import datetime
 from shardsink.core.commits import END_OF_TIME, MIN_TIME
 from shardsink.core.shard import Shard
 from shardsink.core.state import Version
-from shardsink.sinks.reprocess import corrected_range
 from shardsink.sources.base import Seal
 
 #: How far back (in commits) late-data checks look for the commit that sealed a time.
@@ -56,6 +56,6 @@ def seals(shard: Shard, *, limit: int = SEAL_HISTORY, head: Version | None = Non
             out.append(Seal(sealed[0], sealed[1], v.seqno, listing.at, frozenset(listing.held)))
         else:
             out.append(Seal(sealed[0], sealed[1], v.seqno, at))
-        corrected = {r for b in v.added for p in b.parts if (r := corrected_range(p.key)) is not None}
+        corrected = {r for b in v.added for p in b.parts if (r := p.corrected_range()) is not None}
         out += [Seal(r[0], r[1], v.seqno, at) for r in sorted(corrected)]
     return out

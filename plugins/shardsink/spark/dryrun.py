@@ -107,9 +107,8 @@ def dry_run_ingest(spark: SparkSession, source: Source, shard: Shard, descs: Seq
     """What each description of an ingest (or re-processing) run would write; writes nothing.
     ``schema_mode="add_columns"``: first the schema changes the run would commit (a ``"schema"``
     line before the first description's, if any), then every read onto that uncommitted schema."""
-    from shardsink.sinks.reprocess import correction_label
     from shardsink.spark.read import ShardReads
-    from shardsink.spark.reprocess import ordinary_rows, range_correction
+    from shardsink.spark.reprocess import ordinary_rows, range_correction, stage_range_correction
 
     out = []
     head = shard.reader().head()  # one read: the schema and the seals from the same version
@@ -134,9 +133,7 @@ def dry_run_ingest(spark: SparkSession, source: Source, shard: Shard, descs: Seq
         if d.corrects is not None:
             with ShardReads(spark, holder=f"dry-run:{d.desc_id}") as reads:
                 corr, _ = range_correction(reads, source, shard, d, schema=schema, schema_mode=mode)
-                cparts = stage_dataframe(corr, shard_url=shard.url, schema=schema, lower=d.lower,
-                                         upper=d.upper, desc_id=d.desc_id, encoding="compact",
-                                         label=correction_label(*d.corrects), dry_run=True)
+                cparts = stage_range_correction(corr, shard, d, schema=schema, dry_run=True)
                 out.append(summary(d, cparts, what="correction", sample=sample_rows(corr, sample),
                                    signs=_signs(corr)))
     return out

@@ -11,9 +11,9 @@ rows in ``[L, U)`` (as the ingest write job would; the ordinary write tasks skip
 correcting description) and
 ``correction = source now in [A, B) − shard's holdings for [A, B)`` stamped at ``U - 1``
 (:mod:`shardsink.sinks.reprocess`; the arithmetic is the materialize sink's
-:func:`shardsink.spark.correction.correction_frame`) under the ``corrects-A_B`` label, and
-publishes its manifest. Exit codes as the other write jobs (0 staged or already
-committed, 2 invalid input, 1 otherwise).
+:func:`shardsink.spark.correction.correction_frame`) as parts recording ``corrects = [A, B)``
+(:func:`stage_range_correction`), and publishes its manifest. Exit codes as the other write
+jobs (0 staged or already committed, 2 invalid input, 1 otherwise).
 
 The source is re-read for ``[A, B)`` without the late-data check: re-landed files are the
 point. The ordinary rows are read with the late-data check, counting ``[A, B)`` as
@@ -26,15 +26,17 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from shardsink.core import schema as sch
 from shardsink.core.schema import current as current_schema
 from shardsink.core.shard import Shard
-from shardsink.core.state import PartMeta
+from shardsink.core.state import PartMeta, correction_label
 from shardsink.core.updates import DIFF, TIME, user_schema
 from shardsink.errors import CorruptionError
 from shardsink.sinks.description import Description
 from shardsink.sinks.ingest import committed
-from shardsink.sinks.reprocess import check_range, correction_label, prior_corrections
+from shardsink.sinks.reprocess import check_range, prior_corrections
 from shardsink.sinks.seals import seals
 from shardsink.sinks.staging import write_manifest
 from shardsink.sources.base import Seal, Source, source_from_spec
@@ -136,11 +138,23 @@ def stage_correction(spark: SparkSession, source: Source, shard: Shard, desc: De
                             desc_id=desc.desc_id, dry_run=dry_run)
     with ShardReads(spark, holder=f"reprocess:{desc.desc_id}") as reads:
         corr, inputs = range_correction(reads, source, shard, desc, schema=schema, schema_mode=schema_mode)
-        parts += stage_dataframe(corr, shard_url=shard.url, schema=schema, lower=desc.lower, upper=desc.upper,
-                                 desc_id=desc.desc_id, encoding="compact", label=correction_label(*desc.corrects),
-                                 dry_run=dry_run)
+        parts += stage_range_correction(corr, shard, desc, schema=schema, dry_run=dry_run)
         got = sample_rows(corr, sample) if sample else []
     return list(parts), [{"ordinary": listing}, {"corrects": list(desc.corrects), "inputs": inputs}], got
+
+
+def stage_range_correction(corr: DataFrame, shard: Shard, desc: Description, *, schema: pa.Schema,
+                           dry_run: bool = False) -> list[PartMeta]:
+    """Stage (or, ``dry_run``, only encode) ``corr``, the correction ``desc`` carries, as parts of
+    ``desc`` whose records say the range they correct (``PartMeta.corrects = desc.corrects``: what
+    re-processing, seals and compaction plans read). They also go under the ``corrects-A_B``
+    folder of ``desc``'s prefix (:func:`shardsink.core.state.correction_label`), which older
+    shardsinks read instead; nothing here reads it."""
+    assert desc.corrects is not None
+    parts = stage_dataframe(corr, shard_url=shard.url, schema=schema, lower=desc.lower, upper=desc.upper,
+                            desc_id=desc.desc_id, encoding="compact", label=correction_label(*desc.corrects),
+                            dry_run=dry_run)
+    return [msgspec.structs.replace(p, corrects=desc.corrects) for p in parts]
 
 
 @dataclass(frozen=True, kw_only=True)
