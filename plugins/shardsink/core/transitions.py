@@ -2,18 +2,18 @@
 
 :func:`apply` is the one entry point: (header, live batches, command, stamp) → the next
 version, or a typed refusal (:data:`Refusal`), dispatching on the command's type to the
-rule registered for it with :func:`rule` (:mod:`shardsink.core.commands`; a create has no
-header and its own :func:`initial_version`). :func:`compare_and_append` is the commit rule
-of DESIGN.md. The maintenance rules sit beside it, equally pure: :func:`apply_compaction`
-(replace live input batches by their merge; refused unless every input is still live),
-:func:`advance_since`, :func:`set_retention`, :func:`evolve_schema` (one change) and
-:func:`evolve_to_target` (a target schema: Unchanged when already held, SchemaConflict when
-it cannot be reached). Each rule builds
-its kind's commit record (:mod:`shardsink.core.commits`) from the command and the stamp.
-All of them are committed by the same conditional put (``Machine.commit``), so maintenance
-never blocks appends: a lost race re-applies the command on the fresh head.
-:func:`apply_diffs` rebuilds the live batch list from a rollup and the diffs after it. The
-values they work on are in :mod:`shardsink.core.state`.
+rule registered for it with :func:`rule` (:mod:`shardsink.core.commands`; every kind has one,
+:func:`rule_of`; a create's refuses where a shard exists, version 0 is :func:`initial_version`).
+:func:`compare_and_append` is the commit rule of DESIGN.md. The maintenance rules sit beside
+it, equally pure: :func:`apply_compaction` (replace live input batches by their merge; refused
+unless every input is still live), :func:`advance_since`, :func:`set_retention`,
+:func:`evolve_schema` (one change) and :func:`evolve_to_target` (a target schema: Unchanged
+when already held, SchemaConflict when it cannot be reached). Each rule builds its kind's
+commit record (:mod:`shardsink.core.commits`) from the command and the stamp. All of them are
+committed by the same conditional put (``Machine.commit``), so maintenance never blocks
+appends: a lost race re-applies the command on the fresh head. :func:`apply_diffs` rebuilds
+the live batch list from a rollup and the diffs after it. The values they work on are in
+:mod:`shardsink.core.state`.
 """
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 
 import pyarrow as pa
 
+from shardsink.core import commits as cm
 from shardsink.core import schema as sc
 from shardsink.core.commands import (
     AppendCommand,
@@ -37,23 +38,7 @@ from shardsink.core.commands import (
     SinceCommand,
     Stamp,
 )
-from shardsink.core.commits import (
-    AppendCommit,
-    CloseCommit,
-    CompactCommit,
-    CreateCommit,
-    RetentionCommit,
-    SchemaCommit,
-    SinceCommit,
-)
-from shardsink.core.state import (
-    BatchMeta,
-    Header,
-    MergedDesc,
-    Stats,
-    Version,
-    WriterRecord,
-)
+from shardsink.core.state import BatchMeta, Header, MergedDesc, Stats, Version, WriterRecord
 from shardsink.errors import InvalidUsageError
 
 #: How many recent description ids each header remembers for idempotency.
@@ -117,8 +102,10 @@ class AlreadyExists:
 Refusal = AlreadyCommitted | UpperMismatch | InputsGone | Unchanged | AlreadyExists | SchemaConflict
 
 
-#: The rule of each command kind on an existing shard (a create has none: no header).
-_RULES: dict[type[Any], Callable[[Header, Sequence[BatchMeta], Any, Stamp], Version | Refusal]] = {}
+#: A command kind's rule on an existing shard: (header, live batches, command, stamp) → the next
+#: version or a refusal.
+Rule = Callable[[Header, Sequence[BatchMeta], Any, Stamp], Version | Refusal]
+_RULES: dict[type[Any], Rule] = {}
 C = TypeVar("C")
 
 
@@ -133,25 +120,39 @@ def rule(kind: type[C]) -> Callable[[Callable[[Header, Sequence[BatchMeta], C, S
     return register
 
 
-def apply(header: Header | None, batches: Sequence[BatchMeta], cmd: Command, stamp: Stamp) -> Version | Refusal:
-    """The next version after ``header`` under ``cmd`` stamped ``stamp``, or why not. Pure and
-    deterministic.
+def rule_of(kind: type[Any]) -> Rule:
+    """The rule registered for commands of ``kind``; NotImplementedError naming ``kind`` when none
+    is (a command added to :data:`shardsink.core.commands.Command` without its ``@rule``)."""
+    if kind not in _RULES:
+        raise NotImplementedError(f"no transition rule is registered for command kind {kind.__module__}."
+                                  f"{kind.__qualname__}: register one with @rule({kind.__name__}) in {__name__}")
+    return _RULES[kind]
 
-    ``header`` is the newest version's (None: no version exists, only a create applies);
-    ``batches`` the live batches at it, read only by a command whose ``needs_batches``.
-    """
+
+def apply(header: Header | None, batches: Sequence[BatchMeta], cmd: Command, stamp: Stamp) -> Version | Refusal:
+    """The next version after ``header`` under ``cmd`` stamped ``stamp``, or why not; pure and
+    deterministic. ``header``: the newest version's (None: no version exists, only a create
+    applies); ``batches``: the live batches at it, read only by a command whose
+    ``needs_batches``. NotImplementedError naming a command kind no rule is registered for."""
+    applies = rule_of(type(cmd))
+    if header is not None:
+        return applies(header, batches, cmd, stamp)
     if isinstance(cmd, CreateCommand):
-        if header is not None:
-            return AlreadyExists()
         return initial_version(schema=cmd.schema, upper=cmd.upper, stamp=stamp)
-    if header is None:
-        raise InvalidUsageError(f"{type(cmd).__name__} needs an existing shard")
-    return _RULES[type(cmd)](header, batches, cmd, stamp)
+    raise InvalidUsageError(f"{type(cmd).__name__} needs an existing shard")
 
 
 def initial_version(*, schema: pa.Schema, upper: int, stamp: Stamp) -> Version:
+    """Version 0 of a new shard: what a create makes where no version exists."""
     header = Header(0, upper, 0, schema, 0, (), (), Stats(), removal=-1, prior_removal=-1)
-    return Version(header, (), (), CreateCommit(at=stamp.at, writer=stamp.writer, nonce=stamp.nonce, upper=upper))
+    return Version(header, (), (), cm.CreateCommit(at=stamp.at, writer=stamp.writer, nonce=stamp.nonce, upper=upper))
+
+
+@rule(CreateCommand)
+def refuse_create(_h: Header, _b: Sequence[BatchMeta], _c: CreateCommand, _s: Stamp) -> Refusal:
+    """The create rule where a version exists: AlreadyExists, always (version 0 is
+    :func:`initial_version`, which :func:`apply` makes where there is no header)."""
+    return AlreadyExists()
 
 
 def with_removal(header: Header) -> Header:
@@ -194,9 +195,9 @@ def compare_and_append(header: Header, _: Sequence[BatchMeta], cmd: AppendComman
         stats=stats,
     )
     by = {"at": stamp.at, "writer": stamp.writer, "nonce": stamp.nonce}
-    info = (CloseCommit(**by, desc_id=cmd.desc_id, lower=cmd.lower, rows=rows, props=cmd.props)
+    info = (cm.CloseCommit(**by, desc_id=cmd.desc_id, lower=cmd.lower, rows=rows, props=cmd.props)
             if cmd.upper is None else
-            AppendCommit(**by, desc_id=cmd.desc_id, lower=cmd.lower, upper=cmd.upper, rows=rows, props=cmd.props,
+            cm.AppendCommit(**by, desc_id=cmd.desc_id, lower=cmd.lower, upper=cmd.upper, rows=rows, props=cmd.props,
                          listing=cmd.listing))
     return Version(new, added, (), info)
 
@@ -249,7 +250,7 @@ def apply_compaction(header: Header, batches: Sequence[BatchMeta], cmd: CompactC
     )
     new = with_removal(replace(_bumped(header, seqno, cmd.compaction_id, stamp.writer, stamp.at), stats=stats))
     rows = sum(p.rows for p in cmd.parts)
-    info = CompactCommit(at=stamp.at, writer=stamp.writer, nonce=stamp.nonce, compaction_id=cmd.compaction_id,
+    info = cm.CompactCommit(at=stamp.at, writer=stamp.writer, nonce=stamp.nonce, compaction_id=cmd.compaction_id,
                          lower=cmd.lower, upper=cmd.upper, rows=rows)
     return Version(new, added, cmd.inputs, info, tuple(b.lower for b in gone))
 
@@ -296,7 +297,7 @@ def advance_since(header: Header, _: Sequence[BatchMeta], cmd: SinceCommand, sta
         return Unchanged(f"since stays at {header.since} (target {new_since})")
     seqno = header.seqno + 1
     new = replace(header, seqno=seqno, since=new_since)
-    info = SinceCommit(at=stamp.at, writer=stamp.writer, nonce=stamp.nonce, old=header.since, new=new_since)
+    info = cm.SinceCommit(at=stamp.at, writer=stamp.writer, nonce=stamp.nonce, old=header.since, new=new_since)
     return Version(new, (), (), info)
 
 
@@ -309,7 +310,7 @@ def set_retention(header: Header, _: Sequence[BatchMeta], cmd: RetentionCommand,
         return Unchanged(f"retention is already {cmd.retention}")
     seqno = header.seqno + 1
     new = replace(header, seqno=seqno, retention=cmd.retention)
-    info = RetentionCommit(at=stamp.at, writer=stamp.writer, nonce=stamp.nonce, old=header.retention,
+    info = cm.RetentionCommit(at=stamp.at, writer=stamp.writer, nonce=stamp.nonce, old=header.retention,
                            new=cmd.retention)
     return Version(new, (), (), info)
 
@@ -364,7 +365,7 @@ def _schema_version(header: Header, schema: pa.Schema, ids: tuple[int, ...], cha
     # Not recorded in ``recent`` (description ids live there: a user's could be spelled alike);
     # an unknown outcome is resolved by the nonce, as a since advance's is.
     new = replace(header, seqno=seqno, schema=schema, schemas=(*hist, entry))
-    info = SchemaCommit(at=stamp.at, writer=stamp.writer, nonce=stamp.nonce, old_id=hist[-1].id, new_id=new_id,
+    info = cm.SchemaCommit(at=stamp.at, writer=stamp.writer, nonce=stamp.nonce, old_id=hist[-1].id, new_id=new_id,
                         change=change)
     return Version(new, (), (), info)
 
