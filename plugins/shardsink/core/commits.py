@@ -43,14 +43,11 @@ class Listing(msgspec.Struct, frozen=True, kw_only=True):
 class CommitRecord(msgspec.Struct, frozen=True, omit_defaults=True, kw_only=True, tag_field="kind"):
     """Who committed, when, with which nonce; the subclasses add what their kind did.
 
-    Class-level facts: ``moves_upper`` (it can change the shard's upper), ``seals`` (it seals
-    times: :meth:`sealed`), ``changes_contents`` (a read of some time may differ before and
-    after it), ``removes_batches`` (its diff removes live batches, replaced in place by what
-    it adds).
+    Class-level facts: ``changes_contents`` (a read of some time may differ before and after
+    it), ``removes_batches`` (its diff removes live batches, replaced in place by what it
+    adds). Whether it seals times, and which, is :meth:`sealed` (None: it seals nothing).
     """
 
-    moves_upper: ClassVar[bool] = False
-    seals: ClassVar[bool] = False
     changes_contents: ClassVar[bool] = False
     removes_batches: ClassVar[bool] = False
 
@@ -87,10 +84,9 @@ class CommitRecord(msgspec.Struct, frozen=True, omit_defaults=True, kw_only=True
 
 
 class SealingCommit(CommitRecord, frozen=True):
-    """A kind that moves the upper and seals the times it passes (create, append, close)."""
+    """A kind that moves the upper and seals the times it passes (create, append, close: each
+    says which in :meth:`sealed`)."""
 
-    moves_upper: ClassVar[bool] = True
-    seals: ClassVar[bool] = True
     changes_contents: ClassVar[bool] = True
 
 
