@@ -215,7 +215,7 @@ def append_task(settings: IngestSettings, attempt: int, descs: list[dict[str, An
     minted_at = context["ti"].xcom_pull(task_ids=f"attempt_{attempt}.mint", key="minted_at")
     done = tuple(_record(x) for x in out.landed) if isinstance(out, Appended) else ()
     gave_up = isinstance(out, Lost) and out.gave_up  # the next attempt catches up at once, no backoff
-    lost = (out.why,) if gave_up else tuple(m.line() for m in out.missed)
+    lost = (out.why,) if isinstance(out, Lost) and out.gave_up else tuple(m.line() for m in out.missed)
     result = AppendReport(shard=shard.url, committed=done, lost=lost, upper=out.upper,
                           retry_at=time.time() + settings.backoff(attempt + 1) if lost and not gave_up else None,
                           minted_at=minted_at if isinstance(minted_at, int | float) else None,
