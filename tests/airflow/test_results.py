@@ -19,7 +19,7 @@ import pyarrow as pa
 import pytest
 
 from shardsink.airflow import tasks
-from shardsink.airflow.results import AppendReport, Plan, RunReport
+from shardsink.airflow.results import AppendReport, MintTarget, RunReport
 from shardsink.airflow.run_context import earlier_appends
 from shardsink.airflow.settings import IngestSettings
 from shardsink.core.shard import Shard
@@ -86,7 +86,7 @@ def test_one_run_passes_typed_json_results_and_reads_each_fact_once(tmp_path: An
     x.ti("attempt_1.mint").xcom_push("return_value", minted)
     chain = descriptions(x.ti("append").xcom_pull("attempt_1.mint"))
     assert [(d.lower, d.upper) for d in chain] == [(0, DAY), (DAY, 2 * DAY)]
-    plan = decode(x.ti("append").xcom_pull("attempt_1.mint", "plan"), Plan, what="plan")
+    plan = decode(x.ti("append").xcom_pull("attempt_1.mint", "target"), MintTarget, what="target")
     assert (plan.target, plan.watermark, plan.corrects) == (2 * DAY, 2 * DAY, None)
     for d in chain:
         for slot in range(2):

@@ -2,9 +2,10 @@
 with a ``format`` version, pushed as plain JSON values and decoded once, typed, by each
 consumer (:func:`shardsink.sinks.description.decode`).
 
-* :class:`Plan` (key ``plan`` of ``attempt_<k>.mint``): the run's target as that mint saw it;
+* :class:`MintTarget` (key ``target`` of ``attempt_<k>.mint``; ``plan`` before it was named so):
+  the run's target as that mint saw it;
 * :class:`AppendReport` (``return_value`` of ``attempt_<k>.append``): what the attempt
-  committed (:class:`CommitRecord`), the descriptions it found lost, the shard's upper;
+  committed (:class:`CommittedRange`), the descriptions it found lost, the shard's upper;
 * :class:`RunReport` (``return_value`` of ``report``): every range the run committed;
 * :class:`TurnCommit` (a :class:`shardsink.airflow.triggers.TurnTrigger`'s stored kwargs): what
   an append minted ahead lets its trigger append when the turn comes.
@@ -25,8 +26,8 @@ from shardsink.sinks.description import Description
 RESULTS_FORMAT = 1
 
 
-class Plan(msgspec.Struct, frozen=True, kw_only=True):
-    """A mint's plan: the run's target ``min(interval end, watermark)`` (None: no watermark yet),
+class MintTarget(msgspec.Struct, frozen=True, kw_only=True):
+    """What a mint aimed at: the run's target ``min(interval end, watermark)`` (None: no watermark yet),
     the watermark and interval end it came from, the range it re-processes, whether it is a dry run."""
 
     format: int = RESULTS_FORMAT
@@ -37,7 +38,7 @@ class Plan(msgspec.Struct, frozen=True, kw_only=True):
     dry_run: bool = False
 
 
-class CommitRecord(msgspec.Struct, frozen=True, kw_only=True):
+class CommittedRange(msgspec.Struct, frozen=True, kw_only=True):
     """One description the run committed (or found committed by a twin: ``already_committed``)."""
 
     desc_id: str
@@ -55,7 +56,7 @@ class AppendReport(msgspec.Struct, frozen=True, kw_only=True):
 
     format: int = RESULTS_FORMAT
     shard: str
-    committed: tuple[CommitRecord, ...] = ()
+    committed: tuple[CommittedRange, ...] = ()
     lost: tuple[str, ...] = ()
     upper: int | None = None
     retry_at: float | None = None
@@ -77,7 +78,7 @@ class RunReport(msgspec.Struct, frozen=True, kw_only=True):
     shard: str
     run_id: str
     writer: str
-    committed: tuple[CommitRecord, ...] = ()
+    committed: tuple[CommittedRange, ...] = ()
     target: int | None = None
     upper: int | None = None
     #: A dry run's totals (:func:`shardsink.spark.dryrun.totals`); None for a real run.

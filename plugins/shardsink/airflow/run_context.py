@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from shardsink.airflow.results import AppendReport, Plan
+from shardsink.airflow.results import AppendReport, MintTarget
 from shardsink.sinks.description import decode, to_builtins
 
 
@@ -85,19 +85,26 @@ def run_writer(context: dict[str, Any], *, dag_id: str | None = None) -> str:
     return f"airflow:{dag_id if dag_id is not None else run.dag_id}/{run.run_id}"
 
 
-def push_plan(context: dict[str, Any], plan: Plan) -> None:
-    context["ti"].xcom_push(key="plan", value=to_builtins(plan))
+#: The XCom key of a mint's :class:`MintTarget`; and the key runs started before it was named so.
+TARGET_KEY, OLD_TARGET_KEY = "target", "plan"
 
 
-def plan_of(context: dict[str, Any], attempt: int) -> Plan | None:
-    """The plan attempt ``attempt``'s mint pushed (None if it pushed none)."""
-    got = context["ti"].xcom_pull(task_ids=f"attempt_{attempt}.mint", key="plan")
-    return None if got is None else decode(got, Plan, what=f"XCom plan of attempt_{attempt}.mint")
+def push_target(context: dict[str, Any], target: MintTarget) -> None:
+    context["ti"].xcom_push(key=TARGET_KEY, value=to_builtins(target))
 
 
-def plans(context: dict[str, Any], attempts: int) -> list[Plan]:
-    """The plans of the mints of attempts 1..attempts of this run (those that pushed one)."""
-    return [p for k in range(1, attempts + 1) if (p := plan_of(context, k)) is not None]
+def target_of(context: dict[str, Any], attempt: int) -> MintTarget | None:
+    """The target attempt ``attempt``'s mint pushed (None if it pushed none)."""
+    task = f"attempt_{attempt}.mint"
+    got = context["ti"].xcom_pull(task_ids=task, key=TARGET_KEY)
+    if got is None:  # a run in flight across the upgrade
+        got = context["ti"].xcom_pull(task_ids=task, key=OLD_TARGET_KEY)
+    return None if got is None else decode(got, MintTarget, what=f"XCom target of {task}")
+
+
+def targets(context: dict[str, Any], attempts: int) -> list[MintTarget]:
+    """The targets of the mints of attempts 1..attempts of this run (those that pushed one)."""
+    return [p for k in range(1, attempts + 1) if (p := target_of(context, k)) is not None]
 
 
 def earlier_appends(context: dict[str, Any], attempt: int) -> list[AppendReport]:

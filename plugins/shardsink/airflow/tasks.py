@@ -32,15 +32,15 @@ from shardsink.airflow.gates import (
     skip_rest,
     wait_for_earlier_intervals,
 )
-from shardsink.airflow.results import AppendReport, CommitRecord, RunReport, TurnCommit
+from shardsink.airflow.results import AppendReport, CommittedRange, RunReport, TurnCommit
 from shardsink.airflow.run_context import (
     earlier_appends,
-    plan_of,
-    plans,
-    push_plan,
+    push_target,
     run_options,
     run_started,
     run_writer,
+    target_of,
+    targets,
 )
 from shardsink.airflow.settings import IngestSettings
 from shardsink.core.shard import Shard
@@ -76,7 +76,7 @@ def mint_task(settings: IngestSettings, attempt: int, context: dict[str, Any], *
     ``schema_mode``: how a dry run reads the files (``"add_columns"``: onto the schema the
     evolution would make, reported, not committed; :func:`shardsink.spark.dryrun.dry_run_ingest`).
     """
-    from shardsink.airflow.results import Plan
+    from shardsink.airflow.results import MintTarget
     from shardsink.sinks.ingest import mint_chain
 
     try:
@@ -115,7 +115,7 @@ def mint_task(settings: IngestSettings, attempt: int, context: dict[str, Any], *
     out = mint_chain(shard, source, interval_end=interval_end, max_span=settings.max_span, max_chain=settings.max_chain,
                      dag_id=settings.dag_id, run_id=run_id, attempt=attempt, corrects=corrects, seen=Seen(info, wm),
                      prepare=not opts.dry_run, ahead_from=ahead)
-    push_plan(context, Plan(target=target, watermark=wm, interval_end=interval_end, corrects=corrects,
+    push_target(context, MintTarget(target=target, watermark=wm, interval_end=interval_end, corrects=corrects,
                             dry_run=opts.dry_run))
     if isinstance(out, NoOp):
         if corrects is not None:
@@ -163,7 +163,7 @@ def dry_run_report(context: dict[str, Any], settings: IngestSettings,
     raise AssertionError("unreachable")  # pragma: no cover - skip_rest always raises
 
 
-def _record(landed: Landed) -> CommitRecord:
+def _record(landed: Landed) -> CommittedRange:
     """A commit as the append reports and logs it: ``committed`` when this run's writer made it
     (this try, an earlier one, or its turn trigger on the triggerer: the shard log says who)."""
     d, r = landed.desc, landed.result
@@ -173,7 +173,7 @@ def _record(landed: Landed) -> CommitRecord:
              f" (with the correction of [{d.corrects[0]}, {d.corrects[1]}))" if d.corrects else "",
              " (by this run before this try: its turn trigger on the triggerer, or an earlier try)"
              if landed.mine and r.status != "committed" else "")
-    return CommitRecord(desc_id=r.desc_id, lower=r.lower, upper=r.upper, seqno=r.seqno, rows=r.rows, status=status,
+    return CommittedRange(desc_id=r.desc_id, lower=r.lower, upper=r.upper, seqno=r.seqno, rows=r.rows, status=status,
                         corrects=d.corrects)
 
 
@@ -237,9 +237,9 @@ def append_task(settings: IngestSettings, attempt: int, descs: list[dict[str, An
     context["outlet_events"][asset].extra = {
         "shard": shard.url, "lower": done[0].lower, "upper": done[-1].upper, "seqno": done[-1].seqno,
         "rows": sum(c.rows for c in done), "desc_id": done[-1].desc_id, "commits": pushed["committed"]}
-    plan = plan_of(context, attempt)
-    if plan is not None and covered(settings, context, plan.target, upper=out.upper) and not (
-            plan.corrects and not any(c.corrects for c in done)):
+    aim = target_of(context, attempt)
+    if aim is not None and covered(settings, context, aim.target, upper=out.upper) and not (
+            aim.corrects and not any(c.corrects for c in done)):
         skip_rest(context, settings.writers)
     return pushed
 
@@ -256,10 +256,10 @@ def report_task(settings: IngestSettings, context: dict[str, Any]) -> dict[str, 
     (``min(interval end, watermark)`` as its mints saw it). A dry run reports what it would have
     written instead. One head read."""
     commits = tuple(c for r in earlier_appends(context, settings.max_attempts + 1) for c in r.committed)
-    seen = plans(context, settings.max_attempts)
+    seen = targets(context, settings.max_attempts)
     dry = context["ti"].xcom_pull(task_ids="attempt_1.mint", key="dry_run")
-    targets = [p.target for p in seen if p.target is not None]
-    target = max(targets) if targets else None
+    aims = [p.target for p in seen if p.target is not None]
+    target = max(aims) if aims else None
     try:
         upper = Shard(settings.shard_url).info().upper
     except ShardNotFoundError:

@@ -14,8 +14,8 @@ from typing import Any
 from airflow.sdk.exceptions import AirflowFailException
 
 from shardsink.airflow.gates import nothing_to_do, retry_gate
-from shardsink.airflow.results import Plan
-from shardsink.airflow.run_context import push_plan, run_options
+from shardsink.airflow.results import MintTarget
+from shardsink.airflow.run_context import push_target, run_options
 from shardsink.airflow.settings import IngestSettings
 from shardsink.airflow.tasks import dry_run_report
 from shardsink.airflow.write_operator import ShardWriteOperator
@@ -55,7 +55,8 @@ def mint_view_task(settings: IngestSettings, attempt: int, context: dict[str, An
         raise AirflowFailException(f"{type(e).__name__}: {e}") from e
     uppers = [f.upper for f in frontiers if f.upper is not None]
     bounds = [b for b in (min(uppers) if uppers else None, interval_end) if b is not None]
-    push_plan(context, Plan(target=min(bounds) if bounds else None, interval_end=interval_end, dry_run=opts.dry_run))
+    push_target(context, MintTarget(target=min(bounds) if bounds else None, interval_end=interval_end,
+                                    dry_run=opts.dry_run))
     if isinstance(out, NoOp):
         nothing_to_do(context, out.reason, settings.writers)
     if opts.dry_run:

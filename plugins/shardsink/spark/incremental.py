@@ -69,7 +69,7 @@ _EXPR_ID = re.compile(r"#\d+")
 
 
 @dataclass(frozen=True, kw_only=True)
-class Plan:
+class RunBasis:
     """How a run corrects: ``basis``, and the props its commit records."""
 
     basis: Basis
@@ -105,8 +105,8 @@ def output_fingerprint(definition: str | None, schema_id: int) -> str | None:
     return hashlib.sha256(f"{definition}\noutput schema {schema_id}".encode()).hexdigest()[:32]
 
 
-def plan(reads: ShardReads, v: View, *, fp: str | None, output: Shard | None, input_url: str,
-         lower: int, head: Version | None = None) -> Plan:
+def choose_basis(reads: ShardReads, v: View, *, fp: str | None, output: Shard | None, input_url: str,
+                 lower: int, head: Version | None = None) -> RunBasis:
     """Decide the basis of the run ``[lower, ...)`` (module docstring).
 
     Incremental only: a lease at ``lower - 1`` on the input is then held by ``reads``.
@@ -115,8 +115,8 @@ def plan(reads: ShardReads, v: View, *, fp: str | None, output: Shard | None, in
     append anyway), else one head read of ``output``.
     """
     if fp is None:
-        return Plan(basis="full", props={})
-    full = Plan(basis="full", props={FINGERPRINT: fp, BASIS: "full", RUN: "0"})
+        return RunBasis(basis="full", props={})
+    full = RunBasis(basis="full", props={FINGERPRINT: fp, BASIS: "full", RUN: "0"})
     if output is None or v.full_every <= 1:
         return full
     prior = _content_commit(output, head=head)
@@ -132,7 +132,7 @@ def plan(reads: ShardReads, v: View, *, fp: str | None, output: Shard | None, in
         reads.keeper.acquire(Shard(input_url), lower - 1, holder=reads.holder)  # the lease reads the head
     except ReadFrontierError:  # the input was compacted past lower - 1
         return full
-    return Plan(basis="incremental", props={FINGERPRINT: fp, BASIS: "incremental", RUN: str(run)})
+    return RunBasis(basis="incremental", props={FINGERPRINT: fp, BASIS: "incremental", RUN: str(run)})
 
 
 def _content_commit(shard: Shard, *, head: Version | None = None) -> Commit | None:

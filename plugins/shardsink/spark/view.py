@@ -269,7 +269,7 @@ def _row_wise_correction(reads: ShardReads, v: View, rw: RowWiseView, *, output_
     evo = None if at is None else view_schema.evolution(
         view_schema.probe_schema(reads.spark, rw.name, rw.url, run=run, at=input_at), at.header, url=output_url)
     fp = incremental.output_fingerprint(rw.fingerprint, 0 if at is None else current_schema(at.header).id)
-    how = incremental.Plan(basis="full", props={}) if evo is not None else incremental.plan(
+    how = incremental.RunBasis(basis="full", props={}) if evo is not None else incremental.choose_basis(
         reads, v, fp=fp, output=out, input_url=rw.url, lower=desc.lower, head=at)
     if how.basis == "incremental":
         assert out is not None and at is not None
