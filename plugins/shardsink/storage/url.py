@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -22,6 +23,18 @@ from shardsink.storage.probe import RESERVED_SEGMENT
 from shardsink.storage.retry import STORAGE, RetryingBlob
 
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+
+#: TESTS ONLY: stores served in this process instead of S3, by bucket (:func:`serve`); empty in production.
+_SERVED: dict[str, Callable[[ShardUrl], RetryingBlob]] = {}
+
+
+def serve(bucket: str, factory: Callable[[ShardUrl], RetryingBlob] | None) -> None:
+    """TESTS ONLY (the simulator, :mod:`shardsink_dev.sim`): :func:`open_blob` of any
+    ``s3://<bucket>/...`` URL returns ``factory(url)`` instead of an S3 client; None stops it."""
+    if factory is None:
+        _SERVED.pop(bucket, None)
+    else:
+        _SERVED[bucket] = factory
 
 
 @dataclass(frozen=True)
@@ -87,6 +100,8 @@ def open_blob(url: str | ShardUrl, options: StoreOptions | None = None) -> Retry
     way (:mod:`shardsink.storage.retry`). ``options``: see :mod:`shardsink.storage.options`.
     """
     u = url if isinstance(url, ShardUrl) else parse_url(url)
+    if _SERVED and u.scheme == "s3" and u.bucket in _SERVED:
+        return _SERVED[u.bucket](u)
     backend: Blob
     if u.scheme == "file":
         from shardsink.storage.local import LocalBlob

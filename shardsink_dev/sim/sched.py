@@ -1,0 +1,213 @@
+"""The baton scheduler: actors run the real library in threads, exactly one at a time.
+
+Each actor (an Airflow task try, a maintenance pass, the landing zone's producer) runs in its own
+thread and holds the *baton* while it runs. Every store request it makes passes
+:meth:`Scheduler.request` first (the world's gate, :mod:`shardsink_dev.sim.store`), which draws
+from the schedule's tape (:mod:`shardsink_dev.sim.tape`):
+
+1. how far the simulated clock moves (a tick);
+2. whether the caller crashes here (:class:`Crash`: the actor stops between two store calls, as a
+   killed process would; every later request of it raises again, so no ``finally`` of the library
+   reaches the store);
+3. whether it hands the baton to another ready actor (and to which), and waits to get it back;
+4. how the request ends (:data:`shardsink_dev.sim.store.Outcome`, at the schedule's rates).
+
+Actors may start later (``delay``: an Airflow retry's backoff, a deferred append's next poke):
+when no actor is ready the clock jumps to the earliest start. An actor's end runs its ``on_end``
+while it still holds the baton (the world spawns a retry, the next task, or records a result).
+
+Contract: with the same tape choices and seed, a schedule makes the same requests in the same
+order (:attr:`Scheduler.trace`), so it replays bit for bit. A :class:`Violation` (an invariant
+broken, raised by the checker wherever it is detected) stops every actor at its next request and is
+what :meth:`Scheduler.run` reports.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from shardsink_dev.sim.store import WRITES, Outcome, SimClock
+from shardsink_dev.sim.tape import Tape
+
+#: Clock ticks a request may take (seconds; the first is the plain one).
+TICKS = (0.05, 0.3, 0.7, 2.0)
+
+
+class Crash(BaseException):
+    """The actor stops here (its process was killed); BaseException so no library handler takes it."""
+
+
+class Violation(BaseException):
+    """An invariant is broken. ``kind`` names which (the minimizer keeps schedules failing the same way)."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(f"{kind}: {message}")
+        self.kind = kind
+
+
+@dataclass(frozen=True)
+class Rates:
+    """Per-mille chances per request: hand the baton over, crash the caller, and the three
+    outcomes other than ``ok`` (failed; timed out, not performed; performed, reported timed out)."""
+
+    switch: int = 0
+    crash: int = 0
+    failed: int = 0
+    lost: int = 0
+    performed: int = 0
+
+
+class Actor:
+    """One thread of the world: ``body`` runs holding the baton (its value kept as ``result``);
+    ``on_end(actor)`` after it."""
+
+    def __init__(self, sched: Scheduler, name: str, body: Callable[[], Any], *, start_at: float, crashable: bool,
+                 on_end: Callable[[Actor], None] | None) -> None:
+        self.sched, self.name, self.body = sched, name, body
+        self.start_at, self.crashable, self.on_end = start_at, crashable, on_end
+        self.go = threading.Event()
+        self.thread: threading.Thread | None = None
+        self.finished = False
+        self.dead = False  # crashed: every later request raises Crash
+        #: What the body raised (None: it returned); a Crash when it was killed.
+        self.error: BaseException | None = None
+        self.result: Any = None
+
+    def main(self) -> None:
+        self.go.wait()
+        self.go.clear()
+        try:
+            if self.sched.failure is not None:
+                raise Crash()
+            self.result = self.body()
+        except BaseException as e:  # the world's on_end judges what the body raised
+            self.error = e
+        finally:
+            self.sched.ended(self)
+
+
+class Scheduler:
+    """The gate every request passes; runs actors one at a time (see the module docstring)."""
+
+    def __init__(self, tape: Tape, clock: SimClock, rates: Rates, *, max_steps: int = 4000) -> None:
+        self.tape, self.clock, self.rates, self.max_steps = tape, clock, rates, max_steps
+        self.actors: list[Actor] = []
+        self.current: Actor | None = None
+        self.steps = 0
+        self.trace: list[str] = []
+        self.failure: Violation | None = None
+        self._done = threading.Event()
+
+    # --- actors -----------------------------------------------------------------------------
+
+    def spawn(self, name: str, body: Callable[[], Any], *, delay: float = 0.0, crashable: bool = True,
+              on_end: Callable[[Actor], None] | None = None) -> Actor:
+        """A new actor, ready at ``now + delay``."""
+        a = Actor(self, name, body, start_at=self.clock.now + delay, crashable=crashable, on_end=on_end)
+        self.actors.append(a)
+        return a
+
+    def fail(self, v: Violation) -> Violation:
+        """Record the first violation (every actor then stops at its next request); returns it."""
+        if self.failure is None:
+            self.failure = v
+            self.trace.append(f"{self.steps} VIOLATION {v}")
+        return v
+
+    def run(self) -> None:
+        """Run every actor (and those they spawn) to its end."""
+        first = self._next()
+        if first is None:
+            return
+        self._done.clear()
+        self._resume(first)
+        self._done.wait()
+        for a in self.actors:
+            if a.thread is not None:
+                a.thread.join()
+
+    def _ready(self, but: Actor | None = None) -> list[Actor]:
+        now = self.clock.now
+        return [a for a in self.actors if not a.finished and a is not but and a.start_at <= now]
+
+    def _next(self) -> Actor | None:
+        """The next actor to run (tape-chosen among the ready; the clock jumps to a later start)."""
+        ready = self._ready()
+        if not ready:
+            pending = [a for a in self.actors if not a.finished]
+            if not pending:
+                return None
+            self.clock.advance(min(a.start_at for a in pending) - self.clock.now)
+            ready = self._ready()
+        return ready[self.tape.draw(len(ready))]
+
+    def _resume(self, a: Actor) -> None:
+        self.current = a
+        if a.thread is None:
+            a.thread = threading.Thread(target=a.main, name=f"sim:{a.name}", daemon=True)
+            a.thread.start()
+        a.go.set()
+
+    def ended(self, a: Actor) -> None:
+        """Called in ``a``'s thread as its body ends: its ``on_end``, then the baton goes on."""
+        a.finished = True
+        self.trace.append(f"{self.steps} {a.name} end {type(a.error).__name__ if a.error else 'ok'}")
+        if a.on_end is not None and self.failure is None:
+            try:
+                a.on_end(a)
+            except Violation as v:
+                self.fail(v)
+        nxt = self._next() if self.failure is None else next((x for x in self.actors if not x.finished), None)
+        if nxt is None:
+            self.current = None
+            self._done.set()
+        else:
+            self._resume(nxt)
+
+    # --- the gate ---------------------------------------------------------------------------
+
+    def request(self, method: str, where: str) -> Outcome:
+        """Tick, maybe crash the caller, maybe hand the baton over; then the request's outcome."""
+        a = self.current
+        if a is None:
+            return "ok"  # the world's own set-up and checks, outside every actor
+        if threading.current_thread() is not a.thread:
+            raise RuntimeError(f"store request from a thread that is not the running actor ({where})")
+        if a.dead or self.failure is not None:
+            raise Crash()
+        self.steps += 1
+        if self.steps > self.max_steps:
+            raise self.fail(Violation("livelock", f"more than {self.max_steps} store requests"))
+        self.clock.advance(self.tape.pick(TICKS))
+        t, r = self.tape, self.rates
+        if a.crashable and t.chance(r.crash):
+            a.dead = True
+            self.trace.append(f"{self.steps} {a.name} CRASH before {method} {where}")
+            raise Crash()
+        if t.chance(r.switch):
+            others = self._ready(but=a)
+            if others:
+                self._resume(others[t.draw(len(others))])
+                a.go.wait()
+                a.go.clear()
+                if a.dead or self.failure is not None:
+                    raise Crash()
+        out = self._outcome(method)
+        self.trace.append(f"{self.steps} {a.name} {method} {where} {out}")
+        return out
+
+    def _outcome(self, method: str) -> Outcome:
+        t, r = self.tape, self.rates
+        if not (r.failed or r.lost or r.performed) or method == "clock":
+            return "ok"
+        v = t.draw(1000)
+        if v >= 1000 - r.failed:
+            return "failed"
+        if v >= 1000 - r.failed - r.lost:
+            return "lost"
+        if method in WRITES and v >= 1000 - r.failed - r.lost - r.performed:
+            return "performed"
+        return "ok"
