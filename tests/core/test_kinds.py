@@ -25,6 +25,7 @@ RECORDS: list[tuple[cm.CommitRecord, str]] = [
     (cm.SinceCommit(**BY, old=0, new=15), "15"),
     (cm.RetentionCommit(**BY, old=None, new=3_600_000), "3600000"),
     (cm.SchemaCommit(**BY, old_id=0, new_id=1, change="add x: int64"), "add x: int64"),
+    (cm.OptionCommit(**BY, name="iceberg", old=None, new="on"), "iceberg"),
 ]
 
 

@@ -44,7 +44,7 @@ from shardsink.core import state_codec as sc
 from shardsink.core import transitions as tr
 from shardsink.core.builder import BatchBuilder, PartOptions
 from shardsink.core.checks import check_desc_id, check_writer
-from shardsink.core.commands import CompactCommand, RetentionCommand, SinceCommand
+from shardsink.core.commands import CompactCommand, OptionCommand, RetentionCommand, SinceCommand
 from shardsink.core.machine import Machine
 from shardsink.core.objects import (
     DROP_KINDS,
@@ -64,7 +64,7 @@ __all__ = [
 ]
 
 #: The commands maintenance commits (appends, closes and creates go through the write path).
-MaintenanceCommand = CompactCommand | SinceCommand | RetentionCommand
+MaintenanceCommand = CompactCommand | SinceCommand | RetentionCommand | OptionCommand
 
 
 def _layout_key(key: str) -> str:
@@ -188,7 +188,7 @@ class AdminHandle:
         commit carries (default: this host and process).
         """
         if getattr(command, "family", None) != "maintenance":
-            raise InvalidUsageError(f"the maintenance handle commits compaction, since and retention commands, "
+            raise InvalidUsageError(f"the maintenance handle commits compaction, since, retention and option commands, "
                                     f"not {type(command).__name__}")
         return self._m.commit(command, writer=check_writer(writer) if writer is not None else None)
 

@@ -131,6 +131,18 @@ class RetentionCommand:
 
 
 @dataclass(frozen=True)
+class OptionCommand:
+    """Set shard option ``name`` to ``value`` (None: unset it). Core only records it: a capability
+    above core reads it (:meth:`shardsink.core.state.Header.option`)."""
+
+    family: ClassVar[Family] = "maintenance"
+    needs_batches: ClassVar[bool] = False
+
+    name: str
+    value: str | None
+
+
+@dataclass(frozen=True)
 class SchemaCommand:
     """Evolve the shard's schema by one :class:`shardsink.core.schema.SchemaChange`.
 
@@ -169,4 +181,4 @@ class EvolveToCommand:
 
 #: Every state transition: what ``transitions.apply`` dispatches on and ``Machine.commit`` commits.
 Command = (CreateCommand | AppendCommand | CompactCommand | SinceCommand | RetentionCommand | SchemaCommand
-           | EvolveToCommand)
+           | EvolveToCommand | OptionCommand)

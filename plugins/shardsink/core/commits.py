@@ -187,5 +187,19 @@ class SchemaCommit(CommitRecord, frozen=True, tag="schema"):
         return f"schema {self.old_id} -> {self.new_id}: {self.change}"
 
 
+class OptionCommit(CommitRecord, frozen=True, tag="option"):
+    """Shard option ``name`` changed from ``old`` to ``new`` (None: not set)."""
+
+    name: str
+    old: str | None
+    new: str | None
+
+    def describe(self) -> str:
+        def text(v: str | None) -> str:
+            return "unset" if v is None else repr(v)
+        return f"option {self.name}: {text(self.old)} -> {text(self.new)}"
+
+
 #: Every stored commit record (``Version.commit``).
-Commit = CreateCommit | AppendCommit | CloseCommit | CompactCommit | SinceCommit | RetentionCommit | SchemaCommit
+Commit = (CreateCommit | AppendCommit | CloseCommit | CompactCommit | SinceCommit | RetentionCommit | SchemaCommit
+          | OptionCommit)

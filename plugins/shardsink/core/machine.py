@@ -36,6 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from shardsink.core import after_commit
 from shardsink.core import state as st
 from shardsink.core import state_codec as sc
 from shardsink.core import transitions as tr
@@ -234,6 +235,8 @@ class Machine(VersionStore):
                 "re-read state before retrying"
             ) from e
         if out is not None:
+            if isinstance(out, st.Version) and (out.header.options or out.commit.kind == "option"):
+                after_commit.notify(self.url, self.blob, out)  # derived views; never raises
             return out
         raise UnknownOutcomeError(
             f"{self.url}: create did not settle after {self.commit_policy.attempts} attempts" if run.cur is None else

@@ -23,8 +23,8 @@ import threading
 from dataclasses import dataclass
 from typing import Literal
 
-from shardsink.errors import InvalidUsageError
-from shardsink.storage.base import Fetched
+from shardsink.errors import ConditionFailedError, InvalidUsageError
+from shardsink.storage.base import Blob, Fetched, ObjectInfo
 from shardsink.storage.retry import RetryingBlob, RetryPolicy
 from shardsink.storage.url import open_blob
 
@@ -118,8 +118,10 @@ class RootObjects:
     requests (None: the store's own, see :class:`shardsink.storage.options.StoreOptions`);
     best-effort writers (recording a failure) pass a short one."""
 
-    def __init__(self, url: str, *, policy: RetryPolicy | None = None) -> None:
-        self._blob = RetryingBlob(open_blob(url), policy=policy)
+    def __init__(self, url: str, *, policy: RetryPolicy | None = None, blob: Blob | None = None) -> None:
+        """``blob``: the shard's store when the caller holds it already (core's after-commit hooks
+        pass the committing machine's, saving a client); None opens ``url``."""
+        self._blob = RetryingBlob(blob if blob is not None else open_blob(url), policy=policy)
         self.url = self._blob.url
 
     def where(self, key: str) -> str:
@@ -129,6 +131,21 @@ class RootObjects:
     def put(self, key: str, data: bytes) -> None:
         """Write (replace) registered object ``key``: a plain put, last writer wins."""
         self._blob.put(_checked(key), data)
+
+    def create(self, key: str, data: bytes) -> bool:
+        """Create registered object ``key`` iff it is absent (the store's conditional create);
+        False, nothing written, when it exists (another writer made it first)."""
+        try:
+            self._blob.create(_checked(key), data)
+        except ConditionFailedError:
+            return False
+        return True
+
+    def list(self, prefix: str) -> list[ObjectInfo]:
+        """The objects under registered folder ``prefix`` (one listing)."""
+        if not any(o.prefix and prefix.startswith(o.key) for o in registered()):
+            raise InvalidUsageError(f"{prefix!r} is not under a registered root folder", value=prefix[:300])
+        return list(self._blob.list(prefix))
 
     def fetch(self, key: str) -> Fetched | None:
         """The bytes and etag of registered object ``key`` (for :meth:`replace`); None if absent."""

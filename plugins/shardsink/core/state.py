@@ -222,6 +222,14 @@ class Header:
     #: and field ids 1..n by position (:func:`shardsink.core.schema.history`). Stored field,
     #: left out of the JSON while empty (old versions decode to, and encode as, the same bytes).
     schemas: tuple[SchemaEntry, ...] = ()
+    #: Shard options a capability above core reads (``(name, value)`` sorted by name, e.g.
+    #: ``("iceberg", "on")``), set by :class:`shardsink.core.commands.OptionCommand`. Stored
+    #: field, left out of the JSON while empty.
+    options: tuple[tuple[str, str], ...] = ()
+
+    def option(self, name: str) -> str | None:
+        """The value of shard option ``name``; None when it is not set."""
+        return dict(self.options).get(name)
 
     def committed_seqno(self, desc_id: str) -> int | None:
         for d, s in self.recent:

@@ -63,6 +63,8 @@ class HeaderDoc(msgspec.Struct, frozen=True, kw_only=True):
     #: The schema history (Header.schemas); UNSET (left out of the JSON) while empty, so
     #: versions of shards that never evolved keep the bytes format 1 always had.
     schemas: tuple[SchemaEntry, ...] | msgspec.UnsetType = msgspec.UNSET
+    #: Shard options (Header.options); UNSET while none is set, like ``schemas``.
+    options: tuple[tuple[str, str], ...] | msgspec.UnsetType = msgspec.UNSET
 
 
 class VersionDoc(msgspec.Struct, frozen=True, kw_only=True):
@@ -176,7 +178,8 @@ def encode_version(v: Version) -> bytes:
     h = v.header
     header = HeaderDoc(upper=h.upper, since=h.since, schema=schema_doc(h.schema), rollup=h.rollup,
                        recent=h.recent, writers=h.writers, stats=h.stats, retention=h.retention, removal=h.removal,
-                       prior_removal=h.prior_removal, schemas=h.schemas if h.schemas else msgspec.UNSET)
+                       prior_removal=h.prior_removal, schemas=h.schemas if h.schemas else msgspec.UNSET,
+                       options=h.options if h.options else msgspec.UNSET)
     doc = VersionDoc(format=FORMAT, seqno=h.seqno, header=header, added=v.added, removed=v.removed,
                      commit=msgspec.Raw(_ENCODER.encode(v.commit)), removed_lowers=v.removed_lowers)
     return _ENCODER.encode(doc)
@@ -191,8 +194,9 @@ def decode_version(data: bytes, *, where: str) -> Version:
     except Exception as e:
         raise CorruptionError(f"{where}: unreadable schema in state version ({type(e).__name__}: {e})") from e
     schemas = h.schemas if not isinstance(h.schemas, msgspec.UnsetType) else ()
+    options = h.options if not isinstance(h.options, msgspec.UnsetType) else ()
     header = Header(d.seqno, h.upper, h.since, schema, h.rollup, h.recent, h.writers, h.stats, h.retention,
-                    h.removal, h.prior_removal, schemas)
+                    h.removal, h.prior_removal, schemas, options)
     try:
         commit = _COMMIT.decode(d.commit) if d.format >= 2 else _from_format1(_FORMAT1_COMMIT.decode(d.commit), where)
     except msgspec.DecodeError as e:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from itertools import zip_longest
 from typing import Any, TypeVar
 
@@ -33,11 +33,21 @@ from shardsink.core.commands import (
     CompactCommand,
     CreateCommand,
     EvolveToCommand,
+    OptionCommand,
     RetentionCommand,
     SchemaCommand,
     SinceCommand,
     Stamp,
 )
+from shardsink.core.refusals import (  # re-exported: callers name tr.Unchanged, tr.Refusal, ...
+    AlreadyCommitted as AlreadyCommitted,
+)
+from shardsink.core.refusals import AlreadyExists as AlreadyExists
+from shardsink.core.refusals import InputsGone as InputsGone
+from shardsink.core.refusals import Refusal as Refusal
+from shardsink.core.refusals import SchemaConflict as SchemaConflict
+from shardsink.core.refusals import Unchanged as Unchanged
+from shardsink.core.refusals import UpperMismatch as UpperMismatch
 from shardsink.core.state import BatchMeta, Header, MergedDesc, Stats, Version, WriterRecord
 from shardsink.errors import InvalidUsageError
 
@@ -49,57 +59,6 @@ WRITERS = 64
 LINEAGE_MAX = 1024
 #: The ids compaction gives its output batches (shardsink.maintenance.compact).
 COMPACTION_ID = re.compile(r"compact-[0-9a-f]{32}")
-
-
-# --- refusals ---------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class AlreadyCommitted:
-    seqno: int
-
-
-@dataclass(frozen=True)
-class UpperMismatch:
-    current: int | None
-
-
-@dataclass(frozen=True)
-class InputsGone:
-    """A compaction refused: these input batches are no longer live (another compaction
-    replaced them). It can never apply; its output must be deleted by its fate."""
-
-    missing: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class Unchanged:
-    """A command that would change nothing (``since`` already there, same retention, a schema
-    target the shard already holds): no version is written. ``schema_id``: for a schema
-    target, the id of the schema that holds it."""
-
-    reason: str
-    schema_id: int | None = None
-
-
-@dataclass(frozen=True)
-class SchemaConflict:
-    """An evolve-to-target refused: the head's current schema ``schema_id`` cannot reach the
-    target (column ``column``: ``reason``), since someone made the column something else.
-    Nothing is written; retrying cannot help. The caller refuses its run with its own error
-    class (its input must change, or the schema be fixed by hand)."""
-
-    schema_id: int
-    column: str
-    reason: str
-
-
-@dataclass(frozen=True)
-class AlreadyExists:
-    """A create refused: a shard (some state version, or the hint) is already there."""
-
-
-Refusal = AlreadyCommitted | UpperMismatch | InputsGone | Unchanged | AlreadyExists | SchemaConflict
 
 
 #: A command kind's rule on an existing shard: (header, live batches, command, stamp) → the next
@@ -312,6 +271,29 @@ def set_retention(header: Header, _: Sequence[BatchMeta], cmd: RetentionCommand,
     new = replace(header, seqno=seqno, retention=cmd.retention)
     info = cm.RetentionCommit(at=stamp.at, writer=stamp.writer, nonce=stamp.nonce, old=header.retention,
                            new=cmd.retention)
+    return Version(new, (), (), info)
+
+
+#: A shard option's name and the longest value it may hold.
+_OPTION_NAME, _OPTION_VALUE_MAX = re.compile(r"[a-z][a-z0-9_.-]{0,63}"), 256
+
+
+@rule(OptionCommand)
+def set_option(header: Header, _: Sequence[BatchMeta], cmd: OptionCommand, stamp: Stamp) -> Version | Refusal:
+    """Record shard option ``cmd.name`` (InvalidUsageError for a malformed name or value, nothing written);
+    Unchanged if it already has that value."""
+    if not isinstance(cmd.name, str) or not _OPTION_NAME.fullmatch(cmd.name):
+        raise InvalidUsageError(f"option name {cmd.name!r:.80} must match {_OPTION_NAME.pattern}", value=str(cmd.name))
+    if cmd.value is not None and (not isinstance(cmd.value, str) or len(cmd.value) > _OPTION_VALUE_MAX):
+        raise InvalidUsageError(f"option {cmd.name} value {cmd.value!r:.80} must be a string of at most "
+                                f"{_OPTION_VALUE_MAX} characters", value=str(cmd.value)[:120])
+    old = header.option(cmd.name)
+    if old == cmd.value:
+        return Unchanged(f"option {cmd.name} is already {cmd.value!r}")
+    opts = {**dict(header.options), cmd.name: cmd.value}
+    new = replace(header, seqno=header.seqno + 1,
+                  options=tuple(sorted((k, v) for k, v in opts.items() if v is not None)))
+    info = cm.OptionCommit(at=stamp.at, writer=stamp.writer, nonce=stamp.nonce, name=cmd.name, old=old, new=cmd.value)
     return Version(new, (), (), info)
 
 

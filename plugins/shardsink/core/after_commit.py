@@ -1,0 +1,91 @@
+"""After-commit hooks: what a capability above core keeps derived from each committed version.
+
+A capability that keeps a *derived* view of a shard (the Iceberg view, :mod:`shardsink.iceberg`)
+is turned on by a shard option (:meth:`shardsink.core.state.Header.option`) and registers a hook
+for it at import (:func:`register_after_commit`). ``Machine.commit`` calls :func:`notify` right
+after every version it committed, in the committing process, whoever committed (an append,
+compaction, a since advance, the CLI): the hooks of the options the new version has set, or that
+its commit changed, run with a :class:`Committed` (the version and the shard's registered root
+objects on the committing store).
+
+Derived, never in the way: a hook's error is logged and swallowed (the commit has happened and
+is reported as such); a hook is never consulted for correctness, and what it leaves behind is
+caught up by its capability's own repair (for the Iceberg view, ``shardsink iceberg sync``).
+An option whose capability is not imported yet is looked up once as the module
+``shardsink.<option>`` (a capability is named by its option), so a process that commits need
+not import every capability to keep their views current.
+
+Contract: this module imports nothing above core.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from shardsink.core.commits import OptionCommit
+from shardsink.core.roots import RootObjects
+from shardsink.core.state import Version
+from shardsink.storage.base import Blob
+
+log = logging.getLogger("shardsink.core")
+
+
+@dataclass(frozen=True)
+class Committed:
+    """A version just committed at shard ``url``; ``roots``: the shard's registered root objects
+    on the committing store (the hook's only way to write)."""
+
+    url: str
+    version: Version
+    roots: RootObjects
+
+
+Hook = Callable[[Committed], None]
+_lock = threading.Lock()
+_hooks: dict[str, Hook] = {}
+_looked_up: set[str] = set()
+
+
+def register_after_commit(option: str, hook: Hook) -> None:
+    """Run ``hook`` after every commit of a shard whose option ``option`` is set (or was just
+    changed). One hook per option; registering the same one again is a no-op."""
+    with _lock:
+        got = _hooks.setdefault(option, hook)
+    if got is not hook:
+        raise ValueError(f"an after-commit hook is already registered for option {option!r}")
+
+
+def _hook_for(option: str) -> Hook | None:
+    with _lock:
+        if option in _hooks or option in _looked_up:
+            return _hooks.get(option)
+        _looked_up.add(option)
+    name = f"shardsink.{option}"
+    try:
+        if importlib.util.find_spec(name) is not None:
+            importlib.import_module(name)
+    except ImportError as e:  # the capability's extra is not installed: its view stays behind
+        log.warning("shard option %r is set but %s cannot be imported (%s); its view is not kept", option, name, e)
+    with _lock:
+        return _hooks.get(option)
+
+
+def notify(url: str, blob: Blob, version: Version) -> None:
+    """Run the hooks of ``version``'s options (and of an option its commit changed); never raises."""
+    names = [n for n, _ in version.header.options]
+    if isinstance(version.commit, OptionCommit) and version.commit.name not in names:
+        names.append(version.commit.name)
+    for name in names:
+        try:
+            hook = _hook_for(name)
+            if hook is not None:
+                hook(Committed(url, version, RootObjects(url, blob=blob)))
+        except Exception as e:
+            log.warning("%s: after-commit hook of option %r failed at seqno %d (%s: %s); "
+                        "its view is behind until the next commit or sync", url, name, version.seqno,
+                        type(e).__name__, e)

@@ -1,0 +1,27 @@
+"""Iceberg views of shards: any Iceberg engine reads a shard, as of any retained version, with no copy.
+
+::
+
+    from shardsink import iceberg
+    iceberg.enable(shard)                 # the shard option, then the first snapshot
+    iceberg.current_location(shard)       # .../iceberg/metadata/v<seqno>.metadata.json
+    iceberg.sync(shard)                   # catch up from any state (idempotent)
+
+A capability on top of core: its objects live under the shard's ``iceberg/`` root folder
+(registered with core, so GC and verify know them), it is turned on by the shard option
+``iceberg=on`` (recorded in the shard's state), and it is kept current by core's after-commit
+hook (:mod:`shardsink.core.after_commit`) in whichever process commits. See
+docs/architecture.md ("The Iceberg view") for the mapping.
+"""
+
+from __future__ import annotations
+
+from shardsink.core.after_commit import register_after_commit
+from shardsink.core.roots import register_root
+from shardsink.iceberg import layout
+from shardsink.iceberg.sync import current_location, enable, find, forget, snapshot_as_of, sync, upkeep
+
+ROOT = register_root(f"{layout.TABLE}/", owner="shardsink.iceberg", prefix=True)
+register_after_commit(layout.OPTION, upkeep)
+
+__all__ = ["current_location", "enable", "find", "forget", "snapshot_as_of", "sync"]
