@@ -22,7 +22,7 @@ from typing import Any, NoReturn
 
 import pyarrow as pa
 
-from shardsink import cli_admin, cli_schema
+from shardsink import cli_admin, cli_iceberg, cli_schema
 from shardsink import io as sio
 from shardsink.cli_args import build_parser
 from shardsink.core.commits import Commit
@@ -102,8 +102,13 @@ def _retention(shard: Shard, args: argparse.Namespace) -> int:
 def _create(args: argparse.Namespace) -> int:
     src = sio.read_file(args.schema_from)
     schema = user_schema(src.schema)
-    Shard.create(args.url, schema, upper=args.upper)
+    shard = Shard.create(args.url, schema, upper=args.upper)
     print(f"created {Shard(args.url).url} with upper {args.upper}, columns {schema.names}")
+    if args.iceberg:
+        from shardsink import iceberg
+
+        iceberg.enable(shard)
+        print(iceberg.current_location(shard))
     return 0
 
 
@@ -275,6 +280,8 @@ _COMMANDS: dict[str, Callable[[Shard, argparse.Namespace], int]] = {
 def _run(args: argparse.Namespace) -> int:
     if args.cmd == "create":
         return _create(args)
+    if args.cmd == "iceberg":
+        return cli_iceberg.run(args)
     shard = Shard.open(args.url)
     handler = _COMMANDS.get(args.cmd)
     if handler is None:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TypeVar
 
-from shardsink import cli_admin, cli_schema
+from shardsink import cli_admin, cli_iceberg, cli_schema
 from shardsink.core import checks as ck
 from shardsink.errors import InvalidUsageError
 
@@ -84,6 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("url")
     c.add_argument("--schema-from", required=True, metavar="FILE", help="Parquet, CSV or JSONL file")
     c.add_argument("--upper", type=parse_time, default=0)
+    c.add_argument("--iceberg", action="store_true", help="keep an Iceberg view of it (shardsink iceberg)")
 
     a = sub.add_parser("append", help="append a file as the batch [lower, upper)")
     a.add_argument("url")
@@ -132,6 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     cli_schema.add_parser(sub)
     cli_admin.add_parsers(sub)
+    cli_iceberg.add_parsers(sub, parse_time=parse_time, parse_writer=parse_writer)
 
     rt = sub.add_parser("retention", help="show or set the shard's time-travel window (e.g. 7d, 12h, none)")
     rt.add_argument("url")

@@ -85,7 +85,7 @@ def notify(url: str, blob: Blob, version: Version) -> None:
             hook = _hook_for(name)
             if hook is not None:
                 hook(Committed(url, version, RootObjects(url, blob=blob)))
-        except Exception as e:
+        except Exception as e:  # derived, never in the way: the commit stands
             log.warning("%s: after-commit hook of option %r failed at seqno %d (%s: %s); "
                         "its view is behind until the next commit or sync", url, name, version.seqno,
                         type(e).__name__, e)
