@@ -25,6 +25,7 @@ import pyarrow as pa
 from shardsink import cli_admin, cli_iceberg, cli_schema
 from shardsink import io as sio
 from shardsink.cli_args import build_parser
+from shardsink.core.census import Census
 from shardsink.core.commits import Commit
 from shardsink.core.shard import Shard
 from shardsink.core.state_codec import schema_to_json
@@ -124,6 +125,7 @@ def _append(shard: Shard, args: argparse.Namespace) -> int:
 
 def _inspect(shard: Shard, args: argparse.Namespace) -> int:
     d = inspect_json(shard)
+    from shardsink.maintenance.census_read import take_census
     from shardsink.reclock.inspect import reclock_info
     from shardsink.sinks.waiting import waiting_json
 
@@ -131,41 +133,49 @@ def _inspect(shard: Shard, args: argparse.Namespace) -> int:
     if rc is not None:
         d["reclock"] = rc
     d["staged_waiting"] = waiting_json(shard, d["upper"])
-    if args.leaks:
-        d["leaked_parts"] = [
-            {"key": o.key, "bytes": o.size, "modified": o.modified}
-            for o in shard.leaked_parts(grace_seconds=args.grace)
-        ]
+    census = take_census(shard, now=args.clock(), grace_s=args.grace) if args.objects else None
+    if census is not None:
+        d["objects"] = census.to_dict()
     if args.json:
         print(json.dumps(d, indent=2))
-    else:
-        keys = ["url", "seqno", "upper", "since", "retention", "batches", "parts", "rows", "bytes"]
-        print(_table([[k, d[k]] for k in keys], ["field", "value"]))
+        return 0
+    keys = ["url", "seqno", "upper", "since", "retention", "batches", "parts", "rows", "bytes"]
+    print(_table([[k, d[k]] for k in keys], ["field", "value"]))
+    print()
+    print(_table([[f["name"], f["type"], f["nullable"]] for f in d["schema"]], ["column", "type", "nullable"]))
+    if rc is not None:
         print()
-        print(_table([[f["name"], f["type"], f["nullable"]] for f in d["schema"]], ["column", "type", "nullable"]))
-        if rc is not None:
-            print()
-            h = rc["health"] or {}
-            rows = [["remap shard", rc["remap"]], ["source frontier", json.dumps(rc["source_frontier"])],
-                    ["resume from", json.dumps(rc["resume_frontier"])],
-                    ["source health", f"{h.get('status')} at {h.get('at')}" + (
-                        f": {h['error']}" if h.get("error") else "")]]
-            print(_table(rows, ["reclock", "value"]))
-        if d["staged_waiting"]:
-            print()
-            print(f"{len(d['staged_waiting'])} descriptions staged at or ahead of the upper, waiting for their turn:")
-            print(_table([[w["desc_id"], w["lower"], w["upper"], f"{w['staged_slots']}/{w['slots']}", w["turn"]]
-                          for w in d["staged_waiting"]], ["description", "lower", "upper", "slots", "turn"]))
-        if args.leaks:
-            print()
-            leaks = d["leaked_parts"]
-            print(f"{len(leaks)} leaked parts (unreferenced, older than {args.grace:g} s; younger ones and each "
-                  "description's fate: `shardsink verify`)")
-            if leaks:
-                now = time.time()
-                print(_table([[x["key"], x["bytes"], f"{now - x['modified']:.0f}"] for x in leaks],
-                             ["key", "bytes", "age_s"]))
+        h = rc["health"] or {}
+        rows = [["remap shard", rc["remap"]], ["source frontier", json.dumps(rc["source_frontier"])],
+                ["resume from", json.dumps(rc["resume_frontier"])],
+                ["source health", f"{h.get('status')} at {h.get('at')}" + (
+                    f": {h['error']}" if h.get("error") else "")]]
+        print(_table(rows, ["reclock", "value"]))
+    if d["staged_waiting"]:
+        print()
+        print(f"{len(d['staged_waiting'])} descriptions staged at or ahead of the upper, waiting for their turn:")
+        print(_table([[w["desc_id"], w["lower"], w["upper"], f"{w['staged_slots']}/{w['slots']}", w["turn"]]
+                      for w in d["staged_waiting"]], ["description", "lower", "upper", "slots", "turn"]))
+    if census is not None:
+        print()
+        print(f"objects (grace period {args.grace:g} s): {census.render()}")
+        for line in _object_lines(census):
+            print(line)
     return 0
+
+
+def _object_lines(census: Census) -> list[str]:
+    """Every object but the live ones, for people: awaiting GC by when GC may take them, then each
+    one in flight and each one leaked, with why (:mod:`shardsink.core.census`)."""
+    groups: dict[str, list[int]] = {}
+    for o in census.of("retained"):
+        groups.setdefault(o.why, []).append(o.bytes)
+    lines = [f"awaiting GC {len(b)} objects ({sum(b)} bytes): {why}" for why, b in groups.items()]
+    lines += [f"in flight {o.key} ({o.kind}, {o.bytes} bytes, {o.age_s:.0f} s old): {o.why}"
+              for o in census.of("in_flight")]
+    lines += [f"leak      {o.key} ({o.kind}, {o.bytes} bytes, {o.age_s:.0f} s old): {o.why}"
+              for o in census.of("leaked")]
+    return lines
 
 
 def _log(shard: Shard, args: argparse.Namespace) -> int:
@@ -186,39 +196,42 @@ def _gc(shard: Shard, args: argparse.Namespace) -> int:
     if args.desc is not None:
         return cli_admin.gc_desc(shard, args)
 
-    report = collect(shard, GcOptions(grace_s=args.grace, dry_run=args.dry_run))
+    report = collect(shard, GcOptions(grace_s=args.grace, dry_run=args.dry_run, clock=args.clock))
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
-    else:
-        verb = "would delete" if report.dry_run else "deleted"
-        print(f"{report.url}: head {report.head}, oldest retained version {report.oldest_before} -> "
-              f"{report.oldest_after} (bound: {report.reason})")
-        print(f"{verb}: {report.versions_deleted} versions, {report.rollups_deleted} rollups, "
-              f"{report.parts_deleted} parts ({report.part_bytes_deleted} bytes), {report.manifests_deleted} "
-              f"manifests, {report.leases_expired} expired leases, {report.plans_deleted} read plans")
-        print(f"kept: {report.young_kept} unreferenced objects younger than {args.grace:g} s, "
-              f"{len(report.still_possible)} descriptions that may still commit")
-        for line in report.skipped:
-            print(f"skipped: {line}")
+        return 0
+    verb = "would delete" if report.dry_run else "deleted"
+    print(f"{report.url}: head {report.head}, oldest retained version {report.oldest_before} -> "
+          f"{report.oldest_after} (bound: {report.reason})")
+    print(f"{verb}: {report.versions_deleted} versions, {report.rollups_deleted} rollups, "
+          f"{report.parts_deleted} parts ({report.part_bytes_deleted} bytes), {report.manifests_deleted} "
+          f"manifests, {report.leases_expired} expired leases, {report.plans_deleted} read plans")
+    print(f"kept: {report.young_kept} unreferenced objects younger than {args.grace:g} s, "
+          f"{len(report.still_possible)} descriptions that may still commit")
+    for line in report.skipped:
+        print(f"skipped: {line}")
+    if report.objects is not None:
+        print(f"objects now: {report.objects.render()}")
+        for line in _object_lines(report.objects):
+            print(line)
     return 0
 
 
 def _verify(shard: Shard, args: argparse.Namespace) -> int:
     from shardsink.maintenance.verify import EXIT_PROBLEMS, verify
 
-    vr = verify(shard, grace_s=args.grace)
+    vr = verify(shard, grace_s=args.grace, now=args.clock())
     if args.json:
         print(json.dumps(vr.to_dict(), indent=2))
-    else:
-        state = "ok" if vr.ok else f"{len(vr.problems)} problems"
-        print(f"{vr.url}: {state}; versions {vr.oldest}..{vr.head} ({vr.versions}), {vr.parts} referenced parts, "
-              f"{len(vr.leaks)} leaked objects, {len(vr.in_flight)} in flight")
-        for p in vr.problems:
-            print(f"PROBLEM {p.object}: {p.message}")
-        for x in vr.leaks:
-            print(f"leak      {x.object} ({x.kind}, {x.bytes} bytes, {x.age_s:.0f} s old)")
-        for f in vr.in_flight:
-            print(f"in flight {f.object} ({f.kind}, {f.bytes} bytes, {f.age_s:.0f} s old): {f.why}")
+        return 0 if vr.ok else EXIT_PROBLEMS
+    state = "ok" if vr.ok else f"{len(vr.problems)} problems"
+    objects = "not classified (see the problems)" if vr.objects is None else vr.objects.render()
+    print(f"{vr.url}: {state}; versions {vr.oldest}..{vr.head} ({vr.versions}), {vr.parts} referenced parts; "
+          f"objects: {objects}")
+    for p in vr.problems:
+        print(f"PROBLEM {p.object}: {p.message}")
+    for line in _object_lines(vr.objects) if vr.objects is not None else ():
+        print(line)
     return 0 if vr.ok else EXIT_PROBLEMS
 
 
@@ -289,9 +302,11 @@ def _run(args: argparse.Namespace) -> int:
     return handler(shard, args)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run one command and return its documented exit code (callable in-process, e.g. from tests)."""
+def main(argv: Sequence[str] | None = None, *, clock: Callable[[], float] = time.time) -> int:
+    """Run one command and return its documented exit code (callable in-process, e.g. from tests).
+    ``clock``: epoch seconds, the time ``inspect --objects``, ``verify`` and ``gc`` judge ages by."""
     args = build_parser().parse_args(argv)
+    args.clock = clock
     try:
         return _run(args)
     except ShardsinkError as e:

@@ -97,9 +97,12 @@ def build_parser() -> argparse.ArgumentParser:
     i = sub.add_parser("inspect", help="show upper, since, seqno, batches, sizes and schema")
     i.add_argument("url")
     i.add_argument("--json", action="store_true")
-    i.add_argument("--leaks", action="store_true", help="also list parts no batch references (lists parts/)")
-    i.add_argument("--grace", type=parse_duration, default=3600.0, metavar="SECONDS",
-                   help="with --leaks: ignore parts younger than this (in-flight writers); default 3600")
+    i.add_argument("--objects", "--leaks", dest="objects", action="store_true",
+                   help="also classify every object: live, awaiting GC (and when GC may take it), in flight, "
+                        "leaked (lists the whole shard)")
+    i.add_argument("--grace", type=parse_duration, default=3600.0, metavar="DURATION",
+                   help="with --objects: GC's grace period; an unreferenced object younger than it is in flight, "
+                        "not leaked; default 1h")
 
     rm = sub.add_parser("remap", help="show a remap shard's bindings (time -> source offsets)")
     rm.add_argument("url")
@@ -120,11 +123,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="only what this description staged, as its fate allows, whatever its age: refused while it "
                         "may still commit (exit 2) or when its fate is unknown (exit 5)")
 
-    vf = sub.add_parser("verify", help="check state chain, parts and multiplicities; list leaked objects")
+    vf = sub.add_parser("verify", help="check state chain, parts and multiplicities; classify every object "
+                                       "(live, awaiting GC, in flight, leaked)")
     vf.add_argument("url")
     vf.add_argument("--json", action="store_true")
     vf.add_argument("--grace", type=parse_duration, default=3600.0, metavar="DURATION",
-                    help="a Spark _temporary/ file younger than this is in flight, not leaked; default 1h")
+                    help="GC's grace period: an unreferenced object younger than it is in flight, not leaked; "
+                         "default 1h")
 
     cp = sub.add_parser("compact", help="merge batches (size-tiered), advancing since by retention and leases first")
     cp.add_argument("url")

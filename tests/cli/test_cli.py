@@ -378,8 +378,8 @@ def test_nonexistent_shard_exits_2_for_every_command(cli: Cli, backend: str, fil
     assert part_objects(shard_url) == []
 
 
-def test_inspect_leaks_lists_only_unreferenced_parts_older_than_the_grace(local_cli: Cli, files: Files,
-                                                                          tmp_path: Path) -> None:
+def test_inspect_objects_calls_leaked_only_unreferenced_parts_older_than_the_grace(local_cli: Cli, files: Files,
+                                                                                   tmp_path: Path) -> None:
     url = str(tmp_path / "leaky")
     local_cli.ok("create", url, "--schema-from", str(files.schema_csv))
     local_cli.ok("append", url, "--lower", "0", "--upper", "10", "--input", str(files.batch1))
@@ -392,10 +392,13 @@ def test_inspect_leaks_lists_only_unreferenced_parts_older_than_the_grace(local_
     fresh = orphan.with_name("in-flight.parquet")
     fresh.write_bytes(b"x")
 
-    leaks = json.loads(local_cli.ok("inspect", url, "--json", "--leaks"))["leaked_parts"]
-    assert [x["key"] for x in leaks] == ["parts/dead-writer/orphan.parquet"]  # in-flight one is within grace
-    everything = json.loads(local_cli.ok("inspect", url, "--json", "--leaks", "--grace", "0"))["leaked_parts"]
-    assert sorted(x["key"] for x in everything) == ["parts/dead-writer/in-flight.parquet",
-                                                    "parts/dead-writer/orphan.parquet"]
-    assert "1 leaked parts" in local_cli.ok("inspect", url, "--leaks")
-    assert "leaked_parts" not in local_cli.inspect(url)
+    got = json.loads(local_cli.ok("inspect", url, "--json", "--objects"))["objects"]
+    assert [(x["cls"], x["key"]) for x in got["objects"]] == [
+        ("in_flight", "parts/dead-writer/in-flight.parquet"),  # younger than the grace period
+        ("leaked", "parts/dead-writer/orphan.parquet")]  # the upper (10) passed its lower: it can never commit
+    assert (got["counts"]["live"]["count"], got["counts"]["leaked"]["count"]) == (1, 1)
+    everything = json.loads(local_cli.ok("inspect", url, "--json", "--leaks", "--grace", "0"))["objects"]
+    assert sorted(x["key"] for x in everything["objects"] if x["cls"] == "leaked") == [
+        "parts/dead-writer/in-flight.parquet", "parts/dead-writer/orphan.parquet"]
+    assert "0 awaiting GC (0 bytes), 1 in flight" in local_cli.ok("inspect", url, "--objects")
+    assert "objects" not in local_cli.inspect(url)

@@ -1,9 +1,9 @@
 """Leftover listings and ``verify``: what a crashed or running writer left, with its age and its fate.
 
 A writer that crashed a minute ago, or one still running, leaves staged objects the shard does
-not reference. While its description may still commit they are in flight, not leaks; Spark's
-``_temporary/`` files of a running job are in flight while young. Everything else unreferenced
-is a leak, listed whatever its age.
+not reference. While its description may still commit they are in flight, not leaks, whatever
+their age; anything else unreferenced is in flight while younger than the grace period (its
+writer may still be committing or deleting it) and leaked after it.
 """
 
 from __future__ import annotations
@@ -66,24 +66,26 @@ def test_a_writer_that_crashed_a_minute_ago_is_listed_as_still_possible_with_its
     assert [x.desc_id for x in leftovers(shard, desc_id=d.desc_id)] == [d.desc_id]
 
 
-def test_verify_reports_a_running_writer_in_flight_and_a_dead_one_as_leaked(shard: Shard,
-                                                                            capsys: pytest.CaptureFixture[str]) -> None:
+def test_verify_reports_a_running_writer_in_flight_and_a_dead_one_as_leaked_after_the_grace_period(
+        shard: Shard, capsys: pytest.CaptureFixture[str]) -> None:
     d = _crashed_writer(shard)
     shard.stage(rows(1), lower=SPAN, upper=2 * SPAN, desc_id="lost-a1-0000")
     shard.blob.put(TEMP, b"PAR1 half a file")  # a Spark task attempt writing now
     report = verify(shard)
-    assert report.ok
+    assert report.ok and report.leaks == ()  # everything is younger than the grace period
+    assert {x.object.split("/")[1] for x in report.in_flight} == {d.desc_id, "running", "lost-a1-0000"}
+    later = time.time() + 3601  # past the grace period
+    report = verify(shard, now=later)
     flying = {x.object: x.why for x in report.in_flight}
-    assert {k.split("/")[1] for k in flying} == {d.desc_id, "running"}
-    assert all("may still commit" in w for k, w in flying.items() if d.desc_id in k)
-    assert "Spark task attempt" in flying[TEMP]
-    assert {x.object.split("/")[1] for x in report.leaks} == {"lost-a1-0000"}
-    assert main(["verify", shard.url, "--json"]) == 0
+    assert {k.split("/")[1] for k in flying} == {d.desc_id}
+    assert all("may still commit" in w for w in flying.values())
+    assert {x.object.split("/")[1] for x in report.leaks} == {"lost-a1-0000", "running"}
+    assert main(["verify", shard.url, "--json"], clock=lambda: later) == 0
     out = json.loads(capsys.readouterr().out)
     assert {x["object"] for x in out["in_flight"]} == set(flying)
-    assert main(["verify", shard.url]) == 0
+    assert main(["verify", shard.url], clock=lambda: later) == 0
     text = capsys.readouterr().out
-    assert "1 leaked objects, 3 in flight" in text and f"in flight {TEMP}" in text
+    assert "2 in flight (" in text and "2 leaked (" in text and f"leak      {TEMP}" in text
 
 
 def test_old_temporary_files_of_a_dead_job_are_leaks(tmp_path: Path) -> None:
@@ -100,7 +102,7 @@ def test_old_temporary_files_of_a_dead_job_are_leaks(tmp_path: Path) -> None:
 def test_once_the_upper_passes_it_the_crashed_writers_objects_are_leaks(shard: Shard) -> None:
     d = _crashed_writer(shard)
     shard.append(pa.table({"k": ["z"], "_time": [35]}), lower=30, upper=40, desc_id="rerun-a1")
-    report = verify(shard)
+    report = verify(shard, grace_s=0)
     assert report.in_flight == ()
     assert {x.object.split("/")[1] for x in report.leaks} == {d.desc_id}
     assert [x.fate for x in leftovers(shard)] == ["cannot_commit"]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 import json
+import time
+from collections.abc import Callable
 from dataclasses import replace
 
 import msgspec
@@ -26,8 +28,9 @@ def shard(shard_url: str) -> Shard:
     return s
 
 
-def _verify(url: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict]:  # type: ignore[type-arg]
-    code = main(["verify", url, "--json"])
+def _verify(url: str, capsys: pytest.CaptureFixture[str], *,  # type: ignore[type-arg]
+            clock: Callable[[], float] = time.time) -> tuple[int, dict]:
+    code = main(["verify", url, "--json"], clock=clock)
     return code, json.loads(capsys.readouterr().out)
 
 
@@ -42,15 +45,22 @@ def _part_of(shard: Shard, desc_id: str) -> st.PartMeta:
     return next(p for b in shard.batches() if b.desc_id == desc_id for p in b.parts)
 
 
-def test_clean_shard_exits_0_with_the_json_shape(shard: Shard, capsys: pytest.CaptureFixture[str]) -> None:
-    shard.stage(pa.table({"k": ["x"], "_time": [1]}), lower=0, upper=10, desc_id="leftover")
+def test_clean_shard_exits_0_with_the_json_shape_and_a_dead_writers_part_leaks_after_the_grace_period(
+        shard: Shard, capsys: pytest.CaptureFixture[str]) -> None:
+    shard.stage(pa.table({"k": ["x"], "_time": [1]}), lower=0, upper=10, desc_id="leftover")  # upper 50 passed it
     code, out = _verify(shard.url, capsys)
     assert code == 0
-    assert set(out) == {"url", "ok", "head", "oldest", "versions", "parts", "problems", "leaks", "in_flight"}
+    assert set(out) == {"url", "ok", "head", "oldest", "versions", "parts", "problems", "leaks", "in_flight",
+                        "objects"}
     assert (out["ok"], out["head"], out["oldest"], out["versions"], out["parts"], out["problems"]) == (
         True, 5, 0, 6, 5, [])
+    # Younger than the grace period: its writer may still be deleting it. Past it: leaked.
+    assert [x["object"].split("/")[1] for x in out["in_flight"]] == ["leftover"] and out["leaks"] == []
+    code, out = _verify(shard.url, capsys, clock=lambda: time.time() + 3601)
     assert [(x["kind"], x["object"].split("/")[1]) for x in out["leaks"]] == [("part", "leftover")]
-    assert set(out["leaks"][0]) == {"object", "kind", "bytes", "age_s"}
+    assert set(out["leaks"][0]) == {"object", "kind", "bytes", "age_s"} and out["in_flight"] == []
+    assert {c: n["count"] for c, n in out["objects"]["counts"].items()} == {
+        "live": 5, "retained": 0, "in_flight": 0, "leaked": 1}
     assert main(["verify", shard.url]) == 0
     assert ": ok;" in capsys.readouterr().out
 

@@ -37,7 +37,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
 import msgspec
@@ -194,9 +194,13 @@ def all_leases(shard: LeaseHost) -> list[Lease]:
 
 def live_leases(shard: LeaseHost, *, now: float | None = None, skew_s: float = CLOCK_SKEW_S) -> list[Lease]:
     """Leases not expired at ``now`` minus the skew margin, oldest first."""
-    t = time.time() if now is None else now
-    live = (x for x in all_leases(shard) if x.expires_at + skew_s >= t)
-    return sorted(live, key=lambda x: (x.acquired_at, x.lease_id))
+    return live_of(all_leases(shard), now=time.time() if now is None else now, skew_s=skew_s)
+
+
+def live_of(leases: Iterable[Lease], *, now: float, skew_s: float = CLOCK_SKEW_S) -> list[Lease]:
+    """Those of ``leases`` not expired at ``now`` minus the skew margin, oldest first (the others
+    are expired: maintenance may delete them)."""
+    return sorted((x for x in leases if x.expires_at + skew_s >= now), key=lambda x: (x.acquired_at, x.lease_id))
 
 
 def min_leased_as_of(shard: LeaseHost, *, now: float | None = None, skew_s: float = CLOCK_SKEW_S) -> int | None:

@@ -14,9 +14,9 @@ What "safely" means here:
   where it is and named (:attr:`DropReport.left`). A remap shard a reclocked source shares is
   a shard of its own, at its own URL, and is not touched;
 * **nobody is using it** (refused with :class:`DropRefusedError`, exit 2, nothing written,
-  unless ``force``): no live read lease, and no writer in flight: no description that may
-  still commit, and no young Spark ``_temporary/`` file
-  (:meth:`shardsink.maintenance.leftovers.Leftover.in_flight`);
+  unless ``force``): no live read lease, and no staged object in flight: no description that
+  may still commit, and no unreferenced object younger than the grace period
+  (:func:`shardsink.core.census.in_flight`);
 * **fenced**: the shard is first CLOSED (a commit making its upper the empty frontier), so no
   append can commit while it goes (a writer racing the close makes it refuse: nothing
   deleted, the shard stays open); then :meth:`shardsink.core.admin.AdminHandle.drop_closed`

@@ -3,6 +3,7 @@
 ::
 
     report = collect(shard, GcOptions(grace_s=3600))        # or dry_run=True
+    report.objects                                          # a dry run: every object's class, as of its clock
 
 **What is retained.** The state versions ``[oldest, head]`` with ``oldest`` the minimum of
 
@@ -77,6 +78,7 @@ import shardsink.reclock.layout  # noqa: F401  (registers reclock's expiring rea
 from shardsink.core import leases as ls
 from shardsink.core.fate import CannotCommit, Committed
 from shardsink.core.shard import Shard
+from shardsink.maintenance.census_read import take_census
 from shardsink.maintenance.gc_horizon import horizon
 from shardsink.maintenance.gc_parts import collect_parts
 from shardsink.maintenance.gc_types import GcOptions, GcReport
@@ -125,6 +127,7 @@ def collect(shard: Shard, opts: GcOptions | None = None) -> GcReport:
         parts_deleted=parts.parts, part_bytes_deleted=parts.bytes, manifests_deleted=parts.manifests,
         leases_expired=leases_expired, young_kept=parts.young, still_possible=tuple(parts.still_possible),
         skipped=tuple(parts.skipped), plans_deleted=plans_deleted,
+        objects=take_census(shard, now=now, grace_s=opts.grace_s, retention=opts.retention) if dry else None,
     )
     log.info("gc %s: %s %d versions, %d rollups, %d parts (%d bytes), %d manifests, %d leases, %d plans; kept %d "
              "young objects and %d descriptions that may still commit", shard.url,

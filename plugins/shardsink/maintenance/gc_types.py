@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from shardsink.core import checks as ck
+from shardsink.core.census import Census
 from shardsink.errors import InvalidUsageError
 
 DEFAULT_GRACE_S = 3600.0
@@ -61,6 +62,8 @@ class GcReport:
     still_possible: tuple[str, ...] = ()
     skipped: tuple[str, ...] = field(default=())
     plans_deleted: int = 0
+    #: A dry run's classification of every object, as of its clock (:mod:`shardsink.core.census`).
+    objects: Census | None = None
 
     @property
     def objects_deleted(self) -> int:
@@ -69,7 +72,8 @@ class GcReport:
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "still_possible": list(self.still_possible), "skipped": list(self.skipped),
-                "objects_deleted": self.objects_deleted}
+                "objects_deleted": self.objects_deleted,
+                "objects": None if self.objects is None else self.objects.to_dict()}
 
     def render(self) -> str:
         """For operators: ``deleted 5 objects: 2 versions, 3 parts (1,234 bytes), keeps versions 7..12``."""

@@ -123,8 +123,13 @@ def referenced(admin: AdminHandle, oldest: int, head: int, listing: Listing) -> 
 class Removals:
     """What the removal chain (:attr:`Header.removal`) says about a stretch of history."""
 
-    ids: frozenset[str]  # batches removed by versions in ``(above, head]``
+    at: dict[str, int]  # desc id -> the version in ``(above, head]`` that removed its batch
     lowers: dict[str, int]  # desc id -> lower, for every removal walked (down to ``down_to``)
+
+    @property
+    def ids(self) -> frozenset[str]:
+        """The batches removed by versions in ``(above, head]``."""
+        return frozenset(self.at)
 
 
 def removals(admin: AdminHandle, head: st.Version, *, above: int, down_to: int | None = None) -> Removals | None:
@@ -134,7 +139,7 @@ def removals(admin: AdminHandle, head: st.Version, *, above: int, down_to: int |
     inside ``(above, head]`` (versions written before the field existed): read the history.
     """
     floor = above if down_to is None else min(above, down_to)
-    ids: set[str] = set()
+    at: dict[str, int] = {}
     lowers: dict[str, int] = {}
     last = head.seqno
     r = head.header.removal
@@ -146,13 +151,24 @@ def removals(admin: AdminHandle, head: st.Version, *, above: int, down_to: int |
                     f"{admin.url}/{admin.version_object(r)} (a removal inside the retained history) is missing")
             break  # already collected: nothing older is needed
         if r > above:
-            ids.update(v.removed)
+            at.update(dict.fromkeys(v.removed, r))
         if len(v.removed_lowers) == len(v.removed):
             lowers.update(zip(v.removed, v.removed_lowers, strict=True))
         last, r = r, v.header.prior_removal
     if r is None and last > above:
         return None
-    return Removals(frozenset(ids), lowers)
+    return Removals(at, lowers)
+
+
+def removed_after(admin: AdminHandle, head: st.Version, *, above: int) -> dict[str, int]:
+    """Description id -> the version ``r`` in ``(above, head]`` that removed its batch: versions
+    ``above .. r - 1`` still reference its parts, the head does not. From the removal chain
+    (:func:`removals`: one version read per removal), else from every version in that range
+    (shards written before the chain existed). CorruptionError if a removal in it is missing."""
+    chain = removals(admin, head, above=above)
+    if chain is not None:
+        return dict(chain.at)
+    return {d: v.seqno for v in admin.fetch_many(range(above + 1, head.seqno + 1)) for d in v.removed}
 
 
 @dataclass(frozen=True)

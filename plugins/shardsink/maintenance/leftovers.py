@@ -4,7 +4,7 @@
 
     for d in leftovers(shard):          # every description with unreferenced staged objects
         print(d.desc_id, d.fate, d.parts, d.youngest_s)
-    why = d.in_flight(obj, grace_s=3600)   # None: a leak GC takes; else why it is not one
+    why = d.in_flight(obj, grace_s=3600)   # None: leaked; else why it is in flight
 
 A writer stages ``parts/<desc_id>/…`` and ``staging/<desc_id>/slot-<i>.json`` before its
 append commits them. Until then (and for the objects a commit did not take) they are
@@ -12,16 +12,16 @@ append commits them. Until then (and for the objects a commit did not take) they
 
 * ``still_possible``: not committed and the shard's upper has not passed its lower: a writer
   may be running, or its append may be retried. Never deletable (the fate primitive refuses);
-* ``committed`` / ``cannot_commit`` / ``unknown``: final. Its unreferenced objects are
-  leaks; ``shardsink gc`` takes them once older than its grace period, ``shardsink gc --desc``
+* ``committed`` / ``cannot_commit`` / ``unknown``: final. Its unreferenced objects are leaked
+  once older than the grace period; ``shardsink gc`` takes them then, ``shardsink gc --desc``
   at once (``unknown`` is refused there: check the data by hand first);
 * ``compaction``: a compaction's output (decided by the compaction sweep, by its inputs);
 * ``undecided``: no retained batch, readable manifest or readable part gives its lower.
 
-An object is **in flight** (:meth:`Leftover.in_flight`), not a leak, when its description is
-``still_possible``, or when it is younger than the grace period and either sits under a Spark
-``_temporary/`` folder (a task attempt writing now), belongs to a compaction, or its
-description is ``undecided``. ``verify`` reports those apart from its leaks.
+Whether an object is **in flight** or leaked is :func:`shardsink.core.census.in_flight`'s to say
+(:meth:`Leftover.in_flight` asks it): in flight while its description is ``still_possible``, or
+while it is younger than the grace period; every reader of leaks asks the census
+(:mod:`shardsink.maintenance.census_read`).
 
 The lower of a description comes from a retained batch, else its manifests, else the
 smallest ``_time`` of one readable part: every part's times are at or above the lower, so a
@@ -38,16 +38,16 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
+from shardsink.core import census as cs
 from shardsink.core import fate as ft
 from shardsink.core.admin import AdminHandle, StagedObject
+from shardsink.core.census import SPARK_TEMPORARY, FateName
 from shardsink.core.shard import Shard
 from shardsink.maintenance.gc_staged import left_alone, manifest_lower, min_time
 from shardsink.maintenance.history import list_state, protected, retained_start
 
-FateName = Literal["committed", "cannot_commit", "still_possible", "unknown", "compaction", "undecided"]
-
-#: A path segment Spark's file output committer writes task attempts under.
-SPARK_TEMPORARY = "/_temporary/"
+__all__ = ["SPARK_TEMPORARY", "FateName", "Leftover", "StagedLeftover", "by_description", "classify",
+           "description_lower", "leftovers"]
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ class StagedLeftover:
     @property
     def temporary(self) -> bool:
         """Under a Spark ``_temporary/`` folder: a task attempt's output before its job committed."""
-        return SPARK_TEMPORARY in f"/{self.key}"
+        return cs.temporary(self.key)
 
 
 @dataclass(frozen=True)
@@ -97,18 +97,10 @@ class Leftover:
         return max((o.age_s for o in self.objects), default=0.0)
 
     def in_flight(self, obj: StagedLeftover, *, grace_s: float) -> str | None:
-        """Why ``obj`` (one of :attr:`objects`) is in flight, or None: a leak (module docstring)."""
-        if self.fate == "still_possible":
-            return f"description {self.desc_id} may still commit ({self.note})"
-        if obj.age_s >= grace_s:
-            return None
-        if obj.temporary:
-            return "a Spark task attempt's output (_temporary/), younger than the grace period"
-        if self.fate == "compaction":
-            return f"compaction {self.desc_id}, younger than the grace period"
-        if self.fate == "undecided":
-            return f"description {self.desc_id}'s lower is not known yet ({self.note})"
-        return None
+        """Why ``obj`` (one of :attr:`objects`) is in flight, or None: leaked
+        (:func:`shardsink.core.census.in_flight`)."""
+        return cs.in_flight(self.desc_id, cs.Fated(self.fate, self.note), key=obj.key, age_s=obj.age_s,
+                            grace_s=grace_s)
 
     def to_dict(self) -> dict[str, Any]:
         return {"desc_id": self.desc_id, "lower": self.lower, "fate": self.fate, "note": self.note,

@@ -1,4 +1,4 @@
-"""``verify``: check a shard's retained state and data end to end, and list leaked objects.
+"""``verify``: check a shard's retained state and data end to end, and classify its objects.
 
 Problems (each names its object; any problem makes ``shardsink verify`` exit 4):
 
@@ -9,19 +9,13 @@ Problems (each names its object; any problem makes ``shardsink verify`` exit 4):
 * a rollup the head needs that is missing;
 * a referenced part that is missing, has another byte size or another row count than
   the state records;
-* a negative multiplicity as of ``since`` (the oldest readable time) or ``upper − 1``.
+* a negative multiplicity as of ``since`` (the oldest readable time) or ``upper − 1``;
+* on a shard with no other problem, a retained history GC cannot classify objects by.
 
-In flight (listed apart, neither problems nor leaks): unreferenced parts and manifests of a
-description that may still commit (its writer may be running, or its append be retried),
-and, younger than the grace period, a Spark write's ``_temporary/`` files, a compaction's
-output and objects of a description whose lower nothing tells yet
-(:mod:`shardsink.maintenance.leftovers`).
-
-Leaks (listed, not problems: GC removes them): the other unreferenced parts and manifests,
-rollups below the oldest version, versions below an anchored version left by an
-interrupted GC (also below a gap: ``history.retained_start``), expired leases, and
-objects under no known prefix. Reclock's root objects (read plans under ``plans/``,
-``health.json``, ``reclock.json``) are known, not leaks: GC ages the plans out.
+Objects (neither problems nor ever deleted here): every object is live, awaiting GC, in flight or
+leaked, as :func:`shardsink.maintenance.census_read.take_census` says (the one classification
+the Shards page, ``inspect --objects`` and GC's dry run show too): :attr:`VerifyReport.leaks`
+and :attr:`VerifyReport.in_flight` are its leaked and in-flight objects.
 """
 
 from __future__ import annotations
@@ -34,18 +28,15 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-import shardsink.reclock.layout  # noqa: F401  (registers reclock's root objects: not leaks)
 from shardsink.core import checks as ck
-from shardsink.core import leases as ls
 from shardsink.core import state as st
-from shardsink.core.admin import AdminHandle, StagedObject
+from shardsink.core.admin import AdminHandle
+from shardsink.core.census import Census, Classified
 from shardsink.core.shard import Shard
 from shardsink.errors import CorruptionError, ShardsinkError
+from shardsink.maintenance.census_read import take_census
 from shardsink.maintenance.gc_types import DEFAULT_GRACE_S
 from shardsink.maintenance.history import Listing, batches_at, list_state, retained_start
-from shardsink.maintenance.leftovers import by_description, classify
-from shardsink.sinks.cancel import CANCEL_PREFIX  # noqa: F401  (registers the slots' failure markers: not leaks)
-from shardsink.sources import landing_layout as _landing_layout  # noqa: F401  (registers the index and plans)
 
 #: The exit code of ``shardsink verify`` when it finds problems.
 EXIT_PROBLEMS = 4
@@ -59,6 +50,8 @@ class Problem:
 
 @dataclass(frozen=True)
 class Leak:
+    """A leaked object (:mod:`shardsink.core.census`)."""
+
     object: str
     kind: str  # part | manifest | rollup | version | lease | unknown
     bytes: int
@@ -67,7 +60,7 @@ class Leak:
 
 @dataclass(frozen=True)
 class InFlight:
-    """A staged object that is not a leak (yet): ``why`` says what may still use it."""
+    """A staged object that is not leaked: ``why`` says what may still commit or delete it."""
 
     object: str
     kind: str  # part | manifest
@@ -84,31 +77,41 @@ class VerifyReport:
     versions: int
     parts: int
     problems: tuple[Problem, ...]
-    leaks: tuple[Leak, ...]
-    in_flight: tuple[InFlight, ...] = ()
+    #: Every object in its class (None: it could not be classified; a problem says why).
+    objects: Census | None = None
 
     @property
     def ok(self) -> bool:
         return not self.problems
+
+    @property
+    def leaks(self) -> tuple[Leak, ...]:
+        return tuple(Leak(o.key, o.kind, o.bytes, o.age_s) for o in self._of("leaked"))
+
+    @property
+    def in_flight(self) -> tuple[InFlight, ...]:
+        return tuple(InFlight(o.key, o.kind, o.bytes, o.age_s, o.why) for o in self._of("in_flight"))
+
+    def _of(self, cls: str) -> tuple[Classified, ...]:
+        return () if self.objects is None else tuple(o for o in self.objects.objects if o.cls == cls)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "url": self.url, "ok": self.ok, "head": self.head, "oldest": self.oldest, "versions": self.versions,
             "parts": self.parts, "problems": [asdict(p) for p in self.problems],
             "leaks": [asdict(x) for x in self.leaks], "in_flight": [asdict(x) for x in self.in_flight],
+            "objects": None if self.objects is None else self.objects.to_dict(),
         }
 
 
 def verify(shard: Shard, *, check_rows: bool = True, now: float | None = None,
            grace_s: float = DEFAULT_GRACE_S) -> VerifyReport:
     """Run every check (module docstring). ``check_rows`` reads each part's footer (one GET each).
-    ``grace_s``: how young a Spark ``_temporary/`` file (or a compaction's or an undecided
-    description's object) must be to count as in flight rather than leaked."""
+    ``now`` and ``grace_s``: the clock and grace period objects are classified at."""
     ck.check_seconds(grace_s, what="grace period")
     t = time.time() if now is None else now
     m = shard.admin()
     problems: list[Problem] = []
-    leaks: list[Leak] = []
     # The head first, then the listing: a version committed in between is listed, not a gap.
     head_version: st.Version | None = None
     try:
@@ -119,20 +122,18 @@ def verify(shard: Shard, *, check_rows: bool = True, now: float | None = None,
     listing = list_state(m)
     oldest = listing.oldest
     if oldest is None:
-        return VerifyReport(shard.url, None, None, 0, 0, (Problem(m.versions_folder, "no state versions"),), ())
+        return VerifyReport(shard.url, None, None, 0, 0, (Problem(m.versions_folder, "no state versions"),))
     if head is None:
         head = max(listing.versions)
     while head + 1 in listing.versions:  # committed while we listed
         head += 1
     try:
-        # Versions an interrupted GC left below a gap under its anchored version are leaks.
+        # Versions an interrupted GC left below a gap under its anchored version are leaked.
         oldest = retained_start(m, listing, head)
     except CorruptionError:
         for s in listing.gaps(head):
             problems.append(Problem(m.version_object(s),
                                     f"missing from the chain of retained versions [{oldest}, {head}]"))
-    for s in sorted(x for x in listing.versions if x < oldest):
-        leaks.append(Leak(m.version_object(s), "version", listing.versions[s].size, t - listing.versions[s].modified))
     for s in sorted(x for x in listing.versions if x > head):
         problems.append(Problem(m.version_object(s), f"exists beyond the head {head} (after a gap in the chain)"))
 
@@ -140,66 +141,30 @@ def verify(shard: Shard, *, check_rows: bool = True, now: float | None = None,
     _check_chain(m, versions, problems)
     _check_hint(m, oldest, problems)
 
-    start, refs = _referenced(m, versions, listing, problems)
-    for s in range(oldest, start):
-        if s not in listing.versions:
-            continue  # a gap: reported as a problem above
-        leaks.append(Leak(m.version_object(s), "version", listing.versions[s].size, t - listing.versions[s].modified))
-    for r, o in sorted(listing.rollups.items()):
-        if r < oldest:
-            leaks.append(Leak(o.key, "rollup", o.size, t - o.modified))
+    refs = _referenced(m, versions, listing, problems)
     if head_version is not None:
         base = head_version.header.rollup
         if base > 0 and base not in listing.rollups:
             problems.append(Problem(m.rollup_object(base),
                                     f"missing; the head (version {head}) reads its batches from it"))
 
-    listed_parts = m.list_parts()
-    listed = {o.key: o.info for o in listed_parts}
+    listed = {o.key: o.info for o in m.list_parts()}
     _check_parts(m, refs, listed, problems, check_rows=check_rows)
-    loose = [o for o in listed_parts if o.key not in refs]
-    staged = _staged(m, loose, m.list_manifests(), head_version, now=t, grace_s=grace_s)
-    leaks += staged[0]
-    in_flight = staged[1]
-    for x in ls.all_leases(shard):
-        if x.expires_at + ls.CLOCK_SKEW_S < t:
-            leaks.append(Leak(x.key, "lease", 0, t - x.expires_at))
-    for o in m.list_objects():
-        if not m.is_known(o.key):
-            leaks.append(Leak(o.key, "unknown", o.size, t - o.modified))
-
     if not any(m.is_part(p.object) for p in problems) and head in versions:
         _check_multiplicity(shard, versions[head].header, problems)
-    return VerifyReport(shard.url, head, oldest, len(versions), len(refs), tuple(problems), tuple(leaks),
-                        tuple(in_flight))
+    objects = _classified(shard, problems, now=t, grace_s=grace_s)
+    return VerifyReport(shard.url, head, oldest, len(versions), len(refs), tuple(problems), objects)
 
 
-def _staged(m: AdminHandle, parts: list[StagedObject], manifests: list[StagedObject], head: st.Version | None, *,
-            now: float, grace_s: float) -> tuple[list[Leak], list[InFlight]]:
-    """Unreferenced ``parts`` and every manifest, as leaks or in flight (:mod:`.leftovers`).
-    Without a head (a problem reported already) every one is a leak."""
-    leaks: list[Leak] = []
-    flying: list[InFlight] = []
-    pg, stray = by_description(parts)
-    mg, stray_m = by_description(manifests)
-    for o in (*stray, *stray_m):
-        leaks.append(Leak(o.key, o.kind, o.size, now - o.modified))
-    for d in sorted(set(pg) | set(mg)):
-        if head is None:
-            leaks += [Leak(o.key, o.kind, o.size, now - o.modified) for o in (*pg.get(d, []), *mg.get(d, []))]
-            continue
-        try:
-            lo = classify(m, d, pg.get(d, []), mg.get(d, []), head_upper=head.header.upper, now=now, precise=False)
-        except ShardsinkError:  # its fate cannot be read (a broken history is reported as a problem)
-            leaks += [Leak(o.key, o.kind, o.size, now - o.modified) for o in (*pg.get(d, []), *mg.get(d, []))]
-            continue
-        for x in lo.objects:
-            why = lo.in_flight(x, grace_s=grace_s)
-            if why is None:
-                leaks.append(Leak(x.key, x.kind, x.bytes, x.age_s))
-            else:
-                flying.append(InFlight(x.key, x.kind, x.bytes, x.age_s, why))
-    return sorted(leaks, key=lambda x: x.object), flying
+def _classified(shard: Shard, problems: list[Problem], *, now: float, grace_s: float) -> Census | None:
+    """The shard's objects in their classes; None if they cannot be classified (a problem, unless
+    another one already says what is wrong with the history)."""
+    try:
+        return take_census(shard, now=now, grace_s=grace_s)
+    except ShardsinkError as e:
+        if not problems:
+            problems.append(Problem(shard.url, f"its objects cannot be classified (GC could not collect them): {e}"))
+        return None
 
 
 def _decode_all(m: AdminHandle, oldest: int, head: int, listing: Listing,
@@ -249,12 +214,12 @@ def _check_hint(m: AdminHandle, oldest: int, problems: list[Problem]) -> None:
 
 
 def _referenced(m: AdminHandle, versions: dict[int, st.Version], listing: Listing,
-                problems: list[Problem]) -> tuple[int, dict[str, tuple[st.PartMeta, int]]]:
+                problems: list[Problem]) -> dict[str, tuple[st.PartMeta, int]]:
     """Parts referenced by the retained versions, from the oldest version whose batch list is
     computable (an interrupted GC may leave older, condemned versions above a broken chain)."""
     refs: dict[str, tuple[st.PartMeta, int]] = {}
     if not versions:
-        return 0, refs
+        return refs
     lo, hi = min(versions), max(versions)
     candidates = [lo, *sorted(r for r in listing.rollups if lo < r <= hi)]
     for start in candidates:
@@ -271,9 +236,9 @@ def _referenced(m: AdminHandle, versions: dict[int, st.Version], listing: Listin
             for b in v.added if v is not None else ():
                 for p in b.parts:
                     refs.setdefault(p.key, (p, s))
-        return start, refs
+        return refs
     problems.append(Problem(m.version_object(lo), f"no retained version's batch list can be computed: {last}"))
-    return lo, refs
+    return refs
 
 
 def _check_parts(m: AdminHandle, refs: dict[str, tuple[st.PartMeta, int]], listed: dict[str, Any],
