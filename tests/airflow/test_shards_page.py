@@ -8,8 +8,9 @@ the shardsink plugin loaded from its entry point and the simple auth manager (us
 test-only tests/support/auth/shardsink_test_auth.py to deny ``noassets`` (an admin) access
 to assets. ``[shardsink] shard_urls`` also names a shard not created yet and one evolved
 with ``shardsink schema --add/--rename`` (its schema history). The DAG's shard also holds a
-later day staged ahead of its upper (a backfill's run waiting its turn to append). The
-browser test drives Debian's headless Chromium (``make test`` installs it, as it does Java).
+later day staged ahead of its upper (a backfill's run waiting its turn to append), and the
+evolved one the parts a compaction replaced (awaiting GC). The browser test drives Debian's
+headless Chromium (``make test`` installs it, as it does Java).
 """
 
 from __future__ import annotations
@@ -143,11 +144,15 @@ def stack(tmp_path_factory: pytest.TempPathFactory, airflow_template: Path) -> I
 
 
 def _evolved_shard(url: str) -> str:
-    """A shard with one batch, then ``shardsink schema --add score:double`` and ``--rename user:who``."""
+    """A shard with one batch, then ``shardsink schema --add score:double`` and ``--rename user:who``,
+    a second batch and ``shardsink compact``: the two batches' parts await GC (versions 1 to 4 read them)."""
     shard = Shard.create(url, pa.schema([("user", pa.string()), ("n", pa.int64())]), upper=0)
     shard.append(pa.table({"user": ["a"], "n": [1], "_time": [0]}), lower=0, upper=1000)
     assert main(["schema", url, "--add", "score:double"]) == 0
     assert main(["schema", url, "--rename", "user:who"]) == 0
+    Shard.open(url).append(pa.table({"who": ["b"], "n": [2], "score": [0.5], "_time": [1000]}), lower=1000,
+                           upper=2000)
+    assert main(["compact", url]) == 0
     return shard.url
 
 
@@ -187,7 +192,7 @@ def test_shards_api_lists_the_dag_shard_with_its_frontiers_and_last_dag_run(stac
         ("configured", False), ("evolved", True)]
     info = Shard.open(stack.shard_url).info()
     assert (row["upper"], row["seqno"], row["rows"]) == (info.upper, info.seqno, 120)
-    assert row["upper_time"] == "2024-01-02T00:00:00.000Z" and row["leaked"] == 0
+    assert row["upper_time"] == "2024-01-02T00:00:00.000Z" and row["objects"]["counts"]["leaked"]["count"] == 0
     waiting = json.loads(stack.get(f"/shardsink/api/shards/{row['id']}", token=stack.token("viewer"))[1])[
         "staged_waiting"]
     assert [(w["desc_id"], w["lower_time"], w["upper_time"], w["staged_slots"], w["slots"], w["turn"])
@@ -218,6 +223,11 @@ def test_shards_api_lists_the_dag_shard_with_its_frontiers_and_last_dag_run(stac
         (1, "who", "string"), (2, "n", "int64"), (3, "score", "double")]
     detail = json.loads(stack.get(f"/shardsink/api/shards/{eid}", token=stack.token("viewer"))[1])
     assert detail["schema_history"] == hist and detail["schema_id"] == 2
+    # The compacted-away parts await GC (not leaked), with what GC waits for: no retention is set.
+    assert {c: n["count"] for c, n in detail["objects"]["counts"].items()} == {
+        "live": 1, "retained": 2, "in_flight": 0, "leaked": 0}
+    assert all(o["until"] == 4 and o["gc_after"] is None and "a retention on the shard" in o["why"]
+               for o in detail["objects"]["objects"]), detail["objects"]
     assert stack.get(f"/shardsink/api/shards/{eid}/schema")[0] == 401
 
 
@@ -294,6 +304,16 @@ def test_browser_logs_in_sees_the_shard_page_and_opens_the_commits_dag_run(stack
         assert "schema 2 (current)" in rows[0] and "who: string (#1), n: int64 (#2), score: double (#3)" in rows[0]
         assert "user: string (#1), n: int64 (#2), score: double (#3)" in rows[1] and "UTC" in rows[1]
         assert "user: string (#1), n: int64 (#2)" in rows[2] and "creation" in rows[2]
+        # Its compacted-away parts are labelled awaiting GC, not leaked: only leaks are red.
+        retained = d.find_elements(By.CSS_SELECTOR, "#objects tr.object[data-class='retained']")
+        assert len(retained) == 2 and not d.find_elements(By.CSS_SELECTOR, "#objects tr.object[data-class='leaked']")
+        for r in retained:
+            label = r.find_element(By.CSS_SELECTOR, "td")
+            assert label.text == "awaiting GC" and "warn" not in (label.get_attribute("class") or ""), r.text
+            assert "only state versions up to 4 reference it" in r.text and "not by time alone" in r.text, r.text
+        card = d.find_element(By.CSS_SELECTOR, ".card[data-class='retained']").text.lower()
+        assert "awaiting gc" in card and "2" in card, card
+        assert "ok" in (d.find_element(By.CSS_SELECTOR, ".card[data-class='leaked'] .v").get_attribute("class") or "")
     finally:
         d.quit()
 

@@ -22,6 +22,7 @@ from shardsink.core import leases
 from shardsink.core.checks import TIME_MAX
 from shardsink.errors import InvalidUsageError
 from shardsink.maintenance import compaction_pass, set_retention
+from shardsink.maintenance.census_read import take_census
 from shardsink.maintenance.gc_types import GcOptions
 from shardsink.storage import Blob
 
@@ -145,7 +146,7 @@ def test_python_api_refuses_out_of_range_and_wrong_types_and_writes_nothing(
     _refused(lambda: shard.snapshot(2**63), str(2**63))
     _refused(lambda: shard.snapshot("5"), "not an integer")  # type: ignore[arg-type]
     _refused(lambda: shard.changes(0, 2**63), str(2**63))
-    _refused(lambda: shard.leaked_parts(grace_seconds=nan), "nan")
+    _refused(lambda: take_census(shard, grace_s=nan), "nan")
     _refused(lambda: shard.log(limit=True), "not an integer")  # type: ignore[arg-type]
     _refused(lambda: GcOptions(grace_s=nan), "nan")
     _refused(lambda: GcOptions(grace_s=math.inf), "inf")

@@ -16,7 +16,6 @@ with pyarrow (:meth:`ReadHandle.read_plan`) and consolidates it.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -29,7 +28,6 @@ from shardsink.core import checks as ck
 from shardsink.core import leases as ls
 from shardsink.core import part_io as pio
 from shardsink.core import plan as pl
-from shardsink.core import roots
 from shardsink.core import schema as sch
 from shardsink.core import state as st
 from shardsink.core.commits import Commit
@@ -39,7 +37,7 @@ from shardsink.core.machine import Machine
 from shardsink.core.plan import ReadPlan, SchemaChoice
 from shardsink.core.updates import COUNT, TIME
 from shardsink.errors import CorruptionError
-from shardsink.storage.base import Blob, ObjectInfo
+from shardsink.storage.base import Blob
 
 __all__ = ["ReadHandle", "SchemaChoice", "ShardInfo"]
 
@@ -177,17 +175,6 @@ class ReadHandle:
     def open_part(self, part: st.PartMeta, *, referenced_by: str = "the shard state") -> pq.ParquetFile:
         """One part, opened for streaming reads; CorruptionError naming ``referenced_by`` if missing."""
         return pio.open_part(self._machine.blob, part, referenced_by=referenced_by)
-
-    def leaked_parts(self, *, grace_seconds: float = 0.0) -> list[ObjectInfo]:
-        """Objects under ``parts/`` that no live batch references, older than the grace period.
-
-        SUBTLE: a part younger than the grace period may belong to an in-flight writer
-        that is about to commit it; it is not reported (and must never be collected).
-        Cost: one listing of ``parts/``; meant for operators and GC, not hot paths.
-        """
-        live = {p.key for b in self.batches() for p in b.parts}
-        cutoff = time.time() - ck.check_seconds(grace_seconds, what="grace")
-        return [o for o in self._machine.blob.list(roots.PARTS_PREFIX) if o.key not in live and o.modified <= cutoff]
 
     # --- contents -----------------------------------------------------------------
 

@@ -31,7 +31,7 @@ from shardsink.core.transitions import SchemaConflict, Unchanged
 from shardsink.core.updates import check_schema
 from shardsink.core.write import AppendResult, StagedBatch, WriteHandle
 from shardsink.errors import InvalidUsageError, ShardExistsError
-from shardsink.storage.base import Blob, ObjectInfo
+from shardsink.storage.base import Blob
 from shardsink.storage.retry import COMMIT, STORAGE, RetryingBlob
 from shardsink.storage.url import open_blob, parse_url
 
@@ -169,15 +169,6 @@ class Shard:
 
     def batches(self) -> tuple[st.BatchMeta, ...]:
         return self._reader.batches()
-
-    def leaked_parts(self, *, grace_seconds: float = 0.0) -> list[ObjectInfo]:
-        """Objects under ``parts/`` that no live batch references, older than the grace period.
-
-        SUBTLE: a part younger than the grace period may belong to an in-flight writer
-        that is about to commit it; it is not reported (and must never be collected).
-        Cost: one listing of ``parts/``; meant for operators and GC, not hot paths.
-        """
-        return self._reader.leaked_parts(grace_seconds=grace_seconds)
 
     def snapshot(self, as_of: int | None = None, *, schema: SchemaChoice = "current") -> pa.Table:
         """Consolidated contents as of ``as_of`` (default upper - 1): user columns + ``_count``.

@@ -56,8 +56,9 @@ def get_provider_info() -> dict[str, Any]:
                         "default": "",
                     },
                     "leak_grace_seconds": {
-                        "description": "Unreferenced parts younger than this are not reported as leaked "
-                                       "(an in-flight writer may still commit them).",
+                        "description": "The GC grace period the Shards page classifies objects by: an "
+                                       "unreferenced object younger than this is in flight, not leaked (its "
+                                       "writer may still commit or delete it). Keep it the maintenance DAG's.",
                         "version_added": "0.1.0", "type": "float", "example": "3600", "default": "3600",
                     },
                 },

@@ -5,7 +5,7 @@ Routes (all GET)::
     /shardsink/ui/                        the page (list; ``?shard=<id>`` shows one shard)
     /shardsink/ui/shards.js               its script
     /shardsink/api/shards                 the list: every shard the DAGs declare or the config names
-    /shardsink/api/shards/{id}            one shard: summary, commits, schema history, leases, leaked parts
+    /shardsink/api/shards/{id}            one shard: summary, commits, schema history, leases, objects by class
     /shardsink/api/shards/{id}/schema     its schema history (as ``shardsink schema URL --json``)
     /shardsink/api/shards/{id}/snapshot   the first rows as of ``?as_of=<ms>`` (default upper - 1)
 

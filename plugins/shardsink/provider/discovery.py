@@ -30,11 +30,13 @@ def configured_urls() -> list[str]:
 
 
 def leak_grace_seconds() -> float:
+    """``[shardsink] leak_grace_seconds``: the grace period the page classifies objects by (GC's default)."""
     from airflow.configuration import conf
 
     from shardsink.core.checks import check_seconds
+    from shardsink.maintenance.gc_types import DEFAULT_GRACE_S
 
-    return check_seconds(conf.getfloat("shardsink", "leak_grace_seconds", fallback=3600.0),
+    return check_seconds(conf.getfloat("shardsink", "leak_grace_seconds", fallback=DEFAULT_GRACE_S),
                          what="[shardsink] leak_grace_seconds")
 
 

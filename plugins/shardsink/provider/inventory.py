@@ -5,8 +5,10 @@ none writes or deletes anything. Shard URLs name a bucket and a prefix or a loca
 never credentials (:mod:`shardsink.storage.url` refuses anything else), so they are safe
 to show.
 
-Cost per shard: ``summary`` = one head read + one listing of ``parts/`` + one of
-``leases/``; ``detail`` adds one read per state version shown (bounded by ``limit``) and,
+Cost per shard: ``summary`` = one head read and the classification of its objects
+(:func:`shardsink.maintenance.census_read.take_census`: one listing of the shard, GC's horizon,
+the retained removals and the fates of unreferenced descriptions; the only answer to "what is
+leaked" or "awaiting GC"); ``detail`` adds one read per state version shown (bounded by ``limit``) and,
 for the staged-but-waiting band, one listing of ``staging/`` and one manifest read per staged
 description; ``preview`` = a full snapshot read (bounded by the shard's size; meant for
 small/medium shards and on-call inspection, not for bulk export); ``schema_history`` = one
@@ -26,13 +28,16 @@ from typing import Any
 
 from shardsink.cli_schema import entry_json
 from shardsink.core import schema as sch
+from shardsink.core import state as st
+from shardsink.core.census import Census
 from shardsink.core.commits import Commit
 from shardsink.core.shard import Shard
+from shardsink.errors import CorruptionError
+from shardsink.maintenance.census_read import take_census
+from shardsink.maintenance.gc_types import DEFAULT_GRACE_S
 from shardsink.sinks.waiting import waiting_json
 from shardsink.storage.url import parse_url
 
-#: Parts younger than this are not reported as leaked (an in-flight writer may commit them).
-DEFAULT_GRACE_S = 3600.0
 #: Commits shown on a shard's page (newest first); the chart uses the same versions.
 DEFAULT_HISTORY = 200
 #: Rows shown by the snapshot preview.
@@ -78,24 +83,36 @@ def _commit(seqno: int, c: Commit, *, upper: int | None, since: int) -> dict[str
     }
 
 
-def summary(url: str, *, grace_s: float = DEFAULT_GRACE_S) -> dict[str, Any]:
-    """One row of the shard list: frontiers, sizes, retention, leases, leaks and the last commit."""
-    shard = Shard.open(url)
+def summary(url: str, *, grace_s: float = DEFAULT_GRACE_S, now: float | None = None) -> dict[str, Any]:
+    """One row of the shard list: frontiers, sizes, retention, leases, its objects by class
+    (``objects``: counts and bytes, no list) and the last commit."""
+    row, _, _ = _summary(Shard.open(url), url, grace_s=grace_s, now=now)
+    return row
+
+
+def _summary(shard: Shard, url: str, *, grace_s: float, now: float | None
+             ) -> tuple[dict[str, Any], Census | None, st.Version]:
+    """The list row, the classification behind its ``objects`` and the head it describes."""
     v = shard.reader().head()
     h = v.header
     retention = getattr(h, "retention", None)  # added by maintenance; absent on older shards
     leases = shard.leases()
-    leaked = shard.leaked_parts(grace_seconds=grace_s)
+    census: Census | None = None
+    error = None
+    try:
+        census = take_census(shard, now=now, grace_s=grace_s)
+    except CorruptionError as e:  # the page still shows the shard; verify names what is broken
+        error = f"its objects cannot be classified: {e}"
     return {
         "id": shard_id(url), "url": shard.url, "exists": True,
         "seqno": v.seqno, "upper": h.upper, "upper_time": iso(h.upper), "closed": h.upper is None,
         "since": h.since, "since_time": iso(h.since),
         "batches": h.stats.batches, "parts": h.stats.parts, "rows": h.stats.rows, "bytes": h.stats.bytes,
-        "retention_ms": retention,
-        "leases": len(leases), "leaked": len(leaked), "leaked_bytes": sum(o.size for o in leaked),
+        "retention_ms": retention, "leases": len(leases),
+        "objects": None if census is None else census.to_dict(listed=False), "objects_error": error,
         "schema": [{"name": f.name, "type": str(f.type)} for f in h.schema], "schema_id": sch.current(h).id,
         "last_commit": _commit(v.seqno, v.commit, upper=h.upper, since=h.since),
-    }
+    }, census, v
 
 
 def missing(url: str) -> dict[str, Any]:
@@ -103,20 +120,22 @@ def missing(url: str) -> dict[str, Any]:
     return {"id": shard_id(url), "url": str(parse_url(url)), "exists": False}
 
 
-def detail(url: str, *, limit: int = DEFAULT_HISTORY, grace_s: float = DEFAULT_GRACE_S) -> dict[str, Any]:
-    """A shard's page: its summary, the last ``limit`` commits (newest first, each with the shard's
-    upper and since after it: the chart's points), the schema history (oldest first, as of the
-    summary's seqno), the descriptions staged at or ahead of the upper (a backfill's band of
-    intervals waiting to append in order: :func:`shardsink.sinks.waiting.waiting_json`, each with
-    its ``lower_time`` / ``upper_time``; reads only, never a fate: one may have committed since),
-    live leases and leaked parts."""
-    out = summary(url, grace_s=grace_s)
+def detail(url: str, *, limit: int = DEFAULT_HISTORY, grace_s: float = DEFAULT_GRACE_S,
+           now: float | None = None) -> dict[str, Any]:
+    """A shard's page: its summary, the last ``limit`` commits back to the oldest retained version (newest
+    first, each with the shard's upper and since after it: the chart's points), the schema history
+    (oldest first, as of the summary's seqno), the descriptions staged at or ahead of the upper (a
+    backfill's band of intervals waiting to append in order:
+    :func:`shardsink.sinks.waiting.waiting_json`, each with its ``lower_time`` / ``upper_time``; reads
+    only, never a fate: one may have committed since), live leases, and every object but the live ones
+    in its class (``objects.objects``: awaiting GC with when GC may take it, in flight, leaked;
+    :mod:`shardsink.core.census`)."""
     shard = Shard.open(url)
-    head = out["seqno"]
-    versions = shard.reader().versions(range(head, max(-1, head - limit), -1))
+    out, census, head = _summary(shard, url, grace_s=grace_s, now=now)
+    versions = shard.reader().history(limit=limit, head=head)  # back to the oldest retained version
     out["schema_history"] = [entry_json(e) for e in sch.history(versions[0].header)]
     out["commits"] = [_commit(v.seqno, v.commit, upper=v.header.upper, since=v.header.since) for v in versions]
-    out["history_complete"] = head - limit < 0
+    out["history_complete"] = versions[-1].seqno == 0
     out["staged_waiting"] = [{**w, "lower_time": iso(w["lower"]), "upper_time": iso(w["upper"])}
                              for w in waiting_json(shard, out["upper"])]
     out["lease_list"] = [
@@ -124,11 +143,8 @@ def detail(url: str, *, limit: int = DEFAULT_HISTORY, grace_s: float = DEFAULT_G
          "acquired_at": iso(int(ls.acquired_at * 1000)), "expires_at": iso(int(ls.expires_at * 1000))}
         for ls in shard.leases()
     ]
-    out["leaked_list"] = [
-        {"key": o.key, "bytes": o.size, "modified": iso(int(o.modified * 1000))}
-        for o in shard.leaked_parts(grace_seconds=grace_s)
-    ]
-    out["grace_s"] = grace_s
+    if census is not None:
+        out["objects"] = census.to_dict()
     return out
 
 

@@ -72,18 +72,19 @@
     const q = dag && run ? "?dag_id=" + encodeURIComponent(dag) + "&run_id=" + encodeURIComponent(run) : "";
     const data = await getJSON("shards" + q); root = data.airflow_root || "/";
     const head = el("tr", {}, ["Shard", "Upper (UTC)", "Since (UTC)", "Seqno", "Batches", "Parts", "Bytes", "Retention",
-      "Leases", "Leaked", "Last commit (UTC)", "By DAG run"].map((h) => el("th", {}, h)));
+      "Leases", "Awaiting GC", "Leaked", "Last commit (UTC)", "By DAG run"].map((h) => el("th", {}, h)));
     const utc = (iso) => when(iso).replace(" UTC", "");
     const rows = data.shards.map((s) => {
-      if (s.error) return el("tr", {}, el("td", {}, shardLink(s)), el("td", { colspan: 11, class: "err" }, s.error));
-      if (!s.exists) return el("tr", {}, el("td", {}, shardLink(s)), el("td", { colspan: 11, class: "muted" }, "not created yet"));
-      const c = s.last_commit;
+      if (s.error) return el("tr", {}, el("td", {}, shardLink(s)), el("td", { colspan: 12, class: "err" }, s.error));
+      if (!s.exists) return el("tr", {}, el("td", {}, shardLink(s)), el("td", { colspan: 12, class: "muted" }, "not created yet"));
+      const c = s.last_commit, leaked = tally(s, "leaked");
       return el("tr", { "data-shard-row": s.id },
         el("td", { class: "wrap" }, shardLink(s)), el("td", { class: "upper" }, s.closed ? "closed (∅)" : utc(s.upper_time)),
         el("td", {}, utc(s.since_time)), el("td", { class: "num" }, s.seqno), el("td", { class: "num" }, s.batches),
         el("td", { class: "num" }, s.parts), el("td", { class: "num" }, bytes(s.bytes)),
         el("td", {}, duration(s.retention_ms)), el("td", { class: "num" }, s.leases),
-        el("td", { class: "num" + (s.leaked ? " warn" : "") }, s.leaked),
+        el("td", { class: "num muted", "data-class": "retained" }, tally(s, "retained").count),
+        el("td", { class: "num" + (leaked.count ? " warn" : ""), "data-class": "leaked" }, leaked.count),
         el("td", {}, utc(c.at)), el("td", { class: "wrap" }, runLink(c)));
     });
     const title = dag && run ? "Shards written by this DAG run" : "Shards";
@@ -182,6 +183,27 @@
         el("td", { class: "mono wrap" }, e.fields.map((f) => f.name + ": " + f.type + (f.nullable ? "" : " not null") + " (#" + f.id + ")").join(", "))))));
   }
 
+  // A class's count and bytes (live, retained = "awaiting GC", in_flight, leaked: shardsink.core.census);
+  // "—" when the shard's objects could not be classified (objects_error says why).
+  function tally(s, cls) {
+    const c = s.objects && s.objects.counts[cls];
+    return c ? c : { count: "—", bytes: null, label: cls };
+  }
+
+  // Every object but the live ones, one row each: only leaks in red; awaiting GC with when GC may take it.
+  function objectsTable(objects) {
+    const head = el("tr", {}, ["Class", "Key", "Kind", "Bytes", "Age", "GC may delete it", "Why"].map((h) => el("th", {}, h)));
+    const label = { retained: "awaiting GC", in_flight: "in flight", leaked: "leaked" };
+    const age = (s) => (s >= 7200 ? (s / 3600).toFixed(1) + " h" : s >= 120 ? Math.round(s / 60) + " min" : Math.round(s) + " s");
+    return el("table", { id: "objects" }, el("thead", {}, head), el("tbody", {}, objects.map((o) =>
+      el("tr", { class: "object", "data-class": o.cls, "data-key": o.key },
+        el("td", { class: o.cls === "leaked" ? "warn" : "muted" }, label[o.cls] || o.cls),
+        el("td", { class: "mono wrap" }, o.key), el("td", {}, o.kind), el("td", { class: "num" }, bytes(o.bytes)),
+        el("td", { class: "num" }, age(o.age_s)),
+        el("td", {}, o.cls !== "retained" ? "—" : o.gc_after_time ? "from " + when(o.gc_after_time) : "not by time alone (see why)"),
+        el("td", { class: "wrap" }, o.why)))));
+  }
+
   function simpleTable(id, cols, rows, empty) {
     if (!rows.length) return el("p", { class: "muted", id }, empty);
     return el("table", { id }, el("thead", {}, el("tr", {}, cols.map(([h]) => el("th", {}, h)))),
@@ -208,7 +230,19 @@
     const cards = el("div", { class: "cards" },
       card("upper", frontier(s.upper, s.upper_time, s.closed), "upper"), card("since", when(s.since_time)), card("seqno", s.seqno),
       card("batches", s.batches), card("parts", s.parts), card("rows", s.rows), card("bytes", bytes(s.bytes)),
-      card("retention", duration(s.retention_ms)), card("live leases", s.leases), card("leaked parts", s.leaked, s.leaked ? "warn" : "ok"));
+      card("retention", duration(s.retention_ms)), card("live leases", s.leases));
+    for (const [cls, style] of [["live", ""], ["retained", "muted"], ["in_flight", "muted"], ["leaked", tally(s, "leaked").count ? "warn" : "ok"]]) {
+      const t = tally(s, cls);
+      cards.append(el("div", { class: "card", "data-class": cls }, el("div", { class: "k" }, t.label + " objects"),
+        el("div", { class: "v " + style }, t.count, t.bytes === null ? null : el("span", { class: "muted small" }, " " + bytes(t.bytes)))));
+    }
+    const objects = s.objects ? s.objects.objects : [];
+    const about = s.objects
+      ? `Judged at ${when(new Date(s.objects.now * 1000).toISOString())}, with GC's grace period of ${s.objects.grace_s} s. ` +
+        "Live: the newest version references them. Awaiting GC: only older retained versions reference them (a reader " +
+        "pinned to one may read them); GC deletes them once those versions leave the retained history: never delete them " +
+        "by hand. In flight: a writer may still commit or delete them. Leaked: nothing references them and no fate keeps them."
+      : null;
     const legend = el("div", { class: "legend muted" }, el("span", {}, el("i", { class: "sw", style: "background:#017cee" }), "upper (write frontier)"),
       el("span", {}, el("i", { class: "sw", style: "background:#dd6b20" }), "since (read frontier)" + (s.commits.some((c) => c.shard_since > 0) ? "" : ": not advanced yet (0)")),
       waiting.length ? el("span", {}, el("i", { class: "sw", style: "background:#805ad5;height:10px" }), "staged, waiting to append (ahead of the upper)") : null,
@@ -225,8 +259,9 @@
       el("h2", {}, "Commit log"), el("div", { class: "scroll" }, commitsTable(s.commits)),
       el("h2", {}, "Schema history"), el("div", { class: "scroll" }, schemaTable(s.schema_history || [])),
       el("h2", {}, "Live leases"), simpleTable("leases", [["Holder", (l) => l.holder], ["As of", (l) => when(l.as_of_time)], ["Acquired", (l) => when(l.acquired_at)], ["Expires", (l) => when(l.expires_at)]], s.lease_list, "No live leases."),
-      el("h2", {}, "Leaked parts"), el("div", { class: "sub" }, `Objects under parts/ that no live batch references, older than ${s.grace_s} s (younger ones may belong to an in-flight writer).`),
-      simpleTable("leaked", [["Key", (o) => el("span", { class: "mono" }, o.key)], ["Bytes", (o) => bytes(o.bytes)], ["Modified", (o) => when(o.modified)]], s.leaked_list, "No leaked parts."),
+      el("h2", {}, "Objects awaiting GC, in flight or leaked"),
+      s.objects_error ? el("div", { class: "err" }, s.objects_error) : el("div", { class: "sub" }, about),
+      objects.length ? el("div", { class: "scroll" }, objectsTable(objects)) : el("p", { class: "muted", id: "objects" }, "Every object is live."),
       el("h2", {}, "Snapshot preview"), form, out);
     if (s.upper !== null && s.upper > s.since) preview(id, out, null);
     else out.replaceChildren(el("p", { class: "muted" }, "Nothing is readable yet (upper = since)."));
