@@ -1,14 +1,15 @@
-"""``shardsink iceberg`` and ``create --iceberg``: locations printed, catalogs registered, hostile input refused (exit 2, nothing written)."""
+"""``shardsink iceberg`` and ``create --iceberg``: locations printed, catalogs registered, hostile
+input refused (exit 2, nothing written)."""
 
 from __future__ import annotations
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-import pytest
 import pyiceberg.catalog
+import pytest
 from pyiceberg.catalog.sql import SqlCatalog
-from pyiceberg.utils.config import Config
 from pyiceberg.table import StaticTable
+from pyiceberg.utils.config import Config
 
 from shardsink.cli import main
 from shardsink.core.shard import Shard

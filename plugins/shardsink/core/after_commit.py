@@ -75,6 +75,39 @@ def _hook_for(option: str) -> Hook | None:
         return _hooks.get(option)
 
 
+#: What a capability's view still references of the shard's parts (GC keeps them): ``(url,
+#: the shard's head version, its root objects)`` → part keys.
+Holder = Callable[[str, Version, RootObjects], frozenset[str]]
+_holders: dict[str, Holder] = {}
+
+
+def register_part_holder(option: str, holder: Holder) -> None:
+    """Declare that the view of option ``option`` references parts: GC asks ``holder`` (through
+    :func:`held_parts`) and keeps every part it names, whatever the retained state versions say."""
+    with _lock:
+        got = _holders.setdefault(option, holder)
+    if got is not holder:
+        raise ValueError(f"a part holder is already registered for option {option!r}")
+
+
+def held_parts(url: str, head: Version, roots: RootObjects) -> frozenset[str]:
+    """The parts the views of ``head``'s options reference (GC keeps them). Raises what a holder
+    raises, and LookupError for an option whose capability cannot be imported: GC must then keep
+    every part (it cannot know what the view references)."""
+    out: set[str] = set()
+    for name, _ in head.header.options:
+        _hook_for(name)  # imports the capability, which registers its holder
+        with _lock:
+            holder = _holders.get(name)
+        if holder is None and _hooks.get(name) is not None:
+            continue  # a capability that keeps a view referencing no parts
+        if holder is None:
+            raise LookupError(f"shard option {name!r} is set but no capability shardsink.{name} is importable: "
+                              "what its view references is unknown")
+        out |= holder(url, head, roots)
+    return frozenset(out)
+
+
 def notify(url: str, blob: Blob, version: Version) -> None:
     """Run the hooks of ``version``'s options (and of an option its commit changed); never raises."""
     names = [n for n, _ in version.header.options]

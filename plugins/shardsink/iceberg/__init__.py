@@ -16,12 +16,13 @@ docs/architecture.md ("The Iceberg view") for the mapping.
 
 from __future__ import annotations
 
-from shardsink.core.after_commit import register_after_commit
+from shardsink.core.after_commit import register_after_commit, register_part_holder
 from shardsink.core.roots import register_root
 from shardsink.iceberg import layout
-from shardsink.iceberg.sync import current_location, enable, find, forget, snapshot_as_of, sync, upkeep
+from shardsink.iceberg.sync import current_location, enable, find, forget, held, snapshot_as_of, sync, upkeep
 
 ROOT = register_root(f"{layout.TABLE}/", owner="shardsink.iceberg", prefix=True)
 register_after_commit(layout.OPTION, upkeep)
+register_part_holder(layout.OPTION, held)  # GC keeps what a retained snapshot references
 
 __all__ = ["current_location", "enable", "find", "forget", "snapshot_as_of", "sync"]

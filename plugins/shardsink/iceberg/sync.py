@@ -24,10 +24,11 @@ from shardsink.core.after_commit import Committed
 from shardsink.core.commits import OptionCommit
 from shardsink.core.roots import RootObjects
 from shardsink.core.shard import Shard
-from shardsink.errors import InvalidUsageError
+from shardsink.core.state import Version
+from shardsink.errors import CorruptionError, InvalidUsageError
 from shardsink.iceberg import layout
 from shardsink.iceberg import metadata as md
-from shardsink.iceberg.avro_files import ManifestRef, read_list
+from shardsink.iceberg.avro_files import ManifestRef, read_list, read_manifest_paths
 from shardsink.iceberg.schema_map import check_mappable
 from shardsink.iceberg.view import View, Writes, advance, start
 
@@ -113,8 +114,12 @@ def _roots(shard: Shard) -> RootObjects:
 
 def find(shard: Shard, head_seqno: int | None = None) -> int | None:
     """The seqno of the newest metadata file at or below the shard's head (None: no view)."""
-    roots = _roots(shard)
-    n = shard.reader().head().seqno if head_seqno is None else head_seqno
+    return newest(_roots(shard), shard.reader().head().seqno if head_seqno is None else head_seqno)
+
+
+def newest(roots: RootObjects, n: int) -> int | None:
+    """The seqno of the newest metadata file at or below seqno ``n``: probed downwards from ``n``,
+    then (after :data:`PROBE_MAX` misses) from one listing of the metadata folder."""
     for s in range(n, max(-1, n - PROBE_MAX), -1):
         if roots.fetch(layout.metadata_key(s)) is not None:
             return s
@@ -186,3 +191,27 @@ def snapshot_as_of(shard: Shard, time: int) -> md.Snapshot | None:
         return None
     return next((s for s in sorted(view.meta.snapshots, key=lambda s: s.sequence_number)
                  if (u := s.upper()) is None or u > time), None)
+
+
+def held(url: str, head: Version, roots: RootObjects) -> frozenset[str]:
+    """GC's part holder: every part a retained snapshot of the newest view references (none
+    without a view). CorruptionError if a retained snapshot's manifest list or manifest is missing."""
+    m = newest(roots, head.seqno)
+    data = None if m is None else roots.get(layout.metadata_key(m))
+    if m is None or data is None:
+        return frozenset()
+    meta = md.decode(data, where=roots.where(layout.metadata_key(m)))
+    manifests: set[str] = set()
+    for snap in meta.snapshots:
+        key = layout.list_key(layout.seqno_of_snapshot(snap.snapshot_id))
+        lst = roots.get(key)
+        if lst is None:
+            raise CorruptionError(f"{roots.where(key)}: the manifest list of a retained snapshot is missing")
+        manifests |= {r.key for r in read_list(url, lst) if r.added}
+    out: set[str] = set()
+    for key in sorted(manifests):
+        got = roots.get(key)
+        if got is None:
+            raise CorruptionError(f"{roots.where(key)}: a manifest of a retained snapshot is missing")
+        out |= set(read_manifest_paths(url, got))
+    return frozenset(out)

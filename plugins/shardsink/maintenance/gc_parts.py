@@ -14,9 +14,11 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from shardsink.core import after_commit
 from shardsink.core import fate as ft
 from shardsink.core import state as st
 from shardsink.core.admin import AdminHandle, StagedObject, is_manifest
+from shardsink.core.roots import RootObjects
 from shardsink.core.shard import Shard
 from shardsink.errors import CorruptionError, ShardsinkError
 from shardsink.maintenance.gc_staged import left_alone, manifest_lower, min_time
@@ -65,6 +67,12 @@ def collect_parts(shard: Shard, retained_from: int, listing: Listing, *, cutoff:
     except CorruptionError as e:
         out.skipped.append(f"parts and manifests not collected: the retained history is unreadable ({e})")
         return out
+    try:  # parts a derived view (the Iceberg view's retained snapshots) still references: kept
+        held = after_commit.held_parts(shard.url, head, RootObjects(shard.url)) if head.header.options else frozenset()
+    except Exception as e:  # its references unknown: keep every part this pass
+        out.skipped.append(f"parts and manifests not collected: a view's references are unknown ({e})")
+        return out
+    listed_parts = [o for o in listed_parts if o.key not in held]
 
     groups, manifests = _group_unreferenced(listed_parts, listed_staging, refs, cutoff=cutoff, out=out)
     condemned, sizes = _condemn(admin, groups, manifests, refs, lowers, cutoff=cutoff, out=out)
