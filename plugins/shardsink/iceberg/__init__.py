@@ -19,7 +19,7 @@ from __future__ import annotations
 from shardsink.core.after_commit import register_after_commit, register_part_holder
 from shardsink.core.roots import register_root
 from shardsink.iceberg import layout
-from shardsink.iceberg.sync import current_location, enable, find, forget, held, snapshot_as_of, sync, upkeep
+from shardsink.iceberg.keeper import current_location, enable, find, forget, held, snapshot_as_of, sync, upkeep
 
 ROOT = register_root(f"{layout.TABLE}/", owner="shardsink.iceberg", prefix=True)
 register_after_commit(layout.OPTION, upkeep)

@@ -13,7 +13,7 @@ import re
 
 from shardsink.core.shard import Shard
 from shardsink.errors import InvalidUsageError
-from shardsink.iceberg.sync import current_location
+from shardsink.iceberg.keeper import current_location
 
 _TABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+")
 
