@@ -15,8 +15,8 @@ from shardsink.core import after_commit
 from shardsink.core.roots import RootObjects
 from shardsink.core.shard import Shard
 from shardsink.errors import InvalidUsageError
-from shardsink.iceberg import layout
 from shardsink.iceberg import keeper as isync
+from shardsink.iceberg import layout
 from shardsink.iceberg.view import advance
 from shardsink.maintenance.compact import compact_batches
 from shardsink.maintenance.gc import collect
@@ -82,7 +82,7 @@ def test_two_writers_of_the_same_snapshot_write_it_once(shard_url: str) -> None:
     def one() -> None:
         try:
             iceberg.sync(Shard.open(shard.url))
-        except BaseException as e:  # noqa: BLE001
+        except BaseException as e:
             errors.append(e)
 
     threads = [threading.Thread(target=one) for _ in range(2)]
