@@ -61,6 +61,9 @@ class ShardOptions:
     retention: timedelta | str | None = None
     aws_conn_id: str | None = None
     part_order: PartOrder | None = None
+    #: Keep an Iceberg view of the shard (:mod:`shardsink.iceberg`): the append task turns it on after
+    #: its commit when the shard does not have it yet; every later commit keeps it current.
+    iceberg: bool = False
 
     def checked_part_order(self, *, default: PartOrder = "unordered") -> PartOrder:
         """``part_order`` (``default`` when None), or InvalidUsageError naming it (at DAG parse time)."""

@@ -39,6 +39,8 @@ class IngestSettings:
     backoff_cap: float = 30.0
     #: The shard's retention to keep set (a duration spec, "none" = all history); None: unmanaged.
     retention: str | None = None
+    #: Keep an Iceberg view of the shard (``ShardOptions.iceberg``): turned on after the first commit.
+    iceberg: bool = False
     #: Airflow ``aws`` connection for S3 stores (:mod:`shardsink.airflow.credentials`); None: the environment.
     aws_conn_id: str | None = None
     max_chain: int = 16

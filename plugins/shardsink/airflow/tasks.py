@@ -247,6 +247,8 @@ def append_task(settings: IngestSettings, attempt: int, descs: list[dict[str, An
 def _after_commit(settings: IngestSettings, shard: Shard, writer: str) -> None:
     """The run's bookkeeping once it committed: the DAG's retention, a reclocked source's frontier."""
     ensure_retention(shard, settings.retention, writer=writer)
+    if settings.iceberg:
+        ensure_iceberg(shard, writer=writer)
     after_commit(settings.source_spec, shard.url)  # reclocked sources publish their resumption frontier
 
 
@@ -285,6 +287,19 @@ def report_task(settings: IngestSettings, context: dict[str, Any]) -> dict[str, 
             f"watermark) after {settings.max_attempts} attempts; clear the run to continue")
     log.info("covered: shard upper %s >= target %s", upper, target)
     return dict(to_builtins(out))
+
+
+def ensure_iceberg(shard: Shard, *, writer: str = "airflow") -> None:
+    """Turn the shard's Iceberg view on (``ShardOptions.iceberg``) when it is not yet; best effort
+    after the append (every later commit keeps it current; a failure is logged, the next run retries)."""
+    from shardsink import iceberg
+    from shardsink.errors import ShardsinkError
+
+    try:
+        if shard.reader().head().header.option("iceberg") != "on":
+            log.info("iceberg view of %s turned on at seqno %d", shard.url, iceberg.enable(shard, writer=writer))
+    except ShardsinkError as e:
+        log.warning("iceberg view of %s not turned on (the next run retries): %s", shard.url, e)
 
 
 def ensure_retention(shard: Shard, retention: str | None, *, writer: str = "airflow") -> None:
