@@ -9,8 +9,8 @@ and a crash between the shard's commit and the view's leaves the view behind, ne
 :func:`upkeep` runs in the committing process (core's after-commit hook): from the view of the
 previous version, held in memory by the process that wrote or read it last, it creates the new
 batches' manifests, the manifest list and the metadata (at most 3 requests); without that view
-in memory it reads it first (2 more); without a view of the previous version it does nothing
-(the view is behind: :func:`sync` catches up). The hint is written by :func:`sync` and by every
+in memory it reads it first (2 more); without a view of the previous version (a crash, or a
+commit by a process that could not keep the view) it catches up as :func:`sync` does. The hint is written by :func:`sync` and by every
 :data:`HINT_EVERY`-th upkeep: it is a hint only.
 """
 
@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 
 from shardsink.core.after_commit import Committed
 from shardsink.core.commits import OptionCommit
@@ -82,11 +83,15 @@ def load(roots: RootObjects, url: str, seqno: int) -> View | None:
 
 
 def _write(roots: RootObjects, writes: Writes) -> bool:
-    """Create every object (the metadata last); False if the metadata file already existed."""
-    made = True
-    for key, data in writes:
-        made = roots.create(key, data)
-    return made
+    """Create every object, the metadata file last, once the others exist (the manifests and the
+    manifest list concurrently: two round trips); False if the metadata file already existed."""
+    *first, (key, data) = writes
+    if len(first) > 1:
+        with ThreadPoolExecutor(max_workers=min(8, len(first))) as pool:
+            list(pool.map(lambda w: roots.create(*w), first))
+    elif first:
+        roots.create(*first[0])
+    return roots.create(key, data)
 
 
 def upkeep(c: Committed) -> None:
@@ -95,9 +100,9 @@ def upkeep(c: Committed) -> None:
     if v.header.option(layout.OPTION) != layout.ON or isinstance(v.commit, OptionCommit):
         return  # not on, or just turned on or off: enable() writes the first view itself
     view = _cached(c.url, v.seqno - 1) or load(c.roots, c.url, v.seqno - 1)
-    if view is None:
-        log.info("%s: no Iceberg view of seqno %d; the view stays behind until `shardsink iceberg sync`",
-                 c.url, v.seqno - 1)
+    if view is None:  # behind (a crash, a commit by a process without this package): catch up
+        log.info("%s: no Iceberg view of seqno %d; catching up", c.url, v.seqno - 1)
+        sync(Shard(c.url))
         return
     nxt, writes = advance(c.url, view, v)
     if _write(c.roots, writes):
