@@ -73,7 +73,8 @@ def build(url: str, commits: int, every: int) -> tuple[Shard, RetryingBlob]:
     return shard, blob
 
 
-def appends(shard: Shard, blob: RetryingBlob, n: int, timed: Timed, *, cold: bool = False) -> tuple[list[float], list[float], list[int]]:
+def appends(shard: Shard, blob: RetryingBlob, n: int, timed: Timed, *,
+            cold: bool = False) -> tuple[list[float], list[float], list[int]]:
     """``n`` appends: their wall times, the hook's, and the hook's requests."""
     walls, hooks, reqs = [], [], []
     for _ in range(n):

@@ -10,8 +10,8 @@ and a crash between the shard's commit and the view's leaves the view behind, ne
 previous version, held in memory by the process that wrote or read it last, it creates the new
 batches' manifests, the manifest list and the metadata (at most 3 requests); without that view
 in memory it reads it first (2 more); without a view of the previous version (a crash, or a
-commit by a process that could not keep the view) it catches up as :func:`sync` does. The hint is written by :func:`sync` and by every
-:data:`HINT_EVERY`-th upkeep: it is a hint only.
+commit by a process that could not keep the view) it catches up as :func:`sync` does. The hint
+is written by :func:`sync` and by every :data:`HINT_EVERY`-th upkeep: it is a hint only.
 """
 
 from __future__ import annotations
