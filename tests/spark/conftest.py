@@ -15,3 +15,14 @@ from shardsink_dev.testing import MotoServer, local_spark
 def spark(moto: MotoServer) -> Iterator[Any]:
     with local_spark() as session:
         yield session
+
+
+@pytest.fixture(scope="session")
+def connect(moto: MotoServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The one Spark Connect server of the test run (``local[2]``, shardsink_dev.connect), started
+    after the moto server so its JVM and Python workers inherit ``AWS_ENDPOINT_URL``; every
+    Connect test is a client session of it (no JVM per test)."""
+    from shardsink_dev.connect import connect_server
+
+    with connect_server(folder=tmp_path_factory.mktemp("connect")) as server:
+        yield server

@@ -94,7 +94,8 @@ def sink_settings(*, dag_id: str, url: str, spec: dict[str, Any], writers: int, 
 def write_args(url: str, spark: SparkOptions, shard: ShardOptions, attempts: AttemptOptions, *,
                default_conf: Mapping[str, str]) -> dict[str, Any]:
     """The write operator's partial arguments both factories pass (``spark.conf`` over ``default_conf``)."""
-    return {"shard_url": url, "aws_conn_id": shard.aws_conn_id, "conn_id": spark.conn_id,
+    return {"shard_url": url, "aws_conn_id": shard.aws_conn_id, "conn_id": spark.conn_id, "engine": spark.engine,
+            "connect_conn_id": spark.connect_conn_id,
             "conf": {**default_conf, **(spark.conf or {})}, "env_vars": dict(spark.env or {}),
             "retries": attempts.task_retries, "retry_delay": attempts.task_retry_delay}
 

@@ -17,24 +17,41 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Literal
 
 from shardsink.core.state import PART_ORDERS, PartOrder
 from shardsink.errors import InvalidUsageError
 from shardsink.sources.evolution import SchemaMode, check_schema_mode
 
+#: How a write task runs Spark: its own spark-submit application, or a session of a Connect server.
+SparkEngine = Literal["submit", "connect"]
+
 
 @dataclass(frozen=True, kw_only=True)
 class SparkOptions:
-    """How the write tasks run spark-submit (the ``spark=`` option).
+    """How the write tasks run Spark (the ``spark=`` option).
 
-    ``conn_id``: the Airflow Spark connection; ``conf``: Spark settings, added to the
-    factory's defaults (``spark.ui.enabled=false``, two shuffle partitions; views also
-    run in UTC); ``env``: extra environment variables of spark-submit.
+    ``engine``: ``"submit"`` (default) runs each write slot as its own spark-submit application;
+    ``"connect"`` runs it as one client session of a long-running Spark Connect server
+    (:mod:`shardsink.spark.connect`; ingest write slots only: views and corrections keep
+    spark-submit, see the README's engine section). ``conn_id``: the Airflow Spark connection
+    (spark-submit); ``connect_conn_id``: the Airflow ``spark_connect`` connection (Connect);
+    ``conf``: Spark settings, added to the factory's defaults (``spark.ui.enabled=false``, two
+    shuffle partitions; views also run in UTC; spark-submit only: a Connect server has its
+    own); ``env``: extra environment variables of spark-submit.
     """
 
+    engine: SparkEngine = "submit"
     conn_id: str = "spark_default"
+    connect_conn_id: str = "spark_connect_default"
     conf: Mapping[str, str] | None = None
     env: Mapping[str, str] | None = None
+
+    def __post_init__(self) -> None:
+        if self.engine not in ("submit", "connect"):
+            raise InvalidUsageError(f"SparkOptions(engine=...) must be 'submit' or 'connect', got {self.engine!r}",
+                                    value=str(self.engine))
+
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -67,7 +67,8 @@ class ShardWriteOperator(ShardTaskMixin, SparkSubmitOperator):
 
     def __init__(self, *, shard_url: str, source_spec: Mapping[str, Any] | SourceSpec, slots: int, desc: Any,
                  slot: int, aws_conn_id: str | None = None, part_order: PartOrder = "sorted",
-                 cancel_poll: float = POLL_S, **kwargs: Any) -> None:
+                 cancel_poll: float = POLL_S, engine: str = "submit", connect_conn_id: str = "spark_connect_default",
+                 **kwargs: Any) -> None:
         from shardsink.spark import job_path
 
         if "application" not in kwargs:
@@ -87,6 +88,11 @@ class ShardWriteOperator(ShardTaskMixin, SparkSubmitOperator):
         self._cancelled_by: SlotFailure | None = None
         #: The state version :meth:`committed_already` decided at (passed to the job: one read per task).
         self._decided_at: int | None = None
+        #: ``"submit"`` (a spark-submit per slot) or ``"connect"`` (a session of the Connect server
+        #: ``connect_conn_id``; :mod:`shardsink.airflow.connect_write`).
+        self.engine = engine
+        self.connect_conn_id = connect_conn_id
+        self._connect_spark: Any = None  # the live Connect session (interrupted by _cancel / on_kill)
 
     def committed_already(self, d: Description) -> Committed | None:
         """The commit of ``d`` if it landed (then the JVM is skipped). Hook for subclasses.
@@ -162,6 +168,10 @@ class ShardWriteOperator(ShardTaskMixin, SparkSubmitOperator):
             if cancels is not None and (failed := cancels.failure()) is not None:  # one failed before this started
                 raise AirflowFailException(cancelled_message(failed, self.slot))
             self._secret_env = access.spark_env(explicit=self.env_vars or {}) if access is not None else {}
+        if self.engine == "connect" and self.application.endswith("ingest_write.py"):
+            self._secret_env = {}
+            self._execute_connect(d, context, cancels)
+            return
         env = dict(self.env_vars or {})
         env.setdefault("PYSPARK_PYTHON", sys.executable)
         self.env_vars = env
@@ -186,16 +196,43 @@ class ShardWriteOperator(ShardTaskMixin, SparkSubmitOperator):
                 self._secret_env = {}
             self._report(result)
 
+    def _execute_connect(self, d: Description, context: Any, cancels: SlotCancels | None) -> None:
+        """The slot as a session of the Connect server (:mod:`shardsink.airflow.connect_write`)."""
+        from shardsink.airflow.connect_write import run_connect_write
+
+        self.log.info("writing slot %d of %d for description %s [%d, %d) over Spark Connect (connection %r)",
+                      self.slot, self.slots, d.desc_id, d.lower, d.upper, self.connect_conn_id)
+        summary = run_connect_write(
+            request=self.job_request(d), conn_id=self.connect_conn_id, aws_conn_id=self.aws_conn_id, cancels=cancels,
+            cancel_poll=self.cancel_poll, on_session=self._on_session, on_cancel=self._cancel,
+            cancelled=lambda: None if self._cancelled_by is None else AirflowFailException(
+                cancelled_message(self._cancelled_by, self.slot)),
+            final=lambda err: _final(err, context))
+        self.log.info("write job outcome: %s", summary)
+
+    def _on_session(self, spark: Any) -> None:
+        self._connect_spark = spark
+
+    def on_kill(self) -> None:
+        """Kill the slot's work: its spark-submit (the provider's), or its Connect session's operations."""
+        spark = self._connect_spark
+        if spark is not None:
+            from shardsink.airflow.connect_write import interrupt
+
+            interrupt(spark)
+            return
+        super().on_kill()
+
     def _cancel(self, failed: SlotFailure) -> None:
         """(The watching thread.) A sibling slot failed for good: kill this slot's spark-submit, and
         with it its Spark application (the provider's ``on_kill``: the client-mode driver is that
         process; YARN, Kubernetes and standalone cluster drivers are killed through their masters).
         Called again at every look until the submit returns, in case it had not started yet."""
-        proc = getattr(self._hook, "_submit_sp", None)
+        proc = getattr(getattr(self, "_hook", None), "_submit_sp", None)
         if self._cancelled_by is None:
             self.log.warning("%s", cancelled_message(failed, self.slot))
         self._cancelled_by = failed
-        if proc is not None and proc.poll() is None:
+        if self._connect_spark is not None or (proc is not None and proc.poll() is None):
             self.on_kill()
 
     def _failure(self, result: str, spark_error: BaseException) -> BaseException:

@@ -141,3 +141,30 @@ def map_on_executors(df: DataFrame, read: Callable[[Iterator[pa.RecordBatch]], I
     from shardsink.outcome import carry_errors
 
     return df.mapInArrow(carry_errors(read), schema)
+
+
+def spread_rows(spark: SparkSession, rows: Sequence[tuple[Any, ...]], ddl: str) -> DataFrame:
+    """A DataFrame of the driver-side ``rows`` (a DDL schema ``ddl``) spread over up to twice the
+    cluster's cores, one or more rows per partition: the work list a source hands to
+    :func:`map_on_executors`. Works on a classic session (``parallelize``) and on a Spark Connect
+    session, which has no ``sparkContext`` (the rows travel in the plan, then ``repartition``).
+    """
+    if is_connect(spark):
+        n = max(1, min(len(rows), 2 * _connect_cores(spark)))
+        return spark.createDataFrame(list(rows), ddl).repartition(n)
+    n = max(1, min(len(rows), spark.sparkContext.defaultParallelism * 2))
+    return spark.createDataFrame(spark.sparkContext.parallelize(list(rows), n), ddl)
+
+
+def is_connect(spark: Any) -> bool:
+    """Whether ``spark`` is a Spark Connect session (no JVM in this process)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def _connect_cores(spark: Any) -> int:
+    """The server's default parallelism as its conf says (a Connect client cannot ask the
+    scheduler): ``spark.default.parallelism``, else 2."""
+    try:
+        return max(1, int(spark.conf.get("spark.default.parallelism", "2") or 2))
+    except Exception:
+        return 2

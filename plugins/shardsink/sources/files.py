@@ -39,7 +39,7 @@ from shardsink.reclock import health
 from shardsink.reclock.bindings import FILES, Bindings, BoundFile, split
 from shardsink.reclock.remap import Proposal
 from shardsink.reclock.source import ReclockedBase, Routing
-from shardsink.sources.base import Seal, map_on_executors
+from shardsink.sources.base import Seal, map_on_executors, spread_rows
 from shardsink.sources.evolution import SchemaMode
 from shardsink.sources.landing import LandingFile, LandingSource, parse_columns, read_data_file, read_file_schema
 from shardsink.sources.stamp import stamp
@@ -199,7 +199,5 @@ class FileArrivals(ReclockedBase):
                     yield from stamp(t, user, row["time"], where=where, schema_mode=schema_mode).to_batches()
 
         rows = [(f.key, f.size, f.identity, t) for f, t in mine]
-        n = max(1, min(len(rows), spark.sparkContext.defaultParallelism * 2))
-        df = spark.createDataFrame(spark.sparkContext.parallelize(rows, n),
-                                   "key string, size long, identity string, time long")
+        df = spread_rows(spark, rows, "key string, size long, identity string, time long")
         return map_on_executors(df, read, spark_schema), listing

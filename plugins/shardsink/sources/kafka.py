@@ -39,7 +39,7 @@ from shardsink.errors import InvalidUsageError, StorageError
 from shardsink.reclock.bindings import Bindings, Span, split
 from shardsink.reclock.remap import Proposal
 from shardsink.reclock.source import ReclockedBase, Routing, resumption
-from shardsink.sources.base import Seal, map_on_executors
+from shardsink.sources.base import Seal, map_on_executors, spread_rows
 from shardsink.sources.landing import MalformedInputError, parse_columns
 from shardsink.sources.stamp import stamp
 from shardsink.specs import KafkaSpec, spec_as, spec_to_builtins
@@ -257,7 +257,5 @@ class KafkaSource(ReclockedBase):
                 c.close()
 
         rows = [(s.partition, s.start, s.end, s.time) for s in mine]
-        n = max(1, min(len(rows), spark.sparkContext.defaultParallelism * 2))
-        df = spark.createDataFrame(spark.sparkContext.parallelize(rows, n),
-                                   "partition string, start long, end long, time long")
+        df = spread_rows(spark, rows, "partition string, start long, end long, time long")
         return map_on_executors(df, read, spark_schema), listing

@@ -42,7 +42,7 @@ from shardsink.core.roots import RootObjects
 from shardsink.core.state_codec import schema_from_json, schema_to_json
 from shardsink.core.updates import TIME, user_schema
 from shardsink.errors import InvalidUsageError
-from shardsink.sources.base import Seal, map_on_executors
+from shardsink.sources.base import Seal, map_on_executors, spread_rows
 from shardsink.sources.evolution import SchemaMode
 from shardsink.sources.landing_files import (
     LandingFile,
@@ -292,7 +292,6 @@ class LandingSource:
                     keep = pc.and_(pc.greater_equal(t[TIME], lower), pc.less(t[TIME], upper))
                     yield from t.filter(keep).to_batches()
 
-        n = max(1, min(len(mine), spark.sparkContext.defaultParallelism * 2))
-        rdd = spark.sparkContext.parallelize([(f.key, f.size, f.modified) for f in mine], n)
-        files_df = spark.createDataFrame(rdd, "key string, size long, modified double")
+        files_df = spread_rows(spark, [(f.key, f.size, f.modified) for f in mine],
+                               "key string, size long, modified double")
         return map_on_executors(files_df, read, spark_schema), listing

@@ -25,7 +25,7 @@ import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from shardsink.core.updates import TIME
-from shardsink.sources.base import Seal, map_on_executors
+from shardsink.sources.base import Seal, map_on_executors, spread_rows
 from shardsink.sources.evolution import SchemaMode
 from shardsink.sources.landing_files import (
     LandingFile,
@@ -146,7 +146,5 @@ def read_planned(spark: SparkSession, plan: LandingPlan, *, slot: int, slots: in
                 keep = pc.and_(pc.greater_equal(t[TIME], lower), pc.less(t[TIME], upper))
                 yield from t.filter(keep).to_batches()
 
-    n = max(1, min(len(rows), spark.sparkContext.defaultParallelism * 2))
-    files_df = spark.createDataFrame(spark.sparkContext.parallelize(rows, n),
-                                     "key string, size long, modified double, identity string, indexed boolean")
+    files_df = spread_rows(spark, rows, "key string, size long, modified double, identity string, indexed boolean")
     return map_on_executors(files_df, read_files, spark_schema), listing

@@ -16,26 +16,50 @@ the append step deletes (see shardsink.sinks.ingest).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any
 
 from shardsink.spark.request import IngestCorrectRequest, IngestWriteRequest
 
 if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
     from shardsink.core.fate import Committed
     from shardsink.core.shard import Shard
     from shardsink.core.state import Version
+
+#: Opens the Spark session a job works in, given its name; entered once, stopped on the way out.
+SessionOpener = Callable[[str], AbstractContextManager["SparkSession"]]
 
 #: Deprecated alias (the request is the job): use :class:`IngestWriteRequest`.
 IngestWriteJob = IngestWriteRequest
 
 
-def write_slot(job: IngestWriteRequest) -> dict[str, Any]:
-    """Stage the slot and write its manifest; returns a summary (what the log line shows).
-
-    Nothing to do (``already_committed``) if the description already landed.
-    """
+def submit_session(name: str) -> AbstractContextManager[SparkSession]:
+    """The spark-submit engine's session: the application's own (``getOrCreate``), stopped after."""
     from pyspark.sql import SparkSession
 
+    @contextmanager
+    def session() -> Iterator[SparkSession]:
+        spark = SparkSession.builder.appName(name).getOrCreate()
+        try:
+            yield spark
+        finally:
+            spark.stop()
+
+    return session()
+
+
+def write_slot(job: IngestWriteRequest, *, open_session: SessionOpener | None = None) -> dict[str, Any]:
+    """Stage the slot and write its manifest; returns a summary (what the log line shows).
+
+    Nothing to do (``already_committed``) if the description already landed (no session is
+    opened). ``open_session(name)``: the Spark session the slot stages with, entered once and
+    left (stopped) whatever happens; default :func:`submit_session` (spark-submit), the Connect
+    engine passes one of :func:`shardsink.spark.connect.connect_session`. The name is
+    ``shardsink-write-<desc_id>-slot<n>``.
+    """
     from shardsink import hooks
     from shardsink.core.schema import current as current_schema
     from shardsink.core.shard import Shard
@@ -59,8 +83,8 @@ def write_slot(job: IngestWriteRequest) -> dict[str, Any]:
     schema, schema_id = head.header.schema, current_schema(head.header).id
     # add_columns: the mint evolved the shard before this job read its head; files are read onto it.
     mode: dict[str, Any] = {} if job.schema_mode == "strict" else {"schema_mode": job.schema_mode}
-    spark = SparkSession.builder.appName(f"shardsink-write-{desc.desc_id}-slot{job.slot}").getOrCreate()
-    try:
+    opener = open_session or submit_session
+    with opener(f"shardsink-write-{desc.desc_id}-slot{job.slot}") as spark:
         # A source that plans its reads at mint (the landing zone) reads the description's plan.
         planned: dict[str, Any] = {"shard_url": job.shard_url, "desc_id": desc.desc_id,
                                    "listed": desc.listing is not None} if hasattr(source, "prepare_chain") else {}
@@ -72,8 +96,6 @@ def write_slot(job: IngestWriteRequest) -> dict[str, Any]:
                    parts=len(parts))
         doc = write_manifest(shard, desc, slot=job.slot, slots=job.slots, parts=parts, inputs=inputs,
                              schema_id=schema_id)
-    finally:
-        spark.stop()
     return {"status": "staged", "slot": job.slot, "parts": len(parts), "rows": doc["rows"],
             "inputs": len(inputs), "order": job.part_order, "seconds": round(time.monotonic() - t0, 2)}
 

@@ -237,7 +237,7 @@ def stage_native(df: DataFrame, plan: NativePlan, *, schema: pa.Schema, lower: i
     ones = DIFF not in got  # every diff is 1: not written (PartMeta.diffs "ones")
     out = df.select(*[user_col(f) for f in schema], long_col(TIME), *([] if ones else [long_col(DIFF)]))
     folder = plan.root / plan.spec.prefix / f"{_FOLDER}{uuid.uuid4().hex}"
-    w = out.write.mode("errorifexists").option("maxRecordsPerFile", max(1, target_part_bytes // _row_bytes(schema)))
+    w = out.write.mode("error").option("maxRecordsPerFile", max(1, target_part_bytes // _row_bytes(schema)))
     if encoding == "compact":
         w = w.option("compression", "zstd")
     else:
