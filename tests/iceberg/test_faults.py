@@ -151,3 +151,26 @@ def test_the_whole_view_deleted_is_rebuilt_by_sync(shard_url: str) -> None:
     shard.append(rows(1, 20), lower=20, upper=30)  # a commit with no view to continue from rebuilds it
     assert view_seqno(shard) == shard.reader().head().seqno
     judge(shard)
+
+
+def test_verify_checks_the_view(tmp_path: object) -> None:
+    from shardsink.maintenance.verify import verify
+
+    shard = viewed(f"file://{tmp_path}/s", appends=2)
+    assert verify(shard).ok
+    roots = RootObjects(shard.url)
+    seqno = shard.reader().head().seqno
+    shard.admin().delete_registered([layout.list_key(seqno - 1)])  # an older snapshot's manifest list
+    report = verify(shard)
+    assert any("manifest list of snapshot" in p.message for p in report.problems), report.problems
+    meta = StaticTable.from_metadata(iceberg.current_location(shard)).metadata
+    assert meta.current_snapshot_id is not None
+    # the newest snapshot listing other files than the shard's live parts is a problem too
+    key = layout.metadata_key(seqno)
+    data = roots.get(key)
+    assert data is not None
+    prev = isync.load(roots, shard.url, seqno - 2)
+    assert prev is not None
+    shard.admin().delete_registered([key])
+    roots.put(key, isync.md.encode(prev.meta))  # a stale snapshot under the newest name
+    assert any("they differ" in p.message for p in verify(shard).problems)

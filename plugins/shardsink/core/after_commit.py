@@ -108,6 +108,36 @@ def held_parts(url: str, head: Version, roots: RootObjects) -> frozenset[str]:
     return frozenset(out)
 
 
+#: A capability's check of its view for ``verify``: ``(url, head, root objects)`` → ``(object, problem)`` pairs.
+Checker = Callable[[str, Version, RootObjects], list[tuple[str, str]]]
+_checkers: dict[str, Checker] = {}
+
+
+def register_view_check(option: str, checker: Checker) -> None:
+    """Declare how ``verify`` checks the view of option ``option`` (:func:`check_views`)."""
+    with _lock:
+        got = _checkers.setdefault(option, checker)
+    if got is not checker:
+        raise ValueError(f"a view check is already registered for option {option!r}")
+
+
+def check_views(url: str, head: Version, roots: RootObjects) -> list[tuple[str, str]]:
+    """The problems the views of ``head``'s options have (``(object, what is wrong)``); a view whose
+    check fails is one problem naming the failure."""
+    out: list[tuple[str, str]] = []
+    for name, _ in head.header.options:
+        _hook_for(name)
+        with _lock:
+            checker = _checkers.get(name)
+        if checker is None:
+            continue
+        try:
+            out += checker(url, head, roots)
+        except Exception as e:  # the check itself failed: report it, do not guess
+            out.append((f"{url} ({name} view)", f"cannot be checked: {type(e).__name__}: {e}"))
+    return out
+
+
 def notify(url: str, blob: Blob, version: Version) -> None:
     """Run the hooks of ``version``'s options (and of an option its commit changed); never raises."""
     names = [n for n, _ in version.header.options]

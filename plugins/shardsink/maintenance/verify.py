@@ -28,10 +28,12 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from shardsink.core import after_commit
 from shardsink.core import checks as ck
 from shardsink.core import state as st
 from shardsink.core.admin import AdminHandle
 from shardsink.core.census import Census, Classified
+from shardsink.core.roots import RootObjects
 from shardsink.core.shard import Shard
 from shardsink.errors import CorruptionError, ShardsinkError
 from shardsink.maintenance.census_read import take_census
@@ -152,6 +154,9 @@ def verify(shard: Shard, *, check_rows: bool = True, now: float | None = None,
     _check_parts(m, refs, listed, problems, check_rows=check_rows)
     if not any(m.is_part(p.object) for p in problems) and head in versions:
         _check_multiplicity(shard, versions[head].header, problems)
+    if head in versions and versions[head].header.options:  # derived views (the Iceberg view) check themselves
+        views = after_commit.check_views(shard.url, versions[head], RootObjects(shard.url))
+        problems += [Problem(obj, what) for obj, what in views]
     objects = _classified(shard, problems, now=t, grace_s=grace_s)
     return VerifyReport(shard.url, head, oldest, len(versions), len(refs), tuple(problems), objects)
 
