@@ -254,3 +254,50 @@ def test_a_file_judged_on_time_once_leaves_every_later_plan(tmp_path: Path) -> N
     judged = {k for k, e in load(RootObjects(shard), root=src.root, time_column="event_time").entries.items()
               if e.judged}
     assert judged == {f"day{d}/a.parquet" for d in range(20)}
+
+
+class _SlowReads:
+    """A blob whose every object read waits ``delay`` seconds (an S3 far away), counting the most
+    reads in flight at once."""
+
+    def __init__(self, blob: object, delay: float) -> None:
+        import threading
+
+        self._blob, self._delay, self._lock = blob, delay, threading.Lock()
+        self.in_flight = self.most = 0
+
+    def __getattr__(self, name: str) -> object:
+        real = getattr(self._blob, name)
+        if not name.startswith("get") or not callable(real):
+            return real
+
+        def slow(*a: object, **kw: object) -> object:
+            with self._lock:
+                self.in_flight += 1
+                self.most = max(self.most, self.in_flight)
+            try:
+                time.sleep(self._delay)
+                return real(*a, **kw)
+            finally:
+                with self._lock:
+                    self.in_flight -= 1
+
+        return slow
+
+
+def test_the_index_refresh_reads_new_files_concurrently_in_a_bounded_pool(tmp_path: Path) -> None:
+    """16 new files, each read waiting 0.3 s: read at most INDEX_READERS at a time, not in turn."""
+    from shardsink.sources.landing_index import INDEX_READERS
+
+    root = str(tmp_path / "landing")
+    for i in range(16):
+        land_file(root, f"day0/f{i:02d}.parquet", landing_table(0, DAY, 5, seed=i))
+    src = LandingSource(root)
+    blob = _SlowReads(src.blob(), 0.3)
+    t0 = time.monotonic()
+    idx = refresh(blob, (tmp_path / "shard").as_uri(), root=src.root, time_column="event_time", listing=src.files())
+    took = time.monotonic() - t0
+    assert len(idx.entries) == 16 and all(e.rows == 5 for e in idx.entries.values())
+    assert [k for k in idx.entries] == [f.key for f in src.files()]  # listing order kept
+    assert 2 <= blob.most <= INDEX_READERS
+    assert took < 16 * 0.3 / 2, f"{took:.1f} s: the files were read one after another"

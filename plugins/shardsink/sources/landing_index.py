@@ -257,15 +257,17 @@ def refresh(blob: object, shard_url: str | RootObjects, *, root: str, time_colum
     entries: dict[str, IndexEntry] = {}
     fresh: dict[str, IndexEntry] = {}
     unindexed: list[LandingFile] = []
+    built = _build_new(blob, [f for f in listing if (old := loaded.entries.get(f.key)) is None
+                              or not _unchanged(old, f)], root=root, time_column=time_column)
     for f in listing:
         e = loaded.entries.get(f.key)
         if e is None or not _unchanged(e, f):
-            try:
-                e, schema = build_entry(blob, f, time_column, where=f"{root}/{f.key}")
-            except MalformedInputError as err:
-                log.info("not indexed (the write job reads it whole): %s", err)
+            got = built[f.key]
+            if isinstance(got, MalformedInputError):
+                log.info("not indexed (the write job reads it whole): %s", got)
                 unindexed.append(f)
                 continue
+            e, schema = got
             fp, b64 = fingerprint(schema)
             schemas[fp] = b64
             fresh[f.key] = e
@@ -276,6 +278,31 @@ def refresh(blob: object, shard_url: str | RootObjects, *, root: str, time_colum
     if fresh and write:
         save(store, loaded, fresh, schemas, root=root, time_column=time_column)
     return Indexed(entries, unindexed, schemas)
+
+
+#: Files the mint's index refresh reads at once (each a footer read, or a whole small file: on
+#: S3 one or two GETs that mostly wait): a bounded pool, so 16 new files cost about one read's wait.
+INDEX_READERS = 8
+
+
+def _build_new(blob: object, new: Sequence[LandingFile], *, root: str,
+               time_column: str) -> dict[str, tuple[IndexEntry, pa.Schema] | MalformedInputError]:
+    """:func:`build_entry` of each of ``new``, read concurrently (at most :data:`INDEX_READERS` at a
+    time): key → (entry, schema), or the MalformedInputError that file got. Any other error is
+    raised (the first in listing order), after every read has finished."""
+    def one(f: LandingFile) -> tuple[IndexEntry, pa.Schema] | MalformedInputError:
+        try:
+            return build_entry(blob, f, time_column, where=f"{root}/{f.key}")
+        except MalformedInputError as err:
+            return err
+
+    if len(new) < 2:
+        return {f.key: one(f) for f in new}
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=min(INDEX_READERS, len(new)), thread_name_prefix="shardsink-index") as pool:
+        futures = [(f.key, pool.submit(one, f)) for f in new]
+        return {key: fut.result() for key, fut in futures}
 
 
 # --- plans -------------------------------------------------------------------------------------
