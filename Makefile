@@ -48,6 +48,13 @@ services:
 run: venv java
 	@PYTHONPATH=. $(PY) -m shardsink_dev.demo
 
+# A local Spark Connect server on the venv's pyspark (local[2], port CONNECT_PORT, default 15002),
+# in the foreground until Ctrl+C: the server of SparkOptions(engine="connect") write tasks, whose
+# connection is AIRFLOW_CONN_SPARK_CONNECT_DEFAULT='{"conn_type":"spark_connect","host":"127.0.0.1","port":15002}'.
+CONNECT_PORT ?= 15002
+connect: venv java
+	@PYTHONPATH=. $(PY) -m shardsink_dev.connect --port $(CONNECT_PORT)
+
 # The demo stack: the Airflow home and DAG folder of `make run` (shardsink_dev/demo.py), the UI
 # and your own DAGs (README, "Your own dataset"). DEV_HOME= / DEV_DAGS= choose others.
 DEV_HOME ?= $(CURDIR)/.airflow
@@ -61,6 +68,7 @@ dev-env:
 	@echo "export AIRFLOW__CORE__DAGS_FOLDER='$(DEV_DAGS)'"
 	@echo "export AIRFLOW__CORE__LOAD_EXAMPLES=False"
 	@echo "export AIRFLOW_CONN_SPARK_DEFAULT='{\"conn_type\":\"spark\",\"host\":\"local[2]\"}'"
+	@echo "export AIRFLOW_CONN_SPARK_CONNECT_DEFAULT='{\"conn_type\":\"spark_connect\",\"host\":\"127.0.0.1\",\"port\":$(CONNECT_PORT)}'"
 	@echo "export PATH='$(CURDIR)/$(VENV)/bin':\"\$$PATH\""
 
 # The Airflow UI on the demo's Airflow home (after `make run`): Browse → Shards. Every user
