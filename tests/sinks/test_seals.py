@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -23,6 +24,8 @@ from shardsink.maintenance import advance_since, compact, set_retention
 from shardsink.maintenance.compact import CompactOptions
 from shardsink.maintenance.plan import PlanOptions
 from shardsink.sinks.seals import seals
+from shardsink.storage import open_blob
+from shardsink.sources.base import Seal
 from shardsink.sources.landing import LandingFile, LateDataError, check_late
 from shardsink_dev.synthetic import SCHEMA
 
@@ -118,3 +121,27 @@ def test_a_malformed_listing_is_refused_and_nothing_is_committed(shard_url: str,
         shard.compare_and_append([staged], expected_upper=0, new_upper=DAY, desc_id="d0",
                                  listing=listing)  # type: ignore[arg-type]
     assert shard.info().upper == 0 and shard.info().seqno == 0
+
+
+def test_seals_down_to_a_time_read_back_only_to_the_commit_that_sealed_it(tmp_path: Path) -> None:
+    """A mint judging yesterday's files asks for the seals from yesterday on: the history is read
+    back in small steps to the commit that sealed that time, whatever the shard's length, and
+    the seals it returns are those of the full read for those times."""
+    url = (tmp_path / "s").as_uri()
+    Shard.create(url, SCHEMA, upper=0)
+    for d in range(40):
+        Shard(url).append(rows(d * DAY, 1), lower=d * DAY, upper=(d + 1) * DAY)
+    blob = open_blob(url)
+    shard = Shard(url, blob=blob)
+    head = shard.reader().head()
+    before = blob.requests
+    near = seals(shard, head=head, down_to=38 * DAY + 5)
+    assert blob.requests - before <= 10, "one step of versions, not the history"
+    full = seals(shard, head=head)
+
+    def from_(got: list[Seal], t: int) -> list[tuple[int, int, int, float]]:
+        return [(s.lower, s.upper, s.seqno, s.at) for s in got if s.upper > t]
+
+    assert from_(near, 38 * DAY + 5) == from_(full, 38 * DAY + 5) and len(from_(near, 38 * DAY + 5)) == 2
+    deep = seals(shard, head=head, down_to=3 * DAY)  # several steps back, to the commit of day 3
+    assert from_(deep, 3 * DAY) == from_(full, 3 * DAY) and len(from_(deep, 3 * DAY)) == 37

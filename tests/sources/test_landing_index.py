@@ -17,6 +17,7 @@ from shardsink import hooks
 from shardsink.core.roots import RootObjects
 from shardsink.core.updates import TIME
 from shardsink.sources import LandingSource, MalformedInputError, Seal
+from shardsink.sources.base import Sealing
 from shardsink.sources.landing import read_landing_file
 from shardsink.sources.landing_index import IndexEntry, get_plan, make_plan, refresh
 from shardsink.sources.landing_index_store import FORMAT, FORMAT_V1, RING, LandingIndexDoc, load
@@ -245,8 +246,11 @@ def test_a_file_judged_on_time_once_leaves_every_later_plan(tmp_path: Path) -> N
     seals = [Seal(-(2**63), 0, 0, 0.0), Seal(0, 20 * DAY, 1, time.time() + 5)]  # days 0..19 sealed after landing
     land_file(root, "day3/late.parquet", landing_table(3 * DAY, 4 * DAY, 5, seed=9))
     os.utime(Path(root) / "day3/late.parquet", (time.time() + 10, time.time() + 10))  # after the sealing listing
+    asked: list[int] = []
+    sealing = Sealing(20 * DAY, lambda t: asked.append(t) or seals)
     src.prepare_chain(shard, [type("D", (), {"desc_id": "d-25", "lower": 25 * DAY, "upper": 26 * DAY})()],
-                      seals=seals)
+                      sealing=sealing)
+    assert len(asked) == 1 and asked[0] < DAY, "the seals are read once, back to the earliest time to judge"
     plan = get_plan(shard, desc_id="d-25", lower=25 * DAY, upper=26 * DAY, root=src.root, time_column="event_time")
     assert plan is not None
     older = sorted(o.key for o in plan.older)

@@ -44,7 +44,7 @@ from shardsink.reclock.source import Reclocked, reclocked_upper
 from shardsink.sinks.description import Description, NoOp, make_desc_id
 from shardsink.sinks.seals import seals
 from shardsink.sinks.staging import staged_schema_id, verified_manifests
-from shardsink.sources.base import Seal, Source
+from shardsink.sources.base import Seal, Sealing, Source
 
 log = logging.getLogger("shardsink.sinks")
 
@@ -199,19 +199,24 @@ def mint_chain(
         )
     plan = getattr(source, "prepare_chain", None) if prepare else None
     if plan is not None:  # a source that plans its descriptions' reads (the landing zone's file plans)
-        listings = plan(shard.url, out, seals=_seals_as_seen(shard, seen))
+        listings = plan(shard.url, out, sealing=_sealing(shard, seen))
         # Each description carries the listing its plan was made from to its commit (it seals
         # its times as of that listing: shardsink.sinks.seals).
         out = [msgspec.structs.replace(d, listing=li) for d, li in zip(out, listings, strict=True)]
     return out
 
 
-def _seals_as_seen(shard: Shard, seen: Seen | None) -> list[Seal]:
-    """The shard's seals (:func:`shardsink.sinks.seals.seals`) as of the head the mint read: that
-    version fetched by its seqno (no second head read), or a fresh head if the caller read none
-    or GC took it meanwhile."""
-    head = shard.reader().version(seen.info.seqno) if seen is not None else None
-    return seals(shard, head=head)
+def _sealing(shard: Shard, seen: Seen | None) -> Sealing:
+    """What the shard had sealed as the mint read it: its upper, and its seals read on demand
+    (:func:`shardsink.sinks.seals.seals`) from the head the mint read, fetched by its seqno (no
+    second head read; a fresh head if the caller read none or GC took it meanwhile), back only
+    as far as the earliest time asked for: the cost follows the files to judge, not history."""
+    info = seen.info if seen is not None else shard.info()
+
+    def seals_from(t: int) -> list[Seal]:
+        return seals(shard, head=shard.reader().version(info.seqno), down_to=t)
+
+    return Sealing(info.upper, seals_from)
 
 
 # --- committed state ------------------------------------------------------------------

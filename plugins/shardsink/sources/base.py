@@ -56,6 +56,16 @@ class Seal:
     held: frozenset[tuple[str, float]] = frozenset()
 
 
+@dataclass(frozen=True)
+class Sealing:
+    """What the shard had sealed when a mint read it: every time below ``upper``, and
+    ``seals_from(t)``: the seals covering the times from ``t`` up (read on demand, back only as
+    far as ``t``: :func:`shardsink.sinks.seals.seals`)."""
+
+    upper: int | None
+    seals_from: Callable[[int], Sequence[Seal]]
+
+
 @runtime_checkable
 class Source(Protocol):
     """What the ingest sink needs from a source; see the module docstring for the contract."""

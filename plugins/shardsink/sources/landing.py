@@ -42,7 +42,7 @@ from shardsink.core.roots import RootObjects
 from shardsink.core.state_codec import schema_from_json, schema_to_json
 from shardsink.core.updates import TIME, user_schema
 from shardsink.errors import InvalidUsageError
-from shardsink.sources.base import Seal, map_on_executors, spread_rows
+from shardsink.sources.base import Seal, Sealing, map_on_executors, spread_rows
 from shardsink.sources.evolution import SchemaMode
 from shardsink.sources.landing_files import (
     LandingFile,
@@ -58,7 +58,14 @@ from shardsink.sources.landing_files import (
     shape_rows,
     slot_of,
 )
-from shardsink.sources.landing_index import get_plan, judge, make_plan, plan_key, plan_listing, put_plan, refresh
+from shardsink.sources.landing_index import (
+    get_plan,
+    make_plan,
+    plan_key,
+    plan_listing,
+    put_plan,
+    refresh,
+)
 from shardsink.sources.landing_partitions import check_in_day, check_layout, day_prefixes, day_span, in_span
 from shardsink.sources.landing_read import read_planned
 from shardsink.sources.landing_schemas import indexed_schemas, put_chain_schemas
@@ -171,15 +178,16 @@ class LandingSource:
         t = read_landing_file(self.blob(), files[0], None, self.time_column)
         return user_schema(t.schema)
 
-    def prepare_chain(self, shard_url: str, descs: Sequence[Any], *, seals: Sequence[Seal] = ()) -> list[Listing]:
+    def prepare_chain(self, shard_url: str, descs: Sequence[Any], *, sealing: Sealing | None = None
+                      ) -> list[Listing]:
         """The mint's step (:func:`shardsink.sinks.ingest.mint_chain`): list the zone ONCE (with a
         declared layout, the chain's day folders only), bring the shard's landed-file index up to
         date (new and changed files only), write each description's file plan for its write slots
         (:mod:`shardsink.sources.landing_index`) and the schemas of the files those plans read,
-        for the ``add_columns`` check (:mod:`shardsink.sources.landing_schemas`). ``seals``: the
-        shard's (:func:`shardsink.sinks.seals.seals`): listed files found finally on time
-        against them are marked judged in the index (:func:`shardsink.sources.landing_index.judge`)
-        and leave every later plan's late check.
+        for the ``add_columns`` check (:mod:`shardsink.sources.landing_schemas`). ``sealing``: what
+        the shard had sealed (:class:`~shardsink.sources.landing_index.Sealing`): listed files found
+        finally on time against it are marked judged in the index
+        (:func:`shardsink.sources.landing_index.judge`) and leave every later plan's late check.
 
         Returns each description's :class:`~shardsink.core.commits.Listing`: the zone's clock
         read just before the listing, and the files its plan holds that appeared at or after it.
@@ -192,7 +200,7 @@ class LandingSource:
         at = blob.clock()  # before the listing: every file that appeared before it is listed
         listing = self.files(window=(descs[0].lower, descs[-1].upper), blob=blob)
         indexed = refresh(blob, store, root=self.root, time_column=self.time_column, listing=listing,
-                          judged=judge(seals, root=self.root) if seals else None)
+                          sealing=sealing)
         plans = [make_plan(indexed, desc_id=d.desc_id, lower=d.lower, upper=d.upper, root=self.root,
                            time_column=self.time_column, listing=listing) for d in descs]
         for p in plans:

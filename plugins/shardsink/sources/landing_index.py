@@ -34,7 +34,7 @@ import base64
 import functools
 import hashlib
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import msgspec
@@ -46,7 +46,7 @@ import pyarrow.parquet as pq
 from shardsink.core.commits import Listing
 from shardsink.core.roots import RootObjects
 from shardsink.errors import InvalidUsageError
-from shardsink.sources.base import Seal
+from shardsink.sources.base import Sealing
 from shardsink.sources.landing_files import LandingFile, LateDataError, MalformedInputError, check_late_at, to_millis
 from shardsink.sources.landing_index_store import IndexEntry, load, save
 from shardsink.sources.landing_layout import PLANS_PREFIX
@@ -225,32 +225,35 @@ def store_of(shard: str | RootObjects) -> RootObjects:
     return shard if isinstance(shard, RootObjects) else RootObjects(shard)
 
 
-def judge(seals: Sequence[Seal], *, root: str) -> Callable[[IndexEntry], bool]:
-    """Whether an entry is *finally* on time: its earliest time is sealed (below the newest seal's
-    upper) and it is not late against the seal of that time (:func:`check_late_at`). A file
-    whose earliest time no commit has sealed yet is not judged (a later run judges it once its
-    time is sealed), nor is a late one (every run that lists it refuses it, naming it)."""
-    sealed_below = max((s.upper for s in seals), default=None)
-
-    def on_time(e: IndexEntry) -> bool:
-        if sealed_below is None or e.tmin is None or e.tmin >= sealed_below:
-            return False
+def judge(sealing: Sealing, entries: Sequence[IndexEntry], *, root: str) -> set[str]:
+    """The keys of ``entries`` (not judged yet) that are *finally* on time: their earliest time is
+    sealed (below ``sealing.upper``) and they are not late against the seal of that time
+    (:func:`check_late_at`). A file whose earliest time no commit has sealed yet is not judged (a
+    later run judges it once its time is sealed), nor is a late one (every run that lists it
+    refuses it, naming it). Reads the seals once, back to the earliest such time; none at all
+    when nothing needs judging."""
+    upper = sealing.upper
+    due = [e for e in entries if e.tmin is not None and (upper is None or e.tmin < upper)]
+    if not due:
+        return set()
+    seals = sealing.seals_from(min(e.tmin for e in due if e.tmin is not None))
+    out = set()
+    for e in due:
+        assert e.tmin is not None
         try:
             check_late_at(e.tmin, e.key, e.first_seen, lower=e.tmin + 1, seals=seals, root=root)
         except LateDataError:
-            return False
-        return True
-
-    return on_time
+            continue
+        out.add(e.key)
+    return out
 
 
 def refresh(blob: object, shard_url: str | RootObjects, *, root: str, time_column: str,
-            listing: Sequence[LandingFile], write: bool = True,
-            judged: Callable[[IndexEntry], bool] | None = None) -> Indexed:
+            listing: Sequence[LandingFile], write: bool = True, sealing: Sealing | None = None) -> Indexed:
     """Join ``listing`` with the index of ``shard_url``, indexing new and changed files (and,
     with ``write``, adding them to the index: :func:`shardsink.sources.landing_index_store.save`);
-    see the module docstring. ``judged`` (:func:`judge`): listed entries not judged yet that it
-    finds finally on time are marked so, in the same index write."""
+    see the module docstring. ``sealing``: listed entries not judged yet that :func:`judge` finds
+    finally on time are marked so, in the same index write."""
     store = store_of(shard_url)
     loaded = load(store, root=root, time_column=time_column)
     schemas = dict(loaded.schemas)
@@ -271,10 +274,10 @@ def refresh(blob: object, shard_url: str | RootObjects, *, root: str, time_colum
             fp, b64 = fingerprint(schema)
             schemas[fp] = b64
             fresh[f.key] = e
-        if judged is not None and not e.judged and judged(e):
-            e = msgspec.structs.replace(e, judged=True)
-            fresh[f.key] = e
         entries[f.key] = e
+    if sealing is not None:
+        for key in judge(sealing, [e for e in entries.values() if not e.judged], root=root):
+            entries[key] = fresh[key] = msgspec.structs.replace(entries[key], judged=True)
     if fresh and write:
         save(store, loaded, fresh, schemas, root=root, time_column=time_column)
     return Indexed(entries, unindexed, schemas)
