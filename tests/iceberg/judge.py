@@ -52,10 +52,13 @@ def consolidated(table: pa.Table) -> Rows:
 def shard_at(shard: Shard, v: Version) -> tuple[list[str], Rows]:
     """Column names and consolidated updates of every live part at version ``v`` (its current schema)."""
     reader = shard.reader()
-    batches = reader.batches(v)
     target = sc.current(v.header)
-    table = reader.read_batch_parts(v.header, [(b, p) for b in batches for p in b.parts], target)
-    return table.column_names, consolidated(table)
+    tables = [sc.project(reader.read_parts(b.parts, sc.entry_schema(source)), source, target)
+              for b in reader.batches(v) if b.parts
+              for source in [sc.entry(v.header, b.schema_id) or target]]
+    names = [*sc.entry_schema(target).names, "_time", "_diff"]
+    table = pa.concat_tables(tables, promote_options="permissive") if tables else None
+    return names, consolidated(table) if table is not None else Counter()
 
 
 def iceberg_at(location: str, snapshot_id: int, url: str) -> tuple[list[str], Rows, Rows]:

@@ -84,3 +84,19 @@ def test_unmappable_type_is_refused_and_nothing_written(tmp_path: object) -> Non
     with pytest.raises(InvalidUsageError, match=r"'u'.*uint64"):
         iceberg.enable(shard)
     assert shard.reader().head().seqno == 0 and iceberg.find(shard) is None
+
+
+def test_parts_carry_the_shard_schemas_field_ids(tmp_path: object) -> None:
+    import pyarrow.parquet as pq
+
+    from shardsink.core.schema import DIFF_FIELD_ID, TIME_FIELD_ID, SchemaChange
+
+    shard = Shard.create(f"file://{tmp_path}/s", SCHEMA)
+    shard.evolve(SchemaChange(kind="drop", name="v"))
+    shard.evolve(SchemaChange(kind="add", name="v", type="int64"))  # the same name, a new field id
+    shard.append(rows(0, 2, t=1), lower=0, upper=10)
+    iceberg.enable(shard)
+    (part,) = shard.batches()[0].parts
+    ids = {f.name: int(f.metadata[b"PARQUET:field_id"]) for f in pq.read_schema(f"{tmp_path}/s/{part.key}")}
+    assert ids == {"k": 1, "v": 3, "_time": TIME_FIELD_ID, "_diff": DIFF_FIELD_ID}
+    assert judge_every_snapshot(shard) == 1  # read by id: the new v, not the dropped one's name mapping

@@ -56,6 +56,9 @@ class PartOptions:
     encoding: pio.PartEncoding = "default"
     threads: int | None = None
     order: PartOrder = "sorted"
+    #: ``(column name, field id)`` written into each part's Parquet schema (the shard schema's
+    #: field ids, :func:`shardsink.core.schema.parquet_field_ids`); () writes none.
+    field_ids: tuple[tuple[str, int], ...] = ()
 
     def __post_init__(self) -> None:
         if isinstance(self.target_bytes, bool) or not isinstance(self.target_bytes, int) or not (
@@ -109,15 +112,16 @@ class BatchBuilder:
         if o.order == "unordered":
             return self._record(pio.stage_unordered(self._blob, updates, prefix=self.prefix,
                                                     target_bytes=o.target_bytes, encoding=o.encoding,
-                                                    threads=o.threads))
+                                                    threads=o.threads, field_ids=o.field_ids))
         return self._record(pio.stage_parts(self._blob, updates, sort_keys, prefix=self.prefix,
-                                            target_bytes=o.target_bytes, encoding=o.encoding, threads=o.threads))
+                                            target_bytes=o.target_bytes, encoding=o.encoding, threads=o.threads,
+                                            field_ids=o.field_ids))
 
     def write_consolidated(self, table: pa.Table) -> tuple[PartMeta, ...]:
         """Write ``table``, already consolidated and sorted, as parts; returns them."""
         o = self.options
         return self._record(pio.write_parts(self._blob, table, prefix=self.prefix, target_bytes=o.target_bytes,
-                                            encoding=o.encoding))
+                                            encoding=o.encoding, field_ids=o.field_ids))
 
     def put_part(self, data: bytes, *, rows: int, min_time: int, max_time: int) -> PartMeta:
         """Upload one encoded Parquet part (consolidated and sorted) under a fresh key."""

@@ -38,6 +38,8 @@ from shardsink.storage.base import Blob
 TARGET_PART_BYTES = 128 * 1024 * 1024
 #: Inputs at least this large are staged in parallel slices (see stage_parts).
 PARALLEL_STAGE_ROWS = 1 << 18
+#: ``(column name, Parquet field id)`` of the columns a part is written with (:func:`with_field_ids`).
+FieldIds = Sequence[tuple[str, int]]
 #: How parts are encoded (see :func:`write_parts`).
 PartEncoding = Literal["default", "compact"]
 
@@ -51,8 +53,10 @@ def stage_parts(
     target_bytes: int = TARGET_PART_BYTES,
     encoding: PartEncoding = "default",
     threads: int | None = None,
+    field_ids: FieldIds = (),
 ) -> tuple[PartMeta, ...]:
-    """Consolidate and write validated ``updates``; large inputs use every core.
+    """Consolidate and write validated ``updates``; large inputs use every core. ``field_ids``:
+    the Parquet field id of each column name (:func:`with_field_ids`).
 
     An input of at least :data:`PARALLEL_STAGE_ROWS` rows is cut into one contiguous
     slice per core (``threads``: at most that many; 1 where the caller owns one core, as a
@@ -68,7 +72,7 @@ def stage_parts(
 
     def one(i: int) -> tuple[PartMeta, ...]:
         return _stage_slice(blob, updates.slice(i, step), keys, prefix=prefix, target_bytes=target_bytes,
-                            encoding=encoding)
+                            encoding=encoding, field_ids=field_ids)
 
     if slices == 1:
         return one(0)
@@ -84,6 +88,7 @@ def stage_unordered(
     target_bytes: int = TARGET_PART_BYTES,
     encoding: PartEncoding = "default",
     threads: int | None = None,
+    field_ids: FieldIds = (),
 ) -> tuple[PartMeta, ...]:
     """Write validated ``updates`` as unordered parts, in the order given: no sort, no
     consolidation (a ``(row, _time)`` may repeat; readers and compaction consolidate).
@@ -98,7 +103,7 @@ def stage_unordered(
 
     def one(i: int) -> tuple[PartMeta, ...]:
         return write_parts(blob, updates.slice(i, step), prefix=prefix, target_bytes=target_bytes,
-                           encoding=encoding, order="unordered")
+                           encoding=encoding, order="unordered", field_ids=field_ids)
 
     if slices == 1:
         return one(0)
@@ -107,7 +112,7 @@ def stage_unordered(
 
 
 def _stage_slice(blob: Blob, piece: pa.Table, keys: Sequence[str], *, prefix: str, target_bytes: int,
-                 encoding: PartEncoding) -> tuple[PartMeta, ...]:
+                 encoding: PartEncoding, field_ids: FieldIds = ()) -> tuple[PartMeta, ...]:
     """Consolidate and write one slice of :func:`stage_parts`.
 
     Fast path (default encoding, a schema Parquet keeps without Arrow's schema note, see
@@ -125,8 +130,9 @@ def _stage_slice(blob: Blob, piece: pa.Table, keys: Sequence[str], *, prefix: st
         if ordered is not None:
             per_row = max(1, piece.nbytes // piece.num_rows)  # part sizes as for the plain table
             return _write_slices(blob, ordered, prefix=prefix, rows_per_part=max(1, target_bytes // per_row),
-                                 write=_write_encoded)
-    return write_parts(blob, consolidate(piece, keys), prefix=prefix, target_bytes=target_bytes, encoding=encoding)
+                                 write=_write_encoded, field_ids=field_ids)
+    return write_parts(blob, consolidate(piece, keys), prefix=prefix, target_bytes=target_bytes, encoding=encoding,
+                       field_ids=field_ids)
 
 
 def _strings_encoded(table: pa.Table) -> pa.Table | None:
@@ -168,6 +174,7 @@ def write_parts(
     target_bytes: int = TARGET_PART_BYTES,
     encoding: PartEncoding = "default",
     order: PartOrder = "sorted",
+    field_ids: FieldIds = (),
 ) -> tuple[PartMeta, ...]:
     """Write a consolidated updates table as parts under ``prefix/`` (fresh unique keys);
     ``order="unordered"``: any updates table, recorded as unordered parts.
@@ -189,11 +196,12 @@ def write_parts(
             pq.write_table(piece, buf, **_default_options(piece, sorted_rows=order == "sorted"))
 
     return _write_slices(blob, table, prefix=prefix, rows_per_part=max(1, target_bytes // per_row), write=write,
-                         order=order)
+                         order=order, field_ids=field_ids)
 
 
 def _write_slices(blob: Blob, table: pa.Table, *, prefix: str, rows_per_part: int,
-                  write: Callable[[pa.Table, io.BytesIO], None], order: PartOrder = "sorted") -> tuple[PartMeta, ...]:
+                  write: Callable[[pa.Table, io.BytesIO], None], order: PartOrder = "sorted",
+                  field_ids: FieldIds = ()) -> tuple[PartMeta, ...]:
     """Write ``table`` (consolidated and sorted, unless ``order`` says otherwise) as parts of
     ``rows_per_part`` rows, in parallel."""
     if table.num_rows == 0:
@@ -202,7 +210,7 @@ def _write_slices(blob: Blob, table: pa.Table, *, prefix: str, rows_per_part: in
 
     def one(piece: pa.Table) -> PartMeta:
         buf = io.BytesIO()
-        write(piece, buf)
+        write(with_field_ids(piece, field_ids), buf)
         data = buf.getvalue()
         key = keys.part_key(prefix)
         blob.put(key, data)
@@ -213,6 +221,18 @@ def _write_slices(blob: Blob, table: pa.Table, *, prefix: str, rows_per_part: in
         return (one(slices[0]),)
     with ThreadPoolExecutor(max_workers=4) as pool:
         return tuple(pool.map(one, slices))
+
+
+def with_field_ids(table: pa.Table, field_ids: FieldIds) -> pa.Table:
+    """``table`` with each column named in ``field_ids`` carrying its Parquet field id (pyarrow writes
+    a field's ``PARQUET:field_id``), so readers that resolve columns by id (Iceberg's) need no name
+    mapping; no copy of the data. ``()``: ``table`` as it is."""
+    if not field_ids:
+        return table
+    ids = dict(field_ids)
+    fields = [f.with_metadata({**(f.metadata or {}), b"PARQUET:field_id": str(ids[f.name]).encode()})
+              if f.name in ids else f for f in table.schema]
+    return pa.Table.from_arrays(table.columns, schema=pa.schema(fields, metadata=table.schema.metadata))
 
 
 def _default_options(table: pa.Table, *, sorted_rows: bool = True) -> dict[str, Any]:

@@ -113,6 +113,17 @@ def make_entry(schema: pa.Schema, ids: Sequence[int], *, id: int, seqno: int, at
     return SchemaEntry(id, fields, arrow_text(schema), seqno, at, upper)
 
 
+#: The Parquet field ids of ``_time`` and ``_diff`` in every part (above any user field id a shard
+#: hands out; the Iceberg view's schemas use them too).
+TIME_FIELD_ID = 2_000_000_001
+DIFF_FIELD_ID = 2_000_000_002
+
+
+def parquet_field_ids(entry: SchemaEntry) -> tuple[tuple[str, int], ...]:
+    """``(column, field id)`` of parts written with schema ``entry``: its fields, ``_time``, ``_diff``."""
+    return (*((f.name, f.id) for f in entry.fields), (TIME, TIME_FIELD_ID), (DIFF, DIFF_FIELD_ID))
+
+
 def history(header: Header) -> tuple[SchemaEntry, ...]:
     """The schema history, oldest first; a shard that never evolved has one implicit entry
     (id 0, field ids 1..n by position, seqno 0, upper and time unknown)."""

@@ -145,6 +145,9 @@ class WriteHandle:
                 schema_id = sch.id_of(self._machine.head().version.header, schema)
         updates = validate_updates(table, schema, lower=lower, upper=upper)
         check_input_sums(updates, [*schema.names, TIME], what="the appended table")
+        entry = sch.entry(self._machine.known_head().version.header, schema_id) if schema_id is not None else None
+        if entry is not None and not options.field_ids:  # the parts carry the shard schema's field ids
+            options = replace(options, field_ids=sch.parquet_field_ids(entry))
         written = self.builder(desc_id, label=label, options=options).stage(updates, [*schema.names, TIME])
         return StagedBatch(desc_id, lower, upper, written, schema_id)
 

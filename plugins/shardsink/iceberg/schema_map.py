@@ -24,9 +24,9 @@ from shardsink.core.state import Header, SchemaEntry
 from shardsink.core.updates import DIFF, TIME
 from shardsink.errors import InvalidUsageError
 
-#: The field ids of ``_time`` and ``_diff`` (above any user field id a shard hands out).
-TIME_ID = 2_000_000_001
-DIFF_ID = 2_000_000_002
+#: The field ids of ``_time`` and ``_diff``: the ones core writes into every part.
+TIME_ID = sc.TIME_FIELD_ID
+DIFF_ID = sc.DIFF_FIELD_ID
 SUPPORTED = ("bool, int8, int16, int32, int64, float, double, string, large_string, binary, large_binary, date32, "
              "timestamp[ms|us] (with or without tz), decimal128")
 
