@@ -87,9 +87,7 @@ class Sim:
 
     def shard(self) -> Shard:
         """A fresh handle on the shard, as a new process opens it (the simulated known-head clock)."""
-        s = Shard(SHARD_URL, sleep=self.world.clock.advance)
-        s.machine.clock = self.world.clock.time
-        return s
+        return Shard(SHARD_URL, sleep=self.world.clock.advance, clock=self.world.clock.time)
 
     def now(self) -> float:
         return self.world.clock.now

@@ -20,10 +20,13 @@ Contract: :func:`injected` restores every one of these on exit, also after a fai
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import random
+import sys
 import uuid
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -31,26 +34,30 @@ from typing import Any, TypeVar
 import pyarrow as pa
 
 import shardsink.core.machine as machine_mod
-import shardsink.core.part_io as part_io_mod
-import shardsink.core.version_store as version_store_mod
-import shardsink.maintenance.merge as merge_mod
-import shardsink.maintenance.verify as verify_mod
 from shardsink.storage.retry import STORAGE, RetryingBlob
 from shardsink.storage.url import ShardUrl, serve
 from shardsink_dev.sim.store import MemBlob, World
 
 T = TypeVar("T")
 
-#: The modules whose ``ThreadPoolExecutor`` runs inline under the simulator.
-POOLED = (part_io_mod, version_store_mod, merge_mod, verify_mod)
+_POOL = concurrent.futures.ThreadPoolExecutor
 
 
 class InlinePool:
-    """A ``ThreadPoolExecutor`` whose ``map`` runs in the caller's thread, in order (lazily, as
-    the pool's results are consumed)."""
+    """A ``ThreadPoolExecutor`` that runs its work in the caller's thread, in order: ``map``
+    lazily, as the pool's results are consumed; ``submit`` at once, into a finished future (an
+    Exception is kept in it; a crash or a violation goes through, as it would stop the process)."""
 
-    def __init__(self, max_workers: int | None = None) -> None:
+    def __init__(self, max_workers: int | None = None, **_: Any) -> None:
         self.max_workers = max_workers
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
+        f: Future[T] = Future()
+        try:
+            f.set_result(fn(*args, **kwargs))
+        except Exception as e:
+            f.set_exception(e)
+        return f
 
     def __enter__(self) -> InlinePool:
         return self
@@ -60,6 +67,18 @@ class InlinePool:
 
     def map(self, fn: Callable[..., T], *iterables: Iterable[Any]) -> Iterator[T]:
         return map(fn, *iterables)
+
+
+def _inline_pools() -> list[tuple[Any, str, Any]]:
+    """Every ThreadPoolExecutor the library can reach (``concurrent.futures``' own, for imports made
+    inside functions, and every module global of shardsink naming it) made an InlinePool."""
+    undo: list[tuple[Any, str, Any]] = [(concurrent.futures, "ThreadPoolExecutor", _POOL)]
+    concurrent.futures.ThreadPoolExecutor = InlinePool  # type: ignore[misc, assignment]
+    for name, mod in list(sys.modules.items()):
+        if name.startswith("shardsink") and mod is not None and getattr(mod, "ThreadPoolExecutor", None) is _POOL:
+            undo.append((mod, "ThreadPoolExecutor", _POOL))
+            setattr(mod, "ThreadPoolExecutor", InlinePool)  # noqa: B010
+    return undo
 
 
 def sim_sleep(world: World) -> Callable[[float], None]:
@@ -77,7 +96,8 @@ def injected(world: World, seed: int, buckets: Iterable[str]) -> Iterator[None]:
     """Serve ``buckets`` from ``world`` and inject its clock and ``seed`` (see the module docstring)."""
     ids = random.Random(seed ^ 0x5EED)
     saved_random = random.getstate()
-    saved = (uuid.uuid4, machine_mod.now_iso, [m.ThreadPoolExecutor for m in POOLED], pa.cpu_count())  # type: ignore[attr-defined]
+    saved = (uuid.uuid4, machine_mod.now_iso, pa.cpu_count())
+    pools: list[tuple[Any, str, Any]] = []
     log = logging.getLogger("shardsink")
     level = log.level
     names = list(buckets)
@@ -85,8 +105,7 @@ def injected(world: World, seed: int, buckets: Iterable[str]) -> Iterator[None]:
         uuid.uuid4 = lambda: uuid.UUID(int=ids.getrandbits(128), version=4)
         random.seed(seed)
         machine_mod.now_iso = lambda: datetime.fromtimestamp(world.clock.now, UTC).isoformat(timespec="milliseconds")
-        for m in POOLED:
-            m.ThreadPoolExecutor = InlinePool  # type: ignore[attr-defined]
+        pools = _inline_pools()
         pa.set_cpu_count(1)
         log.setLevel(logging.ERROR)
         for b in names:
@@ -96,8 +115,8 @@ def injected(world: World, seed: int, buckets: Iterable[str]) -> Iterator[None]:
         for b in names:
             serve(b, None)
         uuid.uuid4, machine_mod.now_iso = saved[0], saved[1]
-        for m, pool in zip(POOLED, saved[2], strict=True):
-            m.ThreadPoolExecutor = pool  # type: ignore[attr-defined]
-        pa.set_cpu_count(saved[3])
+        for mod, attr, value in pools:
+            setattr(mod, attr, value)
+        pa.set_cpu_count(saved[2])
         random.setstate(saved_random)
         log.setLevel(level)

@@ -170,6 +170,9 @@ class Run:
                 self.superseded += self.chain
             self._next_attempt(0.0 if out.gave_up else ATTEMPT_S)
         elif isinstance(out, Failed):
+            waited = self.sim.now() - self.wait_since if self.wait_since is not None else 0.0
+            if waited < self.sim.plan.max_wait:  # the one cause in a simulation: a wait past max_append_wait
+                raise self.sim.violation("append-failed", f"{self.name}: {out.why[:300]}")
             led.outcomes.append(f"{self.name}: append failed: {out.why[:160]}")
         else:
             assert isinstance(out, Appended)

@@ -34,6 +34,8 @@ from shardsink_dev.sim.tape import Tape
 
 #: Clock ticks a request may take (seconds; the first is the plain one).
 TICKS = (0.05, 0.3, 0.7, 2.0)
+#: Requests a storm lasts.
+STORM = 12
 
 
 class Crash(BaseException):
@@ -50,14 +52,17 @@ class Violation(BaseException):
 
 @dataclass(frozen=True)
 class Rates:
-    """Per-mille chances per request: hand the baton over, crash the caller, and the three
-    outcomes other than ``ok`` (failed; timed out, not performed; performed, reported timed out)."""
+    """Per-mille chances per request: hand the baton over, crash the caller, the three outcomes
+    other than ``ok`` (failed; timed out, not performed; performed, reported timed out), and a
+    *storm*: the store unreachable for the next ``STORM`` requests, whoever sends them (reads
+    fail, writes time out unperformed), so retries and re-reads fail too."""
 
     switch: int = 0
     crash: int = 0
     failed: int = 0
     lost: int = 0
     performed: int = 0
+    storm: int = 0
 
 
 class Actor:
@@ -99,6 +104,7 @@ class Scheduler:
         self.steps = 0
         self.trace: list[str] = []
         self.failure: Violation | None = None
+        self.storm = 0  # requests of the current storm still to come
         self._done = threading.Event()
 
     # --- actors -----------------------------------------------------------------------------
@@ -201,6 +207,12 @@ class Scheduler:
 
     def _outcome(self, method: str) -> Outcome:
         t, r = self.tape, self.rates
+        if self.storm:
+            self.storm -= 1
+            return "lost"
+        if t.chance(r.storm):
+            self.storm = STORM - 1
+            return "lost"
         if not (r.failed or r.lost or r.performed) or method == "clock":
             return "ok"
         v = t.draw(1000)

@@ -15,18 +15,22 @@ the steps taken, and the tape's choices: replaying those choices with the same s
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from shardsink.core.shard import Shard
+from shardsink.sources.landing import LandingSource
 from shardsink_dev.sim import final, maint
 from shardsink_dev.sim.check import Checker
-from shardsink_dev.sim.ctx import EPOCH, LANDING_BUCKET, SHARD_BUCKET, SHARD_URL, Plan, Sim
+from shardsink_dev.sim.ctx import EPOCH, LANDING_BUCKET, LANDING_URL, SHARD_BUCKET, SHARD_URL, Plan, Sim
 from shardsink_dev.sim.harness import injected
+from shardsink_dev.sim.landing import TIME_COLUMN, Producer, ZoneModel
 from shardsink_dev.sim.runs import Run
 from shardsink_dev.sim.sched import Rates, Scheduler, Violation
 from shardsink_dev.sim.sources import SCHEMA, TickSource, TickWriter
 from shardsink_dev.sim.store import SimClock, World
 from shardsink_dev.sim.tape import Tape
+from shardsink_dev.sim.zone_slot import ZoneWriter, check_zone, drain
 
 
 @dataclass(frozen=True)
@@ -49,39 +53,71 @@ class Result:
         return hashlib.sha256("\n".join(self.trace).encode()).hexdigest()[:16]
 
 
+def _passes(tape: Tape) -> int:
+    """How many passes a maintenance actor makes: none in most schedules (each costs real work)."""
+    return int(tape.chance(350)) + int(tape.chance(150))
+
+
 def draw_plan(tape: Tape) -> Plan:
     """The schedule's plan. Every draw's 0 is the plainest choice (one run, no fault, ...)."""
     rates = Rates(switch=int(tape.pick((300, 100, 600, 900))), crash=int(tape.pick((0, 5, 20, 60))),
                   failed=int(tape.pick((0, 10, 40))), lost=int(tape.pick((0, 10, 40))),
-                  performed=int(tape.pick((0, 10, 40))))
-    landing = tape.chance(0)  # the landing world joins in its own step
+                  performed=int(tape.pick((0, 10, 40))), storm=int(tape.pick((0, 0, 8))))
+    landing = tape.chance(400)
     return Plan(
-        landing=landing, runs=1 + tape.draw(3), interval=100, max_span=int(tape.pick((100, 50, 40))) or None,
-        max_chain=1 + tape.draw(2), slots=1 + tape.draw(2), ahead=tape.chance(600), twins=int(tape.pick((0, 150))),
+        landing=landing, runs=int(tape.pick((2, 1, 3))), interval=100,
+        max_span=int(tape.pick((100, 100, 50, 40))) or None, max_chain=1 + tape.draw(2),
+        slots=1 + int(tape.chance(250)), ahead=tape.chance(600), twins=int(tape.pick((0, 150))),
         retries=1 + tape.draw(2), attempts=1 + tape.draw(3), rates=rates,
-        compact=tape.draw(3), since=tape.draw(3), gc=tape.draw(3), reader=tape.draw(2), evolve=tape.chance(250),
+        compact=_passes(tape), since=_passes(tape), gc=_passes(tape), reader=_passes(tape),
+        evolve=not landing and tape.chance(200),
         grace_s=float(tape.pick((600.0, 120.0, 1800.0))), max_wait=float(tape.pick((3600.0, 300.0))),
-        catch_up_after=float(tape.pick((600.0, 60.0))), producer=0,
+        catch_up_after=float(tape.pick((600.0, 60.0))), producer=tape.draw(3) if landing else 0,
     )
 
 
-def _spawn_world(sim: Sim) -> TickSource:
-    """The shard, and every actor of the plan."""
+def _maintenance(sim: Sim, expected: final.Model | None) -> None:
     p = sim.plan
-    source = TickSource(sim, step=int(sim.tape.pick((25, 10, 33))), period=float(sim.tape.pick((60.0, 5.0, 300.0))),
-                        end=p.runs * p.interval)
-    Shard.create(SHARD_URL, SCHEMA, upper=0, writer="setup")
-    writer = TickWriter(source)
-    backfill = sim.tape.chance(500)
-    for i in range(p.runs):
-        Run(sim, i, writer).start(0.0 if backfill else i * source.period + sim.tape.pick((0.0, 30.0)))
     maint.passes(sim, "compact", p.compact, lambda i: maint.compaction(sim, i), first=sim.tape.pick(maint.GAPS))
     maint.passes(sim, "since", p.since, lambda i: maint.since(sim, i), first=sim.tape.pick(maint.GAPS))
     maint.passes(sim, "gc", p.gc, lambda i: maint.gc(sim, i), first=sim.tape.pick(maint.GAPS))
-    maint.passes(sim, "reader", p.reader, maint.reader(sim, source.rows_as_of), first=sim.tape.pick(maint.GAPS))
+    maint.passes(sim, "reader", p.reader, maint.reader(sim, expected), first=sim.tape.pick(maint.GAPS))
     if p.evolve:
         maint.passes(sim, "evolve", 1, lambda i: maint.evolve(sim, i), first=sim.tape.pick(maint.GAPS))
-    return source
+
+
+def _spawn_world(sim: Sim) -> Callable[[], None]:
+    """The shard and every actor of the plan; returns the end-of-schedule checks of its world."""
+    p, tape = sim.plan, sim.tape
+    period = float(tape.pick((60.0, 5.0, 300.0)))
+    Shard.create(SHARD_URL, SCHEMA, upper=0, writer="setup")
+    backfill = tape.chance(500)
+    starts = [0.0 if backfill else i * period + tape.pick((1.0, 30.0)) for i in range(p.runs)]
+    if p.landing:
+        model = ZoneModel()
+        producer = Producer(sim, model, period=period, intervals=p.runs)
+        zone = ZoneWriter(LandingSource(LANDING_URL, time_column=TIME_COLUMN, schema=SCHEMA))
+        producer.start()
+        for i in range(p.runs):
+            Run(sim, i, zone).start(starts[i] + (p.runs * period if backfill else 0.0))
+        _maintenance(sim, None)
+
+        def end_landing() -> None:
+            drain(sim, producer, zone, (p.runs + 1) * p.interval)
+            final.exactly_once(sim)
+            check_zone(sim, model)
+            final.gc_and_verify(sim)
+        return end_landing
+    source = TickSource(sim, step=int(tape.pick((25, 10, 33))), period=period, end=p.runs * p.interval)
+    for i in range(p.runs):
+        Run(sim, i, TickWriter(source)).start(starts[i])
+    _maintenance(sim, source.rows_as_of)
+
+    def end_direct() -> None:
+        final.exactly_once(sim)
+        final.contents(sim, source.rows_as_of)
+        final.gc_and_verify(sim)
+    return end_direct
 
 
 def run_schedule(seed: int, replay: list[int] | None = None) -> Result:
@@ -95,13 +131,11 @@ def run_schedule(seed: int, replay: list[int] | None = None) -> Result:
     with injected(world, seed, [SHARD_BUCKET, LANDING_BUCKET]):
         world.gate = sched
         try:
-            source = _spawn_world(sim)
+            finish = _spawn_world(sim)
             sched.run()
             if sched.failure is None:
                 sched.current = None
-                final.exactly_once(sim)
-                final.contents(sim, source.rows_as_of)
-                final.gc_and_verify(sim)
+                finish()
         except Violation:
             pass  # recorded by the scheduler
         except Exception as e:  # the end-of-schedule checks themselves failed: a bug found there
