@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed-$(REQ_HASH)
 #: The installer of the pinned requirements (its own pin; it is not one of them).
 UV_VERSION := 0.13.9
 
-.PHONY: run ui dev-env test deps venv java services lint bench clean
+.PHONY: run ui dev-env test deps venv java services lint bench clean sim
 
 venv: $(STAMP)
 
@@ -112,6 +112,15 @@ test: deps
 	a1=$$(cat .test-group-1.rc); a2=$$(cat .test-group-2.rc); \
 	echo "== make test: exit codes: the rest $$rc, group 1 $$a1, group 2 $$a2"; \
 	[ "$$rc" -eq 0 ] && [ "$$a1" -eq 0 ] && [ "$$a2" -eq 0 ]
+
+# The deterministic simulator (shardsink_dev/sim, docs/architecture.md "The simulator"): SEEDS
+# schedules of the real code from seed 0 (a long soak: SEEDS=200000), ending with one line
+# "FIGURE sim <schedules> schedules <failures> failures <seconds> s"; SEED=n replays one schedule
+# step by step (TAPE=file: the shrunk tape a failure saved); PLANT=name re-introduces a fixed defect.
+SEEDS ?= 10000
+sim: venv
+	@PYTHONHASHSEED=0 PYTHONPATH=. $(PY) -m shardsink_dev.sim $(if $(SEED),--seed $(SEED),--seeds $(SEEDS)) \
+	  $(if $(TAPE),--tape $(TAPE)) $(if $(PLANT),--plant $(PLANT))
 
 lint: venv
 	@$(VENV)/bin/ruff check plugins tests bench dags spark_jobs shardsink_dev

@@ -52,7 +52,7 @@ def report(r: Result, plant: str | None, *, shrink_budget: int) -> None:
     steps = [s for s in small.trace if " end " not in s]
     print(f"  shrunk to {small.steps} steps ({sum(1 for c in small.choices if c)} non-plain choices), "
           f"replay: {replay_command(r.seed, plant, path)}")
-    for line in steps[-40:]:
+    for line in steps if len(steps) <= 80 else steps[-60:]:
         print(f"    {line}")
 
 
