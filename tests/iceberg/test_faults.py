@@ -174,3 +174,25 @@ def test_verify_checks_the_view(tmp_path: object) -> None:
     shard.admin().delete_registered([key])
     roots.put(key, isync.md.encode(prev.meta))  # a stale snapshot under the newest name
     assert any("they differ" in p.message for p in verify(shard).problems)
+
+
+def test_gc_deletes_what_the_view_no_longer_needs_and_nothing_it_does(shard_url: str) -> None:
+    from shardsink.maintenance.verify import verify
+
+    shard = viewed(shard_url, appends=3)
+    assert compact_batches(shard, shard.batches()[:2], since=0).status == "applied"
+    shard.append(rows(1, 30), lower=30, upper=40)
+    advance_since(shard, target=35)
+    roots = RootObjects(shard.url)
+    before = {o.key for o in roots.list(layout.METADATA)}
+    collect(shard, GcOptions(grace_s=0))
+    after = {o.key for o in roots.list(layout.METADATA)}
+    gone = before - after
+    head = shard.reader().head().seqno
+    assert {layout.list_key(1), layout.list_key(2)} <= gone  # the manifest lists of expired snapshots
+    assert any(k.startswith(f"{layout.METADATA}m-2-") for k in gone)  # a compacted batch's manifest
+    assert {layout.metadata_key(head), layout.metadata_key(1), layout.list_key(head - 1)} <= after  # current, log
+    judge(shard)
+    assert verify(shard).ok
+    collect(shard, GcOptions(grace_s=3600))  # within the grace period nothing goes
+    assert {o.key for o in roots.list(layout.METADATA)} == after

@@ -108,6 +108,32 @@ def held_parts(url: str, head: Version, roots: RootObjects) -> frozenset[str]:
     return frozenset(out)
 
 
+#: A capability's own garbage for GC: ``(url, head, root objects, cutoff epoch s)`` → root-object keys
+#: its view no longer needs, none modified after ``cutoff`` (GC deletes them after its grace period).
+Collector = Callable[[str, Version, RootObjects, float], list[str]]
+_collectors: dict[str, Collector] = {}
+
+
+def register_view_collector(option: str, collector: Collector) -> None:
+    """Declare what GC may delete of the view of option ``option`` (:func:`view_garbage`)."""
+    with _lock:
+        got = _collectors.setdefault(option, collector)
+    if got is not collector:
+        raise ValueError(f"a view collector is already registered for option {option!r}")
+
+
+def view_garbage(url: str, head: Version, roots: RootObjects, cutoff: float) -> list[str]:
+    """The root objects the views of ``head``'s options no longer need, older than ``cutoff``."""
+    out: list[str] = []
+    for name, _ in head.header.options:
+        _hook_for(name)
+        with _lock:
+            collector = _collectors.get(name)
+        if collector is not None:
+            out += collector(url, head, roots, cutoff)
+    return out
+
+
 #: A capability's check of its view for ``verify``: ``(url, head, root objects)`` → ``(object, problem)`` pairs.
 Checker = Callable[[str, Version, RootObjects], list[tuple[str, str]]]
 _checkers: dict[str, Checker] = {}

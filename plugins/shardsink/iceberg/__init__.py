@@ -16,15 +16,31 @@ docs/architecture.md ("The Iceberg view") for the mapping.
 
 from __future__ import annotations
 
-from shardsink.core.after_commit import register_after_commit, register_part_holder, register_view_check
+from shardsink.core.after_commit import (
+    register_after_commit,
+    register_part_holder,
+    register_view_check,
+    register_view_collector,
+)
 from shardsink.core.roots import register_root
 from shardsink.iceberg import layout
 from shardsink.iceberg.check import check
-from shardsink.iceberg.keeper import current_location, enable, find, forget, held, snapshot_as_of, sync, upkeep
+from shardsink.iceberg.keeper import (
+    current_location,
+    enable,
+    find,
+    forget,
+    garbage,
+    held,
+    snapshot_as_of,
+    sync,
+    upkeep,
+)
 
 ROOT = register_root(f"{layout.TABLE}/", owner="shardsink.iceberg", prefix=True)
 register_after_commit(layout.OPTION, upkeep)
 register_part_holder(layout.OPTION, held)  # GC keeps what a retained snapshot references
 register_view_check(layout.OPTION, check)  # verify checks the view
+register_view_collector(layout.OPTION, garbage)  # GC deletes what the view no longer needs
 
 __all__ = ["current_location", "enable", "find", "forget", "snapshot_as_of", "sync"]

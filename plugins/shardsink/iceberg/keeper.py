@@ -220,3 +220,25 @@ def held(url: str, head: Version, roots: RootObjects) -> frozenset[str]:
             raise CorruptionError(f"{roots.where(key)}: a manifest of a retained snapshot is missing")
         out |= set(read_manifest_paths(url, got))
     return frozenset(out)
+
+
+def garbage(url: str, head: Version, roots: RootObjects, cutoff: float) -> list[str]:
+    """GC's collector: the view's objects older than ``cutoff`` that the newest metadata no longer
+    needs: not it, not a file its metadata log names, not a retained snapshot's manifest list or a
+    manifest one lists, not a newer metadata file, not the hint. None without a view."""
+    m = newest(roots, head.seqno)
+    data = None if m is None else roots.get(layout.metadata_key(m))
+    if m is None or data is None:
+        return []
+    meta = md.decode(data, where=roots.where(layout.metadata_key(m)))
+    prefix = layout.location(url, "")[: -len(layout.TABLE)]
+    keep = {layout.HINT, layout.metadata_key(m), *(e.metadata_file[len(prefix):] for e in meta.metadata_log)}
+    for snap in meta.snapshots:
+        key = layout.list_key(layout.seqno_of_snapshot(snap.snapshot_id))
+        keep.add(key)
+        lst = roots.get(key)
+        if lst is None:
+            return []  # a retained snapshot is damaged: delete nothing (verify reports it)
+        keep |= {r.key for r in read_list(url, lst)}
+    return [o.key for o in roots.list(layout.METADATA) if o.key not in keep and o.modified <= cutoff
+            and ((s := layout.seqno_of_metadata(o.key)) is None or s < m)]

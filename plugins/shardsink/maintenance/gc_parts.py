@@ -35,6 +35,7 @@ class PartsOutcome:
     bytes: int = 0
     manifests: int = 0
     young: int = 0
+    view_objects: int = 0  # objects of derived views (the Iceberg view) deleted
     still_possible: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
 
@@ -73,11 +74,27 @@ def collect_parts(shard: Shard, retained_from: int, listing: Listing, *, cutoff:
         out.skipped.append(f"parts and manifests not collected: a view's references are unknown ({e})")
         return out
     listed_parts = [o for o in listed_parts if o.key not in held]
+    _collect_views(admin, shard.url, head, cutoff=cutoff, dry=dry, out=out)
 
     groups, manifests = _group_unreferenced(listed_parts, listed_staging, refs, cutoff=cutoff, out=out)
     condemned, sizes = _condemn(admin, groups, manifests, refs, lowers, cutoff=cutoff, out=out)
     _delete_condemned(admin, head, refs, condemned, sizes, dry=dry, hook=hook, out=out)
     return out
+
+
+def _collect_views(admin: AdminHandle, url: str, head: st.Version, *, cutoff: float, dry: bool,
+                   out: PartsOutcome) -> None:
+    """The derived views' own objects they no longer need (an old Iceberg metadata file, a manifest of
+    an expired snapshot), older than the grace period: deleted (a dry run: counted) as root objects."""
+    if not head.header.options:
+        return
+    try:
+        doomed = after_commit.view_garbage(url, head, RootObjects(url), cutoff)
+        if doomed and not dry:
+            admin.delete_registered(doomed)
+        out.view_objects += len(doomed)
+    except Exception as e:  # a view's garbage unknown: nothing of it deleted this pass
+        out.skipped.append(f"a view's old objects not collected ({e})")
 
 
 def _group_unreferenced(listed_parts: list[StagedObject], listed_staging: list[StagedObject], refs: Protected, *,
