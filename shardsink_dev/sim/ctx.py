@@ -59,6 +59,7 @@ class Plan:
     max_wait: float
     catch_up_after: float
     producer: int  # landing: misbehaviours of the producer (late, rewritten, restored files)
+    iceberg: bool  # the shard's Iceberg view on (kept by every committing actor)
 
 
 @dataclass

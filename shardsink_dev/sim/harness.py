@@ -12,6 +12,9 @@
 * **concurrency**: the library's thread pools (parallel GETs of versions and parts, verify's
   checks) run their maps inline in the calling actor's thread, so every request is one the
   scheduler orders (a pool thread would race the baton and break replay);
+* **memory**: each actor is a process of its own, so what the library keeps in a process's memory
+  (the Iceberg view's last written view, :mod:`shardsink.iceberg.keeper`) is the actor's own:
+  swapped in whenever the actor takes the baton (:func:`per_process`);
 * Arrow uses one CPU thread (the simulator runs thousands of tiny reads, whose thread hand-offs
   cost more than they read), and the library's log lines below ERROR are silenced.
 
@@ -25,6 +28,7 @@ import logging
 import random
 import sys
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
 from contextlib import contextmanager
@@ -34,6 +38,7 @@ from typing import Any, TypeVar
 import pyarrow as pa
 
 import shardsink.core.machine as machine_mod
+import shardsink.iceberg.keeper as keeper_mod
 from shardsink.storage.retry import STORAGE, RetryingBlob
 from shardsink.storage.url import ShardUrl, serve
 from shardsink_dev.sim.store import MemBlob, World
@@ -81,6 +86,12 @@ def _inline_pools() -> list[tuple[Any, str, Any]]:
     return undo
 
 
+def per_process(actor: Any) -> None:
+    """Swap in ``actor``'s process memory (None: the world's own, outside every actor)."""
+    memory = actor.process if actor is not None else {}
+    keeper_mod._views = memory.setdefault("iceberg-views", OrderedDict())
+
+
 def sim_sleep(world: World) -> Callable[[float], None]:
     """A retry policy's sleep that waits in simulated time."""
     return world.clock.advance
@@ -96,7 +107,7 @@ def injected(world: World, seed: int, buckets: Iterable[str]) -> Iterator[None]:
     """Serve ``buckets`` from ``world`` and inject its clock and ``seed`` (see the module docstring)."""
     ids = random.Random(seed ^ 0x5EED)
     saved_random = random.getstate()
-    saved = (uuid.uuid4, machine_mod.now_iso, pa.cpu_count())
+    saved = (uuid.uuid4, machine_mod.now_iso, pa.cpu_count(), keeper_mod._views)
     pools: list[tuple[Any, str, Any]] = []
     log = logging.getLogger("shardsink")
     level = log.level
@@ -106,6 +117,7 @@ def injected(world: World, seed: int, buckets: Iterable[str]) -> Iterator[None]:
         random.seed(seed)
         machine_mod.now_iso = lambda: datetime.fromtimestamp(world.clock.now, UTC).isoformat(timespec="milliseconds")
         pools = _inline_pools()
+        per_process(None)
         pa.set_cpu_count(1)
         log.setLevel(logging.ERROR)
         for b in names:
@@ -118,5 +130,6 @@ def injected(world: World, seed: int, buckets: Iterable[str]) -> Iterator[None]:
         for mod, attr, value in pools:
             setattr(mod, attr, value)
         pa.set_cpu_count(saved[2])
+        keeper_mod._views = saved[3]
         random.setstate(saved_random)
         log.setLevel(level)

@@ -77,11 +77,14 @@ class Run:
 
     def _task(self, name: str, body: Callable[[], Any], on_ok: Callable[[Any], None], delay: float,
               tries: int = 1) -> None:
-        """A task try (and maybe its twin); retried like Airflow retries it."""
-        sim, who = self.sim, f"{self.name}.{name}"
+        """A task try (and maybe its twin); retried like Airflow retries it. A try of an attempt the
+        run left behind (its result is nobody's XCom any more) is only judged."""
+        sim, who, attempt = self.sim, f"{self.name}.{name}", self.attempt
 
         def end(a: Actor) -> None:
             verdict = judge(sim, a.name, a.error)
+            if attempt != self.attempt:
+                return
             if verdict == "ok":
                 on_ok(a.result)
             elif verdict == "retry" and tries <= sim.plan.retries:
@@ -140,21 +143,25 @@ class Run:
                 return
             pending.discard(what)
             if not pending:
-                self._task("append", self._append, self._appended, 0.0)
+                self._task("append", self._appender(), self._appended, 0.0)
         return ok
 
     # --- append -------------------------------------------------------------------------------
 
-    def _append(self) -> Any:
-        sim = self.sim
-        now = sim.now()
-        idle = self.progress is not None and now - self.progress[1] >= sim.plan.catch_up_after
-        turn = Turn(since=self.wait_since if self.wait_since is not None else now, max_wait=sim.plan.max_wait,
-                    catch_up_after=sim.plan.catch_up_after, idle=idle,
-                    dag_id=DAG, now=sim.now)
-        sim.ledger.attempted.update(d.desc_id for d in self.chain)
-        return append_run(sim.shard(), self.chain, sim.plan.slots, writer=f"airflow:{DAG}/{self.run_id}",
-                          turn=turn, superseded=list(self.superseded))
+    def _appender(self) -> Callable[[], Any]:
+        """The append task of this attempt: its chain and the chains it supersedes, as its XCom holds them."""
+        sim, chain, superseded = self.sim, list(self.chain), list(self.superseded)
+        since, progress = self.wait_since, self.progress
+
+        def append() -> Any:
+            now = sim.now()
+            idle = progress is not None and now - progress[1] >= sim.plan.catch_up_after
+            turn = Turn(since=since if since is not None else now, max_wait=sim.plan.max_wait,
+                        catch_up_after=sim.plan.catch_up_after, idle=idle, dag_id=DAG, now=sim.now)
+            sim.ledger.attempted.update(d.desc_id for d in chain)
+            return append_run(sim.shard(), chain, sim.plan.slots, writer=f"airflow:{DAG}/{self.run_id}",
+                              turn=turn, superseded=superseded)
+        return append
 
     def _appended(self, out: Any) -> None:
         led = self.sim.ledger
@@ -164,7 +171,7 @@ class Run:
                 self.wait_since = out.since
             if self.progress is None or out.upper != self.progress[0]:
                 self.progress = (out.upper, self.sim.now())
-            self._task("append", self._append, self._appended, POKE_S)
+            self._task("append", self._appender(), self._appended, POKE_S)
         elif isinstance(out, Lost):
             if out.gave_up:
                 self.superseded += self.chain

@@ -80,6 +80,8 @@ class Actor:
         #: What the body raised (None: it returned); a Crash when it was killed.
         self.error: BaseException | None = None
         self.result: Any = None
+        #: What the actor's process holds in memory (each actor is a process of its own).
+        self.process: dict[str, Any] = {}
 
     def main(self) -> None:
         self.go.wait()
@@ -105,6 +107,8 @@ class Scheduler:
         self.trace: list[str] = []
         self.failure: Violation | None = None
         self.storm = 0  # requests of the current storm still to come
+        #: Called with the actor about to hold the baton (the world swaps in its process's memory).
+        self.on_resume: Callable[[Actor], None] | None = None
         self._done = threading.Event()
 
     # --- actors -----------------------------------------------------------------------------
@@ -152,6 +156,8 @@ class Scheduler:
 
     def _resume(self, a: Actor) -> None:
         self.current = a
+        if self.on_resume is not None:
+            self.on_resume(a)
         if a.thread is None:
             a.thread = threading.Thread(target=a.main, name=f"sim:{a.name}", daemon=True)
             a.thread.start()

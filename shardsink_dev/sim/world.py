@@ -18,12 +18,13 @@ import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from shardsink import iceberg
 from shardsink.core.shard import Shard
 from shardsink.sources.landing import LandingSource
 from shardsink_dev.sim import final, maint
 from shardsink_dev.sim.check import Checker
 from shardsink_dev.sim.ctx import EPOCH, LANDING_BUCKET, LANDING_URL, SHARD_BUCKET, SHARD_URL, Plan, Sim
-from shardsink_dev.sim.harness import injected
+from shardsink_dev.sim.harness import injected, per_process
 from shardsink_dev.sim.landing import TIME_COLUMN, Producer, ZoneModel
 from shardsink_dev.sim.runs import Run
 from shardsink_dev.sim.sched import Rates, Scheduler, Violation
@@ -73,6 +74,7 @@ def draw_plan(tape: Tape) -> Plan:
         evolve=not landing and tape.chance(200),
         grace_s=float(tape.pick((600.0, 120.0, 1800.0))), max_wait=float(tape.pick((3600.0, 300.0))),
         catch_up_after=float(tape.pick((600.0, 60.0))), producer=tape.draw(3) if landing else 0,
+        iceberg=tape.chance(200),
     )
 
 
@@ -90,7 +92,9 @@ def _spawn_world(sim: Sim) -> Callable[[], None]:
     """The shard and every actor of the plan; returns the end-of-schedule checks of its world."""
     p, tape = sim.plan, sim.tape
     period = float(tape.pick((60.0, 5.0, 300.0)))
-    Shard.create(SHARD_URL, SCHEMA, upper=0, writer="setup")
+    shard = Shard.create(SHARD_URL, SCHEMA, upper=0, writer="setup")
+    if p.iceberg:
+        iceberg.enable(shard, writer="setup")
     backfill = tape.chance(500)
     starts = [0.0 if backfill else i * period + tape.pick((1.0, 30.0)) for i in range(p.runs)]
     if p.landing:
@@ -126,6 +130,7 @@ def run_schedule(seed: int, replay: list[int] | None = None) -> Result:
     plan = draw_plan(tape)
     world = World(SimClock(EPOCH))
     sched = Scheduler(tape, world.clock, plan.rates)
+    sched.on_resume = per_process
     checker = Checker(world, sched, SHARD_BUCKET, SHARD_URL.split("/", 3)[3])
     sim = Sim(seed, tape, plan, world, sched, checker)
     with injected(world, seed, [SHARD_BUCKET, LANDING_BUCKET]):
@@ -135,6 +140,7 @@ def run_schedule(seed: int, replay: list[int] | None = None) -> Result:
             sched.run()
             if sched.failure is None:
                 sched.current = None
+                per_process(None)
                 finish()
         except Violation:
             pass  # recorded by the scheduler
