@@ -100,3 +100,15 @@ def test_parts_carry_the_shard_schemas_field_ids(tmp_path: object) -> None:
     ids = {f.name: int(f.metadata[b"PARQUET:field_id"]) for f in pq.read_schema(f"{tmp_path}/s/{part.key}")}
     assert ids == {"k": 1, "v": 3, "_time": TIME_FIELD_ID, "_diff": DIFF_FIELD_ID}
     assert judge_every_snapshot(shard) == 1  # read by id: the new v, not the dropped one's name mapping
+
+
+def test_a_part_writer_spec_for_executors_carries_the_field_ids(tmp_path: object) -> None:
+    import pyarrow.parquet as pq
+
+    shard = Shard.create(f"file://{tmp_path}/s", SCHEMA)
+    spec = shard.writer().part_writer("d1", schema=SCHEMA)
+    assert dict(spec.options.field_ids)["v"] == 2
+    parts = spec.open().stage(rows(0, 2, t=1), ["k", "v", "_time"])
+    schema = pq.read_schema(f"{tmp_path}/s/{parts[0].key}")
+    assert int(schema.field("k").metadata[b"PARQUET:field_id"]) == 1
+    assert shard.writer().part_writer("d2").options.field_ids == ()  # no schema named: none written

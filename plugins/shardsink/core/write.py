@@ -93,15 +93,22 @@ class WriteHandle:
 
     def part_writer(self, desc_id: str, *, label: str | None = None, order: st.PartOrder = "sorted",
                     encoding: PartEncoding = "default", target_bytes: int = TARGET_PART_BYTES,
-                    threads: int | None = 1, dry_run: bool = False) -> PartWriterSpec:
+                    threads: int | None = 1, dry_run: bool = False, schema: pa.Schema | None = None) -> PartWriterSpec:
         """A picklable spec of :meth:`builder` for a process holding no handle (a Spark executor):
         :meth:`PartWriterSpec.open` there gives the builder, opening the store with that process's
         environment. ``order``, ``encoding``, ``target_bytes``, ``threads``: the
         :class:`~shardsink.core.builder.PartOptions` (``threads`` 1: a Spark task owns one core).
-        ``dry_run``: the builder encodes parts but uploads nothing. A bad value:
+        ``dry_run``: the builder encodes parts but uploads nothing. ``schema``: the user columns the
+        parts are staged with; when the shard knows it, every part carries its field ids. A bad value:
         InvalidUsageError naming it."""
+        entry = None
+        if isinstance(schema, pa.Schema):
+            header = self._machine.known_head().version.header
+            sid = sch.id_of(header, schema)
+            entry = sch.entry(header, sid) if sid is not None else None
         try:
-            options = PartOptions(target_bytes=target_bytes, encoding=encoding, threads=threads, order=order)
+            options = PartOptions(target_bytes=target_bytes, encoding=encoding, threads=threads, order=order,
+                                  field_ids=sch.parquet_field_ids(entry) if entry is not None else ())
         except ValueError as e:
             raise InvalidUsageError(f"part writer of description {desc_id!r:.130}: {e}") from None
         return PartWriterSpec(url=self.url, desc_id=desc_id, label=label, options=options, dry_run=dry_run)

@@ -111,7 +111,7 @@ def stage_dataframe(
         raise InvalidUsageError(f"writer must be 'auto', 'spark' or 'python', got {writer!r}", value=str(writer))
     handle = Shard(shard_url).writer()
     spec = handle.part_writer(desc_id, label=label, order=order, encoding=encoding, target_bytes=target_part_bytes,
-                              threads=1, dry_run=dry_run)
+                              threads=1, dry_run=dry_run, schema=schema)  # the parts carry its field ids
     if order == "unordered" and writer != "python" and not dry_run:
         from shardsink.spark.native_stage import stage_if_native
 
