@@ -8,7 +8,8 @@
    contents as of every ``t >= since``; the snapshot at ``upper - 1`` is checked on its own path
    (readers check others while the schedule runs); and the parts the head references, read straight from the store with
    pyarrow (not through the library), sum to the same rows.
-3. **GC and verify**: past the grace period, the compaction sweep and GC run clean, then
+3. **GC and verify**: past the grace period (and the expiry of any lease a crashed reader left),
+   the compaction sweep and GC run clean, then
    :func:`shardsink.maintenance.verify.verify` finds no problem (``shardsink verify`` exits 0) and
    no leaked object (GC left none). A crashed compaction's output stays while its inputs are all
    live (it may still apply) and verify lists it once older than the grace period: the next
@@ -25,6 +26,7 @@ from collections.abc import Callable
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from shardsink.core.leases import CLOCK_SKEW_S
 from shardsink.maintenance.compact import sweep
 from shardsink.maintenance.gc import collect
 from shardsink.maintenance.gc_types import GcOptions
@@ -32,7 +34,7 @@ from shardsink.maintenance.run import MaintenanceOptions, compaction_pass
 from shardsink.maintenance.verify import verify
 from shardsink_dev.sim.check import CLOSED
 from shardsink_dev.sim.ctx import SHARD_BUCKET, Sim
-from shardsink_dev.sim.maint import check_contents
+from shardsink_dev.sim.maint import LEASE_TTL_S, check_contents
 
 #: The model's contents as of a time: (k, n) -> event time.
 Model = Callable[[int], dict[tuple[str, int], int]]
@@ -89,8 +91,9 @@ def _raw_rows(sim: Sim) -> Counter[tuple[str, int]]:
 
 def gc_and_verify(sim: Sim) -> None:
     """Check 3 (module docstring)."""
-    sim.world.clock.advance(sim.plan.grace_s + 5.0)
     shard, grace = sim.shard(), sim.plan.grace_s
+    # past every grace period, and past the expiry of a lease a crashed reader left (by the grace too)
+    sim.world.clock.advance(grace + LEASE_TTL_S + CLOCK_SKEW_S + 5.0)
     sweep(shard, grace_s=grace, now=sim.now())
     gc = GcOptions(grace_s=grace, clock=sim.world.clock.time)
     collect(shard, gc)
