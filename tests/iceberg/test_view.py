@@ -112,3 +112,15 @@ def test_a_part_writer_spec_for_executors_carries_the_field_ids(tmp_path: object
     schema = pq.read_schema(f"{tmp_path}/s/{parts[0].key}")
     assert int(schema.field("k").metadata[b"PARQUET:field_id"]) == 1
     assert shard.writer().part_writer("d2").options.field_ids == ()  # no schema named: none written
+
+
+def test_compaction_outputs_carry_the_field_ids(tmp_path: object) -> None:
+    import pyarrow.parquet as pq
+
+    shard = Shard.create(f"file://{tmp_path}/s", SCHEMA)
+    shard.append(rows(0, 2, t=1), lower=0, upper=10)
+    shard.append(rows(2, 2, t=11), lower=10, upper=20)
+    assert compact_batches(shard, shard.batches(), since=0).status == "applied"
+    (part,) = shard.batches()[0].parts
+    schema = pq.read_schema(f"{tmp_path}/s/{part.key}")
+    assert {f.name: int(f.metadata[b"PARQUET:field_id"]) for f in schema}["v"] == 2

@@ -229,10 +229,15 @@ def with_field_ids(table: pa.Table, field_ids: FieldIds) -> pa.Table:
     mapping; no copy of the data. ``()``: ``table`` as it is."""
     if not field_ids:
         return table
+    return pa.Table.from_arrays(table.columns, schema=schema_with_field_ids(table.schema, field_ids))
+
+
+def schema_with_field_ids(schema: pa.Schema, field_ids: FieldIds) -> pa.Schema:
+    """``schema`` with each field named in ``field_ids`` carrying its ``PARQUET:field_id``."""
     ids = dict(field_ids)
     fields = [f.with_metadata({**(f.metadata or {}), b"PARQUET:field_id": str(ids[f.name]).encode()})
-              if f.name in ids else f for f in table.schema]
-    return pa.Table.from_arrays(table.columns, schema=pa.schema(fields, metadata=table.schema.metadata))
+              if f.name in ids else f for f in schema]
+    return pa.schema(fields, metadata=schema.metadata)
 
 
 def _default_options(table: pa.Table, *, sorted_rows: bool = True) -> dict[str, Any]:

@@ -196,7 +196,8 @@ def compact_batches(shard: Shard, inputs: Sequence[st.BatchMeta], *, since: int,
     try:
         source, parts = projected_inputs(m, header, inputs, target)
         stats: MergeStats = merge_parts(source, parts, sch.entry_schema(target), into=m.builder(cid), since=since,
-                                        options=options.merge, on_batch=options.hooks.on_batch)
+                                        options=options.merge, on_batch=options.hooks.on_batch,
+                                        field_ids=sch.parquet_field_ids(target))
     except Exception as e:
         refused = _failed_merge(shard, cid, inputs, header, e)
         if refused is None:

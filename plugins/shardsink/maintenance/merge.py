@@ -53,6 +53,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from shardsink.core.consolidate import consolidate
+from shardsink.core.part_io import FieldIds, schema_with_field_ids
 from shardsink.core.state import PartMeta
 from shardsink.core.updates import TIME
 from shardsink.maintenance.runs import (
@@ -202,16 +203,17 @@ def _counted(i: int, tables: Iterator[pa.Table], stats: MergeStats, on_batch: On
 
 
 def merge_parts(source: PartSource, parts: Sequence[PartMeta], schema: pa.Schema, *, into: PartSink,
-                since: int, options: MergeOptions = MergeOptions(), on_batch: OnBatch | None = None) -> MergeStats:
+                since: int, options: MergeOptions = MergeOptions(), on_batch: OnBatch | None = None,
+                field_ids: FieldIds = ()) -> MergeStats:
     """Merge ``parts`` (opened through ``source``; sorted or unordered, see
     :attr:`~shardsink.core.state.PartMeta.order`) into consolidated, sorted parts written by
     ``into`` (e.g. ``admin.builder(cid)``), with every time below ``since`` advanced to
     ``since``. Returns the stats; ``stats.parts`` are the written parts (none if everything
-    cancelled out)."""
+    cancelled out). ``field_ids``: the Parquet field ids the output parts carry."""
     full = full_schema(schema)
     keys = [*schema.names, TIME]
     stats = MergeStats(inputs=len(parts), rows_in=sum(p.rows for p in parts))
-    out = _Writer(into, full, options, stats)
+    out = _Writer(into, schema_with_field_ids(full, field_ids), options, stats)
     if not all(p.is_sorted for p in parts):
         _merge_unordered(source, parts, full, keys, since, options, stats, out, on_batch)
         out.flush()
