@@ -24,9 +24,9 @@ from shardsink.maintenance import advance_since, compact, set_retention
 from shardsink.maintenance.compact import CompactOptions
 from shardsink.maintenance.plan import PlanOptions
 from shardsink.sinks.seals import seals
-from shardsink.storage import open_blob
 from shardsink.sources.base import Seal
 from shardsink.sources.landing import LandingFile, LateDataError, check_late
+from shardsink.storage import open_blob
 from shardsink_dev.synthetic import SCHEMA
 
 DAY = 86_400_000
