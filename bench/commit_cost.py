@@ -9,9 +9,9 @@ new boto3 client and an empty version cache, like an Airflow append task in a ne
 Reported per shard: handle construction time (boto3 client; not part of the commit),
 commit latency p50/mean/p95 with and without the rollup maintenance that runs inside the
 commit on every 32nd commit, and S3 requests per commit (own requests vs maintenance),
-counted by the store's public request counter: each handle is opened on a store from
-``open_blob`` whose ``counter`` is a :class:`RequestCounter` subclass logging each request
-(no private method is replaced). Ratios long/short; targets: latency ratio <= 1.2,
+counted by the handle's public request counter: each handle is opened with a ``counter``
+(``Shard(url, counter=...)``), a :class:`RequestCounter` subclass logging each request (no
+private method is replaced). Ratios long/short; targets: latency ratio <= 1.2,
 requests <= 4. A cProfile of the long shards' rollup commits shows where their time goes.
 
 Building a long history: the library's own ``Shard.append`` runs against a local folder
@@ -54,7 +54,6 @@ from _history import BUCKET, WRITER, build_fast, check_fast_path, one_row
 from shardsink import Shard, StagedBatch
 from shardsink.storage.retry import RequestCounter
 from shardsink.storage.s3 import make_client
-from shardsink.storage.url import open_blob
 from shardsink_dev.testing import moto_server
 
 _SEQNO = re.compile(r"\d{20}")
@@ -82,7 +81,7 @@ def summary(xs: list[float]) -> dict[str, float]:
 
 
 class Probe(RequestCounter):
-    """The public request counter of one fresh handle's store (``open_blob(url).counter``),
+    """The public request counter of one fresh handle (``Shard(url, counter=probe)``),
     which also logs each request (method, key, time) in order.
 
     A commit's own requests end with its hint update (the first ``replace`` of
@@ -112,10 +111,8 @@ class Probe(RequestCounter):
 
 def probed_shard(url: str) -> tuple[Shard, Probe]:
     """A fresh handle (new boto3 client, empty caches) on a store whose counter is a probe."""
-    store = open_blob(url)
     probe = Probe()
-    store.counter = probe  # public: "benchmarks and tests ... set their own counter"
-    return Shard(url, blob=store), probe
+    return Shard(url, counter=probe), probe
 
 
 def stage_batches(url: str, start: int, n: int) -> list[StagedBatch]:

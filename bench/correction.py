@@ -165,7 +165,7 @@ def main() -> int:
             unchanged_s = time.perf_counter() - t0
             assert isinstance(r, AppendResult)
             u_bytes, u_rows, _ = _committed_bytes(out, r)
-            staged = list(out.blob.list(f"parts/{r.desc_id}/"))
+            staged = out.writer().list_staged(r.desc_id)
         med = {key: statistics.median(x[key] for x in per_round) for key in per_round[0] if key != "basis"}
         bytes_ratio = med["correction_bytes"] / med["overwrite_bytes"]
         wall_ratio = med["correction_s"] / med["overwrite_s"]

@@ -23,8 +23,8 @@ plus the moto server's (/proc) as info. Progress: a line every ``--progress-ever
 Bounds: an arm whose own append time passes ``--max-seconds`` stops (CUT SHORT; its pairings
 compare the appends both arms completed); past ``--deadline`` all arms stop. Every table is
 read back. Requests of one more uncontended append: the moto recorder, and for shardsink the
-public counter of the store each handle is opened on (``open_blob(url).requests``; it must
-agree, and gives every append's count).
+public request counter of each handle (``Shard.request_counter()``; it must agree, and gives
+every append's count).
 
     python bench/delta_appends.py --appends 2000 --profile 200   # results/delta_appends@2000.json
 """
@@ -53,7 +53,6 @@ from _moto import describe, proc_cpu_s, profiled, recorded
 from deltalake import DeltaTable, write_deltalake
 
 from shardsink import Shard
-from shardsink.storage.url import open_blob
 from shardsink_dev.testing import moto_server
 
 BUCKET = "shardsink-bench"
@@ -115,19 +114,17 @@ class DeltaWriter:
 
 
 class ShardWriter:
-    """Appends through the public API; each handle is opened on a store from ``open_blob``,
-    whose public request counter (``requests``) counts every request the append sends."""
+    """Appends through the public API; each handle's public request counter
+    (:meth:`Shard.request_counter`) counts every request the append sends."""
 
     def __init__(self, url: str, *, fresh: bool) -> None:
         self.url, self.fresh = url, fresh
         self.handle: Shard | None = None
-        self.store: Any = None
         self.construct_s: list[float] = []
         self.requests: list[int] = []  # per append (the create's requests not included)
 
     def _open(self) -> None:
-        self.store = open_blob(self.url)
-        self.handle = Shard(self.url, blob=self.store)
+        self.handle = Shard(self.url)
 
     def append(self, i: int, t: pa.Table) -> None:
         if self.handle is None:
@@ -138,9 +135,10 @@ class ShardWriter:
             self._open()
             self.construct_s.append(time.perf_counter() - t0)
         assert self.handle is not None
-        before = self.store.requests
+        counter = self.handle.request_counter()
+        before = counter.total
         r = self.handle.append(t, lower=i * SPAN, upper=(i + 1) * SPAN, desc_id=f"run-{i:05d}")
-        self.requests.append(self.store.requests - before)
+        self.requests.append(counter.total - before)
         if r.status != "committed":
             raise SystemExit(f"{self.url}: append {i} was {r.status}")
 

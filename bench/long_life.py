@@ -48,7 +48,6 @@ from shardsink.maintenance import MaintenanceOptions, compaction_pass, set_reten
 from shardsink.maintenance.gc import collect
 from shardsink.maintenance.gc_types import GcOptions, GcReport
 from shardsink.maintenance.history import list_state, referenced, retained_start
-from shardsink.storage.retry import RetryingBlob
 from shardsink.storage.s3 import make_client
 from shardsink_dev.testing import moto_server
 
@@ -191,9 +190,7 @@ def commit_latency(urls: dict[str, str], n: int) -> dict[str, dict[str, float]]:
 
 def requests(shard: Shard) -> int:
     """Requests the handle's store has sent (its public counter: every try, a LIST once)."""
-    blob = shard.blob
-    assert isinstance(blob, RetryingBlob)
-    return blob.requests
+    return shard.request_counter().total
 
 
 def request_window(url: str, appends: int, every: int | None, *, fresh: bool = False) -> dict[str, Any]:

@@ -46,7 +46,6 @@ from pyspark.sql import functions as F
 
 from shardsink import Shard
 from shardsink.core.consolidate import consolidate
-from shardsink.core.part_io import write_parts
 from shardsink.core.shard import StagedBatch
 from shardsink.core.updates import TIME, validate_updates
 from shardsink.spark import datasource as ds
@@ -77,7 +76,7 @@ def build(root: Path, rows: int, batches: int) -> tuple[Shard, list[str]]:
         # batch into one part per core, as several Spark tasks would).
         desc = f"b{b}"
         updates = validate_updates(t, SCHEMA, lower=b * 1000, upper=(b + 1) * 1000)
-        parts = write_parts(shard.blob, consolidate(updates, [*SCHEMA.names, TIME]), prefix=f"parts/{desc}")
+        parts = shard.writer().builder(desc).write_consolidated(consolidate(updates, [*SCHEMA.names, TIME]))
         staged = StagedBatch(desc, b * 1000, (b + 1) * 1000, parts)
         shard.compare_and_append([staged], expected_upper=b * 1000, new_upper=(b + 1) * 1000, desc_id=desc)
     files = [f"{root}/events/{p.key}" for bt in shard.batches() for p in bt.parts]

@@ -134,7 +134,7 @@ def crash_a_writer(url: str, run: str) -> str:
     d = Description(make_desc_id(DAG, run, 1), STUCK, STUCK + DAY, 1)
     staged = shard.stage(_landing_rows(src, shard.schema, 2), lower=d.lower, upper=d.upper, desc_id=d.desc_id)
     write_manifest(shard, d, slot=0, slots=2, parts=staged.parts)
-    shard.blob.put(f"parts/{d.desc_id}/spark-5d1e/_temporary/0/_temporary/attempt_202601010000_0001_m_000000_0/"
+    shard._machine.blob.put(f"parts/{d.desc_id}/spark-5d1e/_temporary/0/_temporary/attempt_202601010000_0001_m_000000_0/"
                    "part-00000-5d1e.snappy.parquet", b"PAR1 (half written)")
     return d.desc_id
 

@@ -263,7 +263,7 @@ def assert_no_leaks(shard_url: str) -> None:
     """Every object under parts/ is referenced by a committed batch; staging/ is empty."""
     shard = Shard.open(shard_url)
     referenced = {p.key for b in shard.batches() for p in b.parts}
-    present = {o.key for o in shard.blob.list("parts/")}
+    present = {o.key for o in shard._machine.blob.list("parts/")}
     leaked, missing = sorted(present - referenced)[:5], sorted(referenced - present)[:5]
     assert present == referenced, f"leaked {leaked}, missing {missing}"
-    assert not list(shard.blob.list("staging/")), "staging manifests left behind"
+    assert not list(shard._machine.blob.list("staging/")), "staging manifests left behind"

@@ -25,9 +25,9 @@ def _shard_with_leftovers(url: str) -> tuple[Shard, set[str], int]:
     for i in range(4):
         shard.append(pa.table({"k": [f"k{i}"], "_time": [10 * i]}), lower=10 * i, upper=10 * i + 10, desc_id=f"d{i}")
     lost = shard.stage(pa.table({"k": ["x"], "_time": [5]}), lower=0, upper=10, desc_id="lost")
-    shard.blob.put("staging/lost/slot-0.json", b'{"format": 1, "lower": 0, "upper": 10, "desc_id": "lost"}')
+    shard._machine.blob.put("staging/lost/slot-0.json", b'{"format": 1, "lower": 0, "upper": 10, "desc_id": "lost"}')
     keys = {p.key for p in lost.parts}
-    part_bytes = sum(o.size for o in shard.blob.list("parts/lost/") if o.key in keys)
+    part_bytes = sum(o.size for o in shard._machine.blob.list("parts/lost/") if o.key in keys)
     return shard, keys | {"staging/lost/slot-0.json"}, part_bytes
 
 
@@ -51,7 +51,7 @@ def test_maintenance_dag_cleans_two_shards_and_reports_their_lineage_and_metrics
     assert all("compact: " in ln and "verify: ok" in ln and "Result(" not in ln and "{" not in ln
                for ln in summaries), summaries
     for (shard, leftovers, _), url in zip(shards, (local_url, s3_url), strict=True):
-        present = {o.key for o in shard.blob.list("")}
+        present = {o.key for o in shard._machine.blob.list("")}
         assert not (leftovers & present), f"{url}: leftovers {sorted(leftovers & present)} survived"
         assert any(str(Shard(url).url) in ln and "deleted 2" in ln for ln in summaries), summaries
         assert verify(Shard.open(url)).ok

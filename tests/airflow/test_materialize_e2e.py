@@ -184,7 +184,7 @@ def test_s3_unchanged_rerun_writes_nothing_then_changes_and_a_foreign_append_are
     ok(_dags_test(af, VIEW_DAG, "2024-02-01"))
     seqno, commit = view.log(limit=1)[0]
     assert (seqno, commit.lower, commit.upper, commit.rows) == (2, START + DAY, START + 2 * DAY, 0)
-    assert not list(view.blob.list(f"parts/{commit.desc_id}/")), "an unchanged rerun wrote part bytes"
+    assert not list(view._machine.blob.list(f"parts/{commit.desc_id}/")), "an unchanged rerun wrote part bytes"
 
     junk = tmp_path / "junk.csv"  # someone appends wrong rows to the view by hand
     junk.write_text(f"user,day,events,_time,_diff\nzz,{d1},7,{START + 2 * DAY},1\nb,{d1},1,{START + 2 * DAY},-1\n")
@@ -258,7 +258,7 @@ def test_schema_change_and_missing_input_fail_clearly_output_unchanged_and_a_gai
     assert r.returncode != 0 and f"view input 'ghost' names no shard: {ghost}" in out
     assert "Spark-Submit cmd" not in out
     info = view.info()
-    assert (info.seqno, info.upper) == (0, START) and not list(view.blob.list("parts/"))
+    assert (info.seqno, info.upper) == (0, START) and not list(view._machine.blob.list("parts/"))
     try:
         Shard.open(ghost)
         raise AssertionError("the missing input was created")

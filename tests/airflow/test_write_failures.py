@@ -127,7 +127,7 @@ def test_missing_input_part_fails_the_view_write_at_once_as_corruption(af: Env) 
     src.append(pa.table({"user": ["a", "b"], "action": ["buy", "view"], "amount": [1, 2],
                          "_time": [START + 5, START + 6], "_diff": [1, 1]}), lower=START, upper=START + DAY)
     lost = src.batches()[0].parts[0].key
-    src.blob.delete(lost)
+    src._machine.blob.delete(lost)
 
     r = dags_test(af.env, "example_view", "2024-02-01")
     out = _failed(r)

@@ -70,14 +70,14 @@ def test_the_ingest_operator_passes_the_version_it_decided_at_so_the_job_reads_n
     job_shard = Shard(url)
     head, done = slot_facts(job_shard, req)
     assert done is None and head.seqno == req.decided_at and head.header.upper == 100
-    by = job_shard.blob.requests_by_kind  # type: ignore[attr-defined]
+    by = job_shard.request_counter().by_kind
     head_reads = [n for (method, kind), n in by.items() if kind == "state" or (method, kind) == ("list", "state/v")]
     assert sum(head_reads) == 0
     # Without a decision (a job submitted by hand), the job reads the head once and decides itself.
     alone = Shard(url)
     head2, done2 = slot_facts(alone, IngestWriteRequest(shard_url=url, source=req.source, desc=DESC, slot=0, slots=1))
     assert done2 is None and head2.seqno == head.seqno
-    by2 = alone.blob.requests_by_kind  # type: ignore[attr-defined]
+    by2 = alone.request_counter().by_kind
     assert sum(n for (method, kind), n in by2.items() if kind == "state" and method == "get") == 1
 
 

@@ -105,7 +105,7 @@ def filled_by_library(url: str) -> None:
 
 
 def part_objects(url: str) -> list[str]:
-    return sorted(o.key for o in Shard(url).blob.list("parts/"))
+    return sorted(o.key for o in Shard(url)._machine.blob.list("parts/"))
 
 
 # --- entry points -------------------------------------------------------------------------------

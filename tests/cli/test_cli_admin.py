@@ -45,7 +45,7 @@ def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]
 
 
 def _keys(shard: Shard, prefix: str = "") -> set[str]:
-    return {o.key for o in shard.blob.list(prefix)}
+    return {o.key for o in shard._machine.blob.list(prefix)}
 
 
 def test_gc_desc_deletes_a_dead_writers_objects_at_once_and_refuses_a_live_one(
@@ -122,7 +122,7 @@ def test_drop_refuses_while_in_use_then_deletes_only_the_shards_objects(
     live = Description("live-a1", 30, 40, 1)
     write_manifest(shard, live, slot=0, slots=1, parts=shard.stage(_rows(3), lower=30, upper=40,
                                                                     desc_id=live.desc_id).parts)
-    shard.blob.put("notes.txt", b"an operator's file, not the shard's")
+    shard._machine.blob.put("notes.txt", b"an operator's file, not the shard's")
     before = _keys(shard)
     code, _, err = _cli(capsys, "drop", shard.url, "--yes")
     assert code == 2 and "a live read lease" in err and "a long report" in err and "live-a1 may still commit" in err

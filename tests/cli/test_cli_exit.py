@@ -43,7 +43,7 @@ def test_gc_json_after_reading_a_part_without_manifest_exits_0_every_time(tmp_pa
         assert "terminate called" not in out.stderr
         report = json.loads(out.stdout)
         assert report["parts_deleted"] == 1, report
-    assert not list(shard.blob.list("parts/crashed-"))
+    assert not list(shard._machine.blob.list("parts/crashed-"))
 
 
 def test_every_exit_code_survives_the_hard_exit(tmp_path: Path) -> None:

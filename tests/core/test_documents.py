@@ -77,7 +77,7 @@ def _with_extras(doc: Any) -> Any:
 
 
 def test_unknown_fields_at_every_level_are_ignored_by_readers(old_shard: Shard) -> None:
-    blob = old_shard.blob
+    blob = old_shard._machine.blob
     for key in ("state/v/00000000000000000005.json", "state/rollup/00000000000000000032.json"):
         got = blob.get(key)
         assert got is not None
@@ -102,7 +102,7 @@ def test_unknown_fields_at_every_level_are_ignored_by_readers(old_shard: Shard) 
 
 def test_a_newer_format_or_a_missing_field_is_refused_naming_the_object(old_shard: Shard) -> None:
     key = "state/v/00000000000000000007.json"
-    got = old_shard.blob.get(key)
+    got = old_shard._machine.blob.get(key)
     assert got is not None
     doc = json.loads(got.data)
     with pytest.raises(CorruptionError, match=r"v7: unsupported state version format 3 .*upgrade"):
@@ -145,7 +145,7 @@ FORMAT1_COMMITS = [
 @pytest.mark.parametrize(("stored", "record"), FORMAT1_COMMITS, ids=[r.kind for _, r in FORMAT1_COMMITS])
 def test_every_format_1_commit_decodes_as_its_kinds_record(old_shard: Shard, stored: dict[str, Any],
                                                            record: Any) -> None:
-    got = old_shard.blob.get("state/v/00000000000000000007.json")
+    got = old_shard._machine.blob.get("state/v/00000000000000000007.json")
     assert got is not None
     doc = {**json.loads(got.data), "commit": {**stored, "at": "t", "writer": "w", "nonce": "n"}}
     v = sc.decode_version(json.dumps(doc).encode(), where="v7")
@@ -156,7 +156,7 @@ def test_every_format_1_commit_decodes_as_its_kinds_record(old_shard: Shard, sto
 
 
 def test_a_format_1_commit_of_an_unknown_kind_is_refused_naming_the_object(old_shard: Shard) -> None:
-    got = old_shard.blob.get("state/v/00000000000000000007.json")
+    got = old_shard._machine.blob.get("state/v/00000000000000000007.json")
     assert got is not None
     doc = json.loads(got.data)
     doc["commit"]["kind"] = "teleport"

@@ -61,7 +61,7 @@ def test_fate_beyond_the_idempotency_window_is_found_by_the_crossing_search(tmp_
     early = shard.append(table_of(rows_for("early", 0, 10)), lower=0, upper=10, desc_id="early")
     for i in range(1, tr.RECENT_DESCS + 40):
         shard.append(table_of([]), lower=10 * i, upper=10 * (i + 1), desc_id=f"later-{i}")
-    assert shard.machine.head().version.header.committed_seqno("early") is None
+    assert shard._machine.head().version.header.committed_seqno("early") is None
     fresh = Shard(url)
     got = fresh.fate("early", 0)
     assert isinstance(got, ft.Committed) and got.seqno == early.seqno
@@ -71,13 +71,13 @@ def test_fate_beyond_the_idempotency_window_is_found_by_the_crossing_search(tmp_
     # a lost race a moment ago costs a handful of reads, not a walk of the history
     probe = Shard(url)
     requests = {"n": 0}
-    inner_get = probe.machine.raw.get
+    inner_get = probe._machine.raw.get
 
     def counting_get(key: str) -> Any:
         requests["n"] += 1
         return inner_get(key)
 
-    probe.machine.raw.get = counting_get  # type: ignore[method-assign]
+    probe._machine.raw.get = counting_get  # type: ignore[method-assign]
     upper = probe.info().upper
     assert upper is not None
     requests["n"] = 0
@@ -89,7 +89,7 @@ def test_delete_staged_refuses_while_the_description_may_still_commit(shard_url:
     shard = Shard.create(shard_url, SCHEMA, blob=blob)
     staged = shard.stage(table_of(rows_for("d", 0, 10)), lower=0, upper=10, desc_id="d")
     with pytest.raises(ft.DeleteRefusedError, match="may still commit"):
-        ft.delete_staged(shard.machine, "d", 0)
+        ft.delete_staged(shard._machine, "d", 0)
     with pytest.raises(ft.DeleteRefusedError):
         shard.discard([staged])
     assert {o.key for o in blob.list("parts/")} == {p.key for p in staged.parts}
@@ -105,7 +105,7 @@ def test_delete_staged_never_touches_a_committed_key_or_a_key_outside_the_prefix
     shard.compare_and_append([kept], expected_upper=5, new_upper=10, desc_id="d")
     leftover = shard.stage(table_of(rows_for("d2", 5, 10)), lower=5, upper=10, desc_id="d")
     foreign = {p.key for b in shard.batches() if b.desc_id == "other" for p in b.parts}
-    gone = ft.delete_staged(shard.machine, "d", 5, only={*foreign, *(p.key for p in kept.parts),
+    gone = ft.delete_staged(shard._machine, "d", 5, only={*foreign, *(p.key for p in kept.parts),
                                                         *(p.key for p in leftover.parts)})
     assert isinstance(gone.fate, ft.Committed) and gone.parts == len(leftover.parts)
     present = {o.key for o in blob.list("parts/")}

@@ -108,7 +108,7 @@ def test_parts_store_canonical_bits(url_maker: Any) -> None:
     staged = shard.stage(_table([("a", -0.0, f64(0xFFF8000000000000), 1, 1),
                                  ("b", f64(0x7FF0000000000001), -0.0, 1, 1)]), lower=0, upper=10, desc_id="d")
     (part,) = staged.parts
-    got = shard.blob.get(part.key)
+    got = shard._machine.blob.get(part.key)
     assert got is not None
     t = pq.read_table(pa.BufferReader(got.data)).sort_by("k")
     assert [bits64(x) for x in t["x"].to_pylist()] == [0, fl.CANONICAL_NAN_BITS[64]]
@@ -121,7 +121,7 @@ def test_parts_written_before_the_rule_read_canonical(url_maker: Any) -> None:
     """A part holding -0.0 and a NaN payload (an older writer) consolidates like canonical ones."""
     shard = Shard.create(url_maker(), SCHEMA)
     raw = _table([("a", -0.0, 1.0, 0, 1), ("n", f64(0x7FF8000000000042), 1.0, 0, 1)])
-    old = write_parts(shard.blob, raw, prefix="parts/old")  # bypasses staging's canonicalisation
+    old = write_parts(shard._machine.blob, raw, prefix="parts/old")  # bypasses staging's canonicalisation
     shard.compare_and_append([StagedBatch("old", 0, 10, old)], expected_upper=0, new_upper=10, desc_id="old")
     shard.append(_table([("a", 0.0, 1.0, 10, -1), ("n", f64(0xFFF8000000000000), 1.0, 10, -1)]),
                  lower=10, upper=20)

@@ -89,7 +89,7 @@ def test_a_writers_delete_staged_on_an_unknown_fate_keeps_the_answer_unknown(tmp
     shard.append(table_of([]), lower=0, upper=10, desc_id="empty")  # an empty batch leaves no record
     shard.append(table_of(rows_for("b", 10, 20)), lower=10, upper=20, desc_id="b")
     leftover = shard.writer().stage(table_of(rows_for("other", 0, 10)), lower=0, upper=10, desc_id="other")
-    m = shard.machine  # what GC does, done by hand: anchor version 2, delete what is older
+    m = shard._machine  # what GC does, done by hand: anchor version 2, delete what is older
     assert m.rollup_now() == 2
     m.anchor(2, m.full_batches(m.head().version))
     m.delete_versions([0, 1])

@@ -72,7 +72,7 @@ def test_renewing_a_lost_lease_raises(shard: Shard) -> None:
 def test_as_of_before_since_is_refused_and_leaves_nothing(shard: Shard, monkeypatch: pytest.MonkeyPatch) -> None:
     from dataclasses import replace
 
-    real_head = shard.machine.head
+    real_head = shard._machine.head
     calls = {"n": 0}
 
     def head_with_since(since: int):  # type: ignore[no-untyped-def]
@@ -83,13 +83,13 @@ def test_as_of_before_since_is_refused_and_leaves_nothing(shard: Shard, monkeypa
             return replace(h, version=bumped)
         return head
 
-    monkeypatch.setattr(shard.machine, "head", head_with_since(lambda n: 14))
+    monkeypatch.setattr(shard._machine, "head", head_with_since(lambda n: 14))
     with pytest.raises(ReadFrontierError, match=r"as_of 12 is not readable .* before since \(14\)"):
         ls.acquire(shard, 12, holder="h")
     assert ls.all_leases(shard) == []
     # A compactor advanced since between our first check and our lease: refused, lease released.
     calls["n"] = 0
-    monkeypatch.setattr(shard.machine, "head", head_with_since(lambda n: 0 if n == 1 else 14))
+    monkeypatch.setattr(shard._machine, "head", head_with_since(lambda n: 0 if n == 1 else 14))
     with pytest.raises(ReadFrontierError):
         ls.acquire(shard, 12, holder="h")
     assert ls.all_leases(shard) == []
@@ -102,7 +102,7 @@ def test_no_lease_written_for_a_missing_shard(tmp_path: object) -> None:
 
 
 def test_unreadable_lease_is_corruption(shard: Shard) -> None:
-    shard.blob.put("leases/bad.json", b"{not json")
+    shard._machine.blob.put("leases/bad.json", b"{not json")
     with pytest.raises(CorruptionError, match=r"leases/bad\.json: unreadable lease"):
         shard.leases()
 
@@ -111,11 +111,11 @@ def test_leases_read_through_the_one_document_decoder(shard: Shard) -> None:
     """A newer format is refused naming the object; unknown fields are ignored; a lease without
     ``format`` (the struct's default) reads as format 1."""
     doc = {"lease_id": "x", "as_of": 12, "seqno": 1, "holder": "h", "acquired_at": 1.0, "expires_at": 2.0}
-    shard.blob.put("leases/x.json", json.dumps({**doc, "later_field": [1]}).encode())
+    shard._machine.blob.put("leases/x.json", json.dumps({**doc, "later_field": [1]}).encode())
     assert [(x.lease_id, x.format) for x in ls.all_leases(shard)] == [("x", 1)]
-    shard.blob.put("leases/x.json", json.dumps({**doc, "format": 1}).encode())
+    shard._machine.blob.put("leases/x.json", json.dumps({**doc, "format": 1}).encode())
     assert [x.as_of for x in ls.all_leases(shard)] == [12]
-    shard.blob.put("leases/x.json", json.dumps({**doc, "format": 2}).encode())
+    shard._machine.blob.put("leases/x.json", json.dumps({**doc, "format": 2}).encode())
     with pytest.raises(CorruptionError, match=r"leases/x\.json: unsupported lease format 2 .*upgrade"):
         ls.all_leases(shard)
 
@@ -149,8 +149,8 @@ def test_a_lease_taken_from_the_tasks_version_reads_the_head_once_and_pins_that_
     re-check after the lease is written, and the leased read takes its parts from that version."""
     task = Shard(shard.url)
     v = task.reader().head()
-    before = task.blob.requests_by_kind[("get", "state")]  # type: ignore[attr-defined]
+    before = task.request_counter().by_kind[("get", "state")]
     lease, pinned = ls.acquire_pinned(task, v.header.upper - 1, holder="t", head=v)
-    assert task.blob.requests_by_kind[("get", "state")] - before == 1  # type: ignore[attr-defined]
+    assert task.request_counter().by_kind[("get", "state")] - before == 1
     assert pinned.seqno >= v.seqno and lease.seqno == v.seqno
     assert [x.lease_id for x in ls.all_leases(shard)] == [lease.lease_id]

@@ -165,7 +165,7 @@ def test_int64_value_that_does_not_fit_a_narrower_shard_column_is_refused(tmp_pa
     shard = Shard.create(f"file://{tmp_path}/narrow", pa.schema([("small", pa.int8())]))
     with pytest.raises(InvalidUsageError, match="column 'small' does not fit the shard's type int8"):
         shard.append(pa.table({"small": [300], "_time": [0]}), lower=0, upper=1)
-    assert sorted(o.key for o in shard.blob.list("parts/")) == []
+    assert sorted(o.key for o in shard._machine.blob.list("parts/")) == []
 
 
 # --- consolidation and sorting ----------------------------------------------------------------

@@ -44,7 +44,7 @@ def _digest(root: Path) -> dict[str, str]:
 def test_a_shard_that_never_evolved_stores_no_history_and_derives_ids_by_position(shard: Shard) -> None:
     (e,) = shard.schema_history()
     assert (e.id, [f.id for f in e.fields], [f.name for f in e.fields]) == (0, [1, 2, 3, 4], ["k", "v", "f", "d"])
-    data = shard.blob.get("state/v/00000000000000000001.json")
+    data = shard._machine.blob.get("state/v/00000000000000000001.json")
     assert data is not None and b"schemas" not in data.data and b"schema_id" not in data.data
 
 

@@ -266,11 +266,11 @@ def test_very_late_retry_outside_the_recent_window_is_already_committed(tmp_path
     empty = updates([])
     for i in range(1, tr.RECENT_DESCS + 2):
         shard.append(empty, lower=i, upper=i + 1, desc_id=f"later-{i}")
-    assert shard.machine.head().version.header.committed_seqno("early") is None
-    before = part_keys(shard.blob)
+    assert shard._machine.head().version.header.committed_seqno("early") is None
+    before = part_keys(shard._machine.blob)
     r = Shard.open(url).append(batch, lower=0, upper=1, desc_id="early")
     assert (r.status, r.seqno) == ("already_committed", 1)
-    assert part_keys(shard.blob) == before
+    assert part_keys(shard._machine.blob) == before
     assert snap(shard.snapshot()) == Counter({("a", 1): 1})
 
 

@@ -45,13 +45,13 @@ def compact_like(shard: Shard, ids: list[str], new_id: str) -> st.Version:
     merged = shard.changes(lower, upper if upper is not None else lower + 1)
     staged: StagedBatch = shard.stage(merged, lower=lower, upper=upper, desc_id=new_id)
     cmd = CompactCommand(new_id, tuple(ids), lower, upper, 0, staged.parts)
-    out = shard.machine.commit(cmd, writer="test-compactor")
+    out = shard._machine.commit(cmd, writer="test-compactor")
     assert isinstance(out, st.Version)
     return out
 
 
 def keys(shard: Shard, prefix: str) -> set[str]:
-    return {o.key for o in shard.blob.list(prefix)}
+    return {o.key for o in shard._machine.blob.list(prefix)}
 
 
 def contents(shard: Shard) -> list[tuple[str, int]]:

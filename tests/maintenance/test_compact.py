@@ -157,7 +157,7 @@ def test_refused_compaction_deletes_its_own_output_and_keeps_the_winners(shard_u
     live = shard.batches()
     assert [b.desc_id for b in live] == [winner[0].compaction_id]
     assert all(blob.get(p.key) is not None for p in live[0].parts), "the winner's parts must stay"
-    assert isinstance(shard.machine.head().version.header.committed_seqno(loser.compaction_id), type(None))
+    assert isinstance(shard._machine.head().version.header.committed_seqno(loser.compaction_id), type(None))
     audit(blob, model, url=shard_url)
 
 
@@ -167,7 +167,7 @@ def test_compaction_fate_is_committed_cannot_commit_or_still_possible_from_one_s
     shard = Shard.create(shard_url, SCHEMA, blob=blob)
     fill(shard, 4)
     inputs = shard.batches()
-    m = shard.machine
+    m = shard._machine
     pending = "compact-pending"
     assert isinstance(ft.read_fate(m, pending, 0, inputs=inputs), ft.StillPossible)
     with pytest.raises(ft.DeleteRefusedError):
@@ -183,7 +183,7 @@ def test_compaction_fate_is_committed_cannot_commit_or_still_possible_from_one_s
     # Push the compaction out of the idempotency window, then compact its output away:
     # the fate is found by locating the version that removed an input.
     fill(shard, tr.RECENT_DESCS + 2, first=4, upper=4 * SPAN)
-    assert shard.machine.head().version.header.committed_seqno(first.compaction_id) is None
+    assert shard._machine.head().version.header.committed_seqno(first.compaction_id) is None
     assert isinstance(ft.read_fate(m, first.compaction_id, 0, inputs=inputs), ft.Committed)  # output live
     compact_batches(shard, shard.batches()[:2], since=0)
     assert first.compaction_id not in {b.desc_id for b in shard.batches()}

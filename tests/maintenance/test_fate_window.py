@@ -57,8 +57,8 @@ def _age_out(shard: Shard, first_seqno: int) -> None:
     set_retention(shard, 3 * SPAN)
     advance_since(shard)
     collect(shard, GcOptions(grace_s=0.0))
-    assert shard.machine.fetch(first_seqno) is None, "GC did not remove the committing version"
-    assert shard.machine.fetch(max(compacted)) is None, "GC did not remove the compactions"
+    assert shard._machine.fetch(first_seqno) is None, "GC did not remove the committing version"
+    assert shard._machine.fetch(max(compacted)) is None, "GC did not remove the compactions"
 
 
 @pytest.mark.usefixtures("small_windows")
@@ -98,7 +98,7 @@ def test_a_late_exact_retry_after_compaction_and_gc_is_already_committed(
     staged = shard.stage(rows(1), lower=SPAN, upper=2 * SPAN, desc_id="empty")
     code, _, err = _cli(["gc", shard_url, "--desc", "empty"], capsys)
     assert code == 5 and "is not known" in err and "nothing deleted" in err, err
-    assert {o.key for o in shard.blob.list("parts/empty/")} == {p.key for p in staged.parts}
+    assert {o.key for o in shard._machine.blob.list("parts/empty/")} == {p.key for p in staged.parts}
 
 
 def test_the_exact_reported_sequence_with_default_windows(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -116,7 +116,7 @@ def test_the_exact_reported_sequence_with_default_windows(tmp_path: Path, capsys
 def test_an_id_reused_with_other_bounds_is_refused_and_nothing_is_written(shard_url: str) -> None:
     shard = Shard.create(shard_url, SCHEMA)
     shard.append(rows(0), lower=0, upper=SPAN, desc_id="d")
-    keys = {o.key for o in shard.blob.list("")}
+    keys = {o.key for o in shard._machine.blob.list("")}
     with pytest.raises(DescriptionConflictError, match=rf"\[0, {SPAN}\).*\[{SPAN}, {2 * SPAN}\)") as e:
         shard.append(rows(1), lower=SPAN, upper=2 * SPAN, desc_id="d")
     assert e.value.exit_code == 2
@@ -124,7 +124,7 @@ def test_an_id_reused_with_other_bounds_is_refused_and_nothing_is_written(shard_
     with pytest.raises(DescriptionConflictError):
         shard.compare_and_append([staged], expected_upper=0, new_upper=2 * SPAN, desc_id="d")
     shard.discard([staged])
-    assert {o.key for o in shard.blob.list("")} == keys
+    assert {o.key for o in shard._machine.blob.list("")} == keys
     assert shard.append(rows(0), lower=0, upper=SPAN, desc_id="d").status == "already_committed"
 
 

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.usefixtures("small_windows")
 
 def _manifest(shard: Shard, desc_id: str, lower: int, upper: int) -> str:
     key = f"staging/{desc_id}/slot-0.json"
-    shard.blob.put(key, json.dumps({"format": 1, "desc_id": desc_id, "lower": lower, "upper": upper}).encode())
+    shard._machine.blob.put(key, json.dumps({"format": 1, "desc_id": desc_id, "lower": lower, "upper": upper}).encode())
     return key
 
 
@@ -40,7 +40,7 @@ def test_gc_deletes_exactly_what_nothing_can_need(shard_url: str) -> None:
     append_days(shard, 0, 20)                                   # versions 1..20, batches d0..d19
     compact_like(shard, ["d0", "d1", "d2", "d3"], "cmp1")       # version 21: d0..d3 compacted away
     append_days(shard, 20, 8)                                   # versions 22..29
-    gone_parts = {p.key for b in Shard.open(shard_url).machine.full_batches(shard.machine.fetch(20))  # type: ignore[arg-type]
+    gone_parts = {p.key for b in Shard.open(shard_url)._machine.full_batches(shard._machine.fetch(20))  # type: ignore[arg-type]
                   for p in b.parts if b.desc_id in ("d0", "d1", "d2", "d3")}
     retried = shard.stage(rows(5), lower=50, upper=60, desc_id="d5").parts[0].key   # leftover of a retried write
     lost = shard.stage(rows(1), lower=10, upper=20, desc_id="lost")                  # lost race, with manifest
@@ -69,10 +69,10 @@ def test_gc_deletes_exactly_what_nothing_can_need(shard_url: str) -> None:
     # rollup version 27 builds on (24) so that every retained version reads on its own chain.
     assert report.reason == "idempotency (rounded down to rollup 24)" and report.oldest_after == 24
     assert _versions(shard) == list(range(24, head + 1))
-    assert shard.machine.fetch(24).header.rollup == 24  # type: ignore[union-attr]  # anchored
+    assert shard._machine.fetch(24).header.rollup == 24  # type: ignore[union-attr]  # anchored
     assert {int(k[-25:-5]) for k in keys(shard, "state/rollup/")} == {24, 28}
     for s in range(24, head + 1):
-        shard.machine.full_batches(shard.machine.fetch(s))  # type: ignore[arg-type]
+        shard._machine.full_batches(shard._machine.fetch(s))  # type: ignore[arg-type]
     # Parts: compacted-away, retried-write leftover, lost and crashed descriptions; never the rest.
     deleted = all_parts - keys(shard, "parts/")
     assert deleted == gone_parts | {retried} | {p.key for p in lost.parts} | {p.key for p in crashed.parts}
@@ -92,7 +92,7 @@ def test_gc_never_deletes_lease_pinned_versions_or_young_objects(shard_url: str)
     shard = Shard.create(shard_url, SCHEMA)
     append_days(shard, 0, 9)
     lease = ls.acquire(shard, 50, holder="reader", ttl_s=3600)
-    pinned = shard.machine.fetch(lease.seqno)
+    pinned = shard._machine.fetch(lease.seqno)
     assert pinned is not None
     append_days(shard, 9, 15)
     head = shard.info().seqno
@@ -104,9 +104,9 @@ def test_gc_never_deletes_lease_pinned_versions_or_young_objects(shard_url: str)
     assert report.reason.startswith(f"lease {lease.lease_id}") and report.oldest_after <= pinned.header.rollup
     assert min(_versions(shard)) == report.oldest_after <= pinned.header.rollup <= lease.seqno
     for s in range(lease.seqno, head + 1):
-        v = shard.machine.fetch(s)
+        v = shard._machine.fetch(s)
         assert v is not None
-        shard.machine.full_batches(v)  # the reader's chain is whole
+        shard._machine.full_batches(v)  # the reader's chain is whole
     ls.release(shard, lease)
     later = collect(shard, GcOptions(grace_s=0, retention=1))
     assert later.oldest_after > lease.seqno and later.reason.startswith(("idempotency", "head", "grace"))
@@ -180,7 +180,7 @@ def test_gc_leaves_pending_compaction_output_to_the_compaction_sweep(shard_url: 
     shard = Shard.create(shard_url, SCHEMA)
     append_days(shard, 0, 3)
     out = shard.stage(rows(0), lower=0, upper=10, desc_id="compact-abc")
-    shard.blob.put("staging/compact-abc/compaction.json", json.dumps(
+    shard._machine.blob.put("staging/compact-abc/compaction.json", json.dumps(
         {"format": 1, "kind": "compaction", "compaction_id": "compact-abc", "since": 0,
          "inputs": [{"desc_id": "d0", "lower": 0, "upper": 10, "seqno": 1}]}).encode())
     report = collect(shard, GcOptions(grace_s=0))

@@ -148,7 +148,7 @@ def test_a_multi_object_delete_cut_short_leaves_stragglers_that_verify_lists_and
     _history(shard_url)
     before = contents(Shard.open(shard_url))
     shard = Shard.open(shard_url)
-    cut = Machine(_HalfDeletes(shard.machine.raw), storage_policy=STORAGE.with_sleep(lambda _s: None))
+    cut = Machine(_HalfDeletes(shard._machine.raw), storage_policy=STORAGE.with_sleep(lambda _s: None))
     with pytest.raises(ShardsinkError):
         collect(Shard(shard_url, machine=cut), GcOptions(grace_s=0, retention=20))
     listed = sorted(list_state(Shard.open(shard_url).admin()).versions)

@@ -63,7 +63,7 @@ SLOW_PUT = textwrap.dedent("""
             sys.stdin.readline()  # the test's go
         return apply(h, batches, c, stamp)
     tr.apply = step
-    out = shard.machine.commit(cmd, writer="slow-writer")
+    out = shard._machine.commit(cmd, writer="slow-writer")
     print(json.dumps({"out": type(out).__name__, "seen": seen}))
 """)
 

@@ -72,7 +72,7 @@ def test_a_gc_from_a_fresh_handle_reads_one_version_per_compaction_not_the_retai
     head = Shard.open(url).info().seqno
     fresh = Shard.open(url)
     gets: list[str] = []
-    blob = fresh.machine.raw
+    blob = fresh._machine.raw
     assert isinstance(blob, S3Blob)
     blob.client.meta.events.register(
         "before-parameter-build.s3.GetObject", lambda params, **_: gets.append(str(params.get("Key", ""))))
@@ -92,21 +92,21 @@ def test_a_shard_written_before_the_removal_chain_is_collected_by_reading_its_hi
     root = tmp_path / "old"
     shutil.copytree(FIXTURE, root)
     shard = Shard.open(root.as_uri())
-    assert removals(shard.admin(), shard.machine.head().version, above=0) is None
+    assert removals(shard.admin(), shard._machine.head().version, above=0) is None
     result = compact(shard, options=CompactOptions(plan=PlanOptions(fan_in=4)))
     assert result.applied >= 1
     # The chain is known from the first compaction on, unknown below it.
-    head = shard.machine.head().version
+    head = shard._machine.head().version
     assert head.header.removal is not None and removals(shard.admin(), head, above=0) is None
     for i in range(6):  # move on past the compaction, so that its inputs fall out of retention
         lo = 400 + 10 * i
         shard.append(pa.table({"k": [f"x{i}"], "n": [i], "_time": [lo]}), lower=lo, upper=lo + 10, desc_id=f"x{i}")
     # The fixture's lease pins version 32, below the compaction: the chain is unknown in the
     # retained stretch, so GC reads every retained version and keeps the compacted-away parts.
-    parts = {o.key for o in shard.blob.list("parts/")}
+    parts = {o.key for o in shard._machine.blob.list("parts/")}
     first = collect(Shard.open(root.as_uri()), GcOptions(grace_s=0, retention=30))
     assert first.oldest_after == 32 and first.parts_deleted == 1  # only the staged-only leftover's part
-    assert {o.key for o in shard.blob.list("parts/")} >= parts - {p for p in parts if "/staged-only/" in p}
+    assert {o.key for o in shard._machine.blob.list("parts/")} >= parts - {p for p in parts if "/staged-only/" in p}
     (lease,) = shard.leases()
     ls.release(shard, lease)  # the fixture's reader is done: its lease no longer pins version 32
     before = Shard.open(root.as_uri()).snapshot().sort_by("k").to_pylist()
@@ -114,7 +114,7 @@ def test_a_shard_written_before_the_removal_chain_is_collected_by_reading_its_hi
     # Retained from the compaction on: its inputs are referenced by no retained version, and
     # the chain is known for everything retained (its unknown part lies below).
     assert report.oldest_after == head.seqno, (report.reason, report.oldest_after)
-    assert removals(shard.admin(), shard.machine.head().version, above=report.oldest_after) is not None
+    assert removals(shard.admin(), shard._machine.head().version, above=report.oldest_after) is not None
     assert report.parts_deleted >= 40
     assert Shard.open(root.as_uri()).snapshot().sort_by("k").to_pylist() == before
     assert verify(Shard.open(root.as_uri())).ok

@@ -70,7 +70,7 @@ def test_verify_reports_a_running_writer_in_flight_and_a_dead_one_as_leaked_afte
         shard: Shard, capsys: pytest.CaptureFixture[str]) -> None:
     d = _crashed_writer(shard)
     shard.stage(rows(1), lower=SPAN, upper=2 * SPAN, desc_id="lost-a1-0000")
-    shard.blob.put(TEMP, b"PAR1 half a file")  # a Spark task attempt writing now
+    shard._machine.blob.put(TEMP, b"PAR1 half a file")  # a Spark task attempt writing now
     report = verify(shard)
     assert report.ok and report.leaks == ()  # everything is younger than the grace period
     assert {x.object.split("/")[1] for x in report.in_flight} == {d.desc_id, "running", "lost-a1-0000"}
@@ -92,7 +92,7 @@ def test_old_temporary_files_of_a_dead_job_are_leaks(tmp_path: Path) -> None:
     shard_url = (tmp_path / "s").as_uri()  # ages are set through the local file system
     shard = Shard.create(shard_url, SCHEMA)
     append_days(shard, 0, 2)
-    shard.blob.put(TEMP, b"PAR1 half a file")
+    shard._machine.blob.put(TEMP, b"PAR1 half a file")
     _age(shard_url, TEMP, 7200)
     report = verify(shard)
     assert [x.object for x in report.leaks] == [TEMP] and report.in_flight == ()

@@ -84,7 +84,7 @@ def test_an_ingest_manifest_moved_to_core_still_reads_and_refuses_newer_formats_
     desc = Description("staged-only", 400, 410, 1)
     for bad, why in ((_plus(OLD_INGEST, format=2), r"unsupported manifest format 2 .*upgrade"),
                      (b"garbage", r"unreadable manifest")):
-        shard.blob.put(key, bad)
+        shard._machine.blob.put(key, bad)
         with pytest.raises(CorruptionError, match=rf"slot 0: manifest {key}: {why}"):
             read_manifests(shard, desc, 1)
 
@@ -94,7 +94,7 @@ def test_gc_leaves_a_description_alone_when_its_manifest_is_from_a_newer_shardsi
     shard = Shard.create((tmp_path / "s").as_uri(), SCHEMA)
     append_days(shard, 0, 3)
     staged = shard.stage(rows(0), lower=0, upper=10, desc_id="future-kind")  # would be CannotCommit by upper
-    shard.blob.put("staging/future-kind/slot-0.json", _plus(OLD_INGEST, format=2, kind="something-new"))
+    shard._machine.blob.put("staging/future-kind/slot-0.json", _plus(OLD_INGEST, format=2, kind="something-new"))
     report = collect(shard, GcOptions(grace_s=0, clock=lambda: time.time() + 60))  # everything is a minute old
     assert {p.key for p in staged.parts} <= keys(shard, "parts/")
     assert "staging/future-kind/slot-0.json" in keys(shard, "staging/")

@@ -21,9 +21,9 @@ def test_maintain_summarises_before_and_after(shard_url: str) -> None:
     shard = Shard.create(shard_url, SCHEMA)
     append_days(shard, 0, 3)
     lost = shard.stage(rows(0), lower=0, upper=10, desc_id="lost")
-    objects_before = {o.key for o in shard.blob.list("")}
+    objects_before = {o.key for o in shard._machine.blob.list("")}
     summary = maintain(shard, MaintenanceOptions(gc=GcOptions(grace_s=0)))
-    objects_after = {o.key for o in shard.blob.list("")}
+    objects_after = {o.key for o in shard._machine.blob.list("")}
     d = summary.to_dict()
     assert d["ok"] and d["problems"] == [] and d["leaks"] == 0
     assert d["steps"]["gc"] == "done" and d["steps"]["verify"] == "ok"

@@ -35,10 +35,10 @@ def _verify(url: str, capsys: pytest.CaptureFixture[str], *,  # type: ignore[typ
 
 
 def _rewrite(shard: Shard, seqno: int, change: object) -> None:
-    got = shard.blob.get(version_key(seqno))
+    got = shard._machine.blob.get(version_key(seqno))
     assert got is not None
     v = sc.decode_version(got.data, where="test")
-    shard.blob.put(version_key(seqno), sc.encode_version(change(v)))  # type: ignore[operator]
+    shard._machine.blob.put(version_key(seqno), sc.encode_version(change(v)))  # type: ignore[operator]
 
 
 def _part_of(shard: Shard, desc_id: str) -> st.PartMeta:
@@ -67,7 +67,7 @@ def test_clean_shard_exits_0_with_the_json_shape_and_a_dead_writers_part_leaks_a
 
 def test_missing_part(shard: Shard, capsys: pytest.CaptureFixture[str]) -> None:
     p = _part_of(shard, "d2")
-    shard.blob.delete(p.key)
+    shard._machine.blob.delete(p.key)
     code, out = _verify(shard.url, capsys)
     assert code == 4
     assert [(x["object"], "missing" in x["message"]) for x in out["problems"]] == [(p.key, True)]
@@ -75,9 +75,9 @@ def test_missing_part(shard: Shard, capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_wrong_byte_size(shard: Shard, capsys: pytest.CaptureFixture[str]) -> None:
     p = _part_of(shard, "d1")
-    got = shard.blob.get(p.key)
+    got = shard._machine.blob.get(p.key)
     assert got is not None
-    shard.blob.put(p.key, got.data + b"trailing")
+    shard._machine.blob.put(p.key, got.data + b"trailing")
     code, out = _verify(shard.url, capsys)
     assert code == 4 and out["problems"][0]["object"] == p.key and "bytes" in out["problems"][0]["message"]
 
@@ -93,7 +93,7 @@ def test_wrong_row_count(shard: Shard, capsys: pytest.CaptureFixture[str]) -> No
 
 
 def test_missing_version_in_the_chain(shard: Shard, capsys: pytest.CaptureFixture[str]) -> None:
-    shard.blob.delete(version_key(3))
+    shard._machine.blob.delete(version_key(3))
     code, out = _verify(shard.url, capsys)
     assert code == 4 and version_key(3) in [x["object"] for x in out["problems"]]
 
@@ -120,7 +120,7 @@ def test_negative_multiplicity(shard: Shard, capsys: pytest.CaptureFixture[str])
 
 
 def test_undecodable_version_is_named(shard: Shard, capsys: pytest.CaptureFixture[str]) -> None:
-    shard.blob.put(version_key(2), b"{not json")
+    shard._machine.blob.put(version_key(2), b"{not json")
     assert main(["verify", shard.url]) == 4
     assert f"PROBLEM {version_key(2)}" in capsys.readouterr().out
 
@@ -131,7 +131,7 @@ def test_a_real_parquet_with_another_row_count_is_caught(shard: Shard, capsys: p
     p = _part_of(shard, "d0")
     buf = io.BytesIO()
     pq.write_table(pa.table({"k": ["a", "b", "c"], "_time": [0, 1, 2], "_diff": [1, 1, 1]}), buf)
-    shard.blob.put(p.key, buf.getvalue())
+    shard._machine.blob.put(p.key, buf.getvalue())
     code, out = _verify(shard.url, capsys)
     assert code == 4 and out["problems"][0]["object"] == p.key
 
@@ -144,7 +144,7 @@ def test_a_version_left_below_a_gap_is_reported_not_crashed_on(shard_url: str,
     s = Shard.create(shard_url, SCHEMA)
     append_days(s, 0, 6)
     for seqno in (1, 2, 3):
-        s.blob.delete(version_key(seqno))
+        s._machine.blob.delete(version_key(seqno))
     code, out = _verify(s.url, capsys)
     assert code == 4
     assert [x["object"] for x in out["problems"]] == [version_key(n) for n in (1, 2, 3)]

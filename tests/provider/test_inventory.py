@@ -117,7 +117,7 @@ def test_page_inspect_verify_and_gc_classify_objects_alike_before_and_after_the_
     buf = io.BytesIO()
     pq.write_table(_rows(DAY, 1), buf)
     planted = "parts/planted/0.parquet"
-    shard.blob.put(planted, buf.getvalue())
+    shard._machine.blob.put(planted, buf.getvalue())
 
     t0 = time.time()
     page = _classified(url, capsys, t0)  # everything younger than the grace period

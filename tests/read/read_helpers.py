@@ -104,7 +104,7 @@ def decanonicalise(shard: Shard) -> int:
     changed = 0
     for b in shard.batches():
         for p in b.parts:
-            got = shard.blob.get(p.key)
+            got = shard._machine.blob.get(p.key)
             assert got is not None
             t = pq.read_table(pa.BufferReader(got.data))
             x = t.column("x")
@@ -116,7 +116,7 @@ def decanonicalise(shard: Shard) -> int:
             t = t.set_column(0, t.schema.field(0), x)
             buf = io.BytesIO()
             pq.write_table(t, buf)  # statistics on every column, the float one too
-            shard.blob.put(p.key, buf.getvalue())
+            shard._machine.blob.put(p.key, buf.getvalue())
             changed += 1
     return changed
 

@@ -101,12 +101,12 @@ def gc_cannot_delete_a_part_under_a_reader(engine: Engine, url: str, monkeypatch
     assert merge.status == "applied" and not pinned & {p.key for b in shard.batches() for p in b.parts}
     write_history(shard, model, batches=6, seed=4)
     collect(shard, GcOptions(grace_s=0, retention=1))
-    assert all(shard.blob.get(k) is not None for k in pinned), "GC deleted a part under a live reader"
+    assert all(shard._machine.blob.get(k) is not None for k in pinned), "GC deleted a part under a live reader"
     assert as_counter(engine.rows(reader.value)) == model.snapshot(39)  # still materialises
     reader.close()
     assert not shard.leases()
     collect(shard, GcOptions(grace_s=0, retention=1))
-    assert all(shard.blob.get(k) is None for k in pinned)          # without the lease GC takes them
+    assert all(shard._machine.blob.get(k) is None for k in pinned)          # without the lease GC takes them
 
 
 def lease_lives_as_long_as_the_returned_object(engine: Engine, url: str) -> None:

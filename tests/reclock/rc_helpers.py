@@ -121,9 +121,9 @@ def assert_exactly_once(shard_url: str, expected: Iterable[int]) -> None:
 def assert_no_leaks(shard_url: str) -> None:
     shard = Shard.open(shard_url)
     referenced = {p.key for b in shard.batches() for p in b.parts}
-    present = {o.key for o in shard.blob.list("parts/")}
+    present = {o.key for o in shard._machine.blob.list("parts/")}
     assert present == referenced, f"leaked {sorted(present - referenced)[:5]}"
-    assert not list(shard.blob.list("staging/")), "staging manifests left behind"
+    assert not list(shard._machine.blob.list("staging/")), "staging manifests left behind"
 
 
 def filter_time(t: pa.Table, lo: int, hi: int) -> pa.Table:

@@ -212,7 +212,7 @@ def test_every_mint_points_each_output_at_its_remap_shard(shard_url: str, backen
     src = FileArrivals(root, remap=remap, settle_seconds=0, schema=SCHEMA)
     d = mint_desc(data, src, interval_end=START + DAY)
     assert isinstance(d, Description)
-    Shard.open(data).blob.delete("reclock.json")  # as if the first mint died before writing it
+    Shard.open(data)._machine.blob.delete("reclock.json")  # as if the first mint died before writing it
     assert read_sidecar(data) is None
     mint_desc(data, src, interval_end=START + DAY)  # the retried mint (same interval)
     assert read_sidecar(data) == {"remap": RemapShard.open(remap).url, "source": src.spec()}

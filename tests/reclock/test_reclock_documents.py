@@ -136,7 +136,7 @@ def test_gc_deletes_read_plans_past_the_grace_period_and_a_deleted_plan_is_rebui
     got = remap.bind_through(130, lambda _: Proposal({"0": 9}))
     young = plan.publish(shard_url, got.bindings, 120, 130)
     shard = Shard.open(shard_url, blob=aged)
-    blob = shard.blob
+    blob = shard._machine.blob
     before = verify(shard)
     assert before.ok and not before.leaks, "plans, health.json and reclock.json are not leaks"
 

@@ -94,7 +94,7 @@ def test_a_run_sigkilled_between_staging_and_append_leaves_a_fresh_run_exactly_o
     left = staged_objects(data, orphan.desc_id)
     assert len([k for k in left if k.startswith("staging/")]) == 2 and any(k.startswith("parts/") for k in left)
     with pytest.raises(DeleteRefusedError):  # it may still commit: nothing of it may go
-        delete_staged(Shard.open(data).machine, orphan.desc_id, orphan.lower)
+        delete_staged(Shard.open(data)._machine, orphan.desc_id, orphan.lower)
     assert staged_objects(data, orphan.desc_id) == left
     land(root, "3.csv", range(45, 60))  # arrives after the crash: not in the crashed binding
     fresh = run_once(spark, data, src, interval_end=START + DAY, run_id="fresh")

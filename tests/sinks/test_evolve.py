@@ -36,8 +36,8 @@ def _landing(tmp_path: Path, *extra: tuple[str, pa.Table]) -> LandingSource:
 
 def _objects(shard: Shard) -> dict[str, bytes]:
     out = {}
-    for o in shard.blob.list(""):
-        got = shard.blob.get(o.key)
+    for o in shard._machine.blob.list(""):
+        got = shard._machine.blob.get(o.key)
         assert got is not None
         out[o.key] = got.data
     return out

@@ -133,8 +133,8 @@ def test_output_compaction_keeps_the_basis_and_input_compaction_past_lower_drops
                    upper=r * 10 + 10)
         refresh_view(spark, v, output_url=out_url, run_id=f"r{r}")
     out = Shard.open(out_url)
-    head = out.machine.head().version
-    compact_batches(out, out.machine.full_batches(head), since=head.header.since)
+    head = out._machine.head().version
+    compact_batches(out, out._machine.full_batches(head), since=head.header.since)
     assert out.log(limit=1)[0][1].kind == "compact"
 
     src.append(_table([("k0", 1, 30, -1), ("x", 7, 31, 1)]), lower=30, upper=40)

@@ -60,10 +60,10 @@ def test_append_commits_all_slots_and_deletes_leftovers(shard_url: str) -> None:
     stage_slot(shard, d, 1, 2)
     r = append_from_manifests(shard, d, 2)
     assert r.status == "committed" and r.rows == 6 and shard.info().upper == DAY
-    present = {o.key for o in shard.blob.list("parts/")}
+    present = {o.key for o in shard._machine.blob.list("parts/")}
     assert not present & {p.key for p in leftover.parts}
     assert present == {p.key for b in shard.batches() for p in b.parts}
-    assert not list(shard.blob.list("staging/"))
+    assert not list(shard._machine.blob.list("staging/"))
     # the task retried after a lost answer: already committed, no manifests needed
     again = append_from_manifests(shard, d, 2)
     assert again.status == "already_committed" and again.seqno == r.seqno and again.rows == 6
@@ -79,7 +79,8 @@ def test_lost_race_deletes_everything_the_description_staged(shard_url: str) -> 
     with pytest.raises(LostRaceError) as e:
         append_from_manifests(shard, mine, 1)
     assert e.value.current == DAY and e.value.deleted == 2 and mine.desc_id in str(e.value)
-    assert not list(shard.blob.list(f"parts/{mine.desc_id}/")) and not list(shard.blob.list("staging/"))
+    blob = shard._machine.blob
+    assert not list(blob.list(f"parts/{mine.desc_id}/")) and not list(blob.list("staging/"))
     assert committed(shard, mine) is None and committed(shard, theirs) is not None
     # An operator re-runs only the failed append: its manifests are gone, but the verdict
     # is still "lost the race" (clear the whole run), not a misleading missing manifest.

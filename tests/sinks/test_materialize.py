@@ -91,7 +91,7 @@ def test_first_run_then_unchanged_rerun_writes_zero_updates(spark: Any, base: st
     seqno, commit = out.log(limit=1)[0]
     assert (seqno, commit.lower, commit.upper, commit.rows) == (r2.seqno, 10, 20, 0)
     assert sum(b.rows for b in out.batches()) == 3  # the empty batch added no parts
-    assert not list(out.blob.list(f"parts/{r2.desc_id}/")), "an unchanged rerun staged part bytes"
+    assert not list(out._machine.blob.list(f"parts/{r2.desc_id}/")), "an unchanged rerun staged part bytes"
     assert _contents(out) == _expected(src, 19)
 
 
@@ -148,7 +148,7 @@ def test_racing_runs_converge_to_a_from_scratch_computation(spark: Any, tmp_path
     append_from_manifests(out, b, 1)
     with pytest.raises(LostRaceError, match="shard upper is 20"):
         append_from_manifests(out, a, 1)
-    assert not list(out.blob.list(f"parts/{a.desc_id}/")), "the loser's parts were not deleted"
+    assert not list(out._machine.blob.list(f"parts/{a.desc_id}/")), "the loser's parts were not deleted"
     assert isinstance(refresh_view(spark, v, output_url=out_url), NoOp)  # A's fresh mint: nothing left
 
     # Race 2: C and D mint the same [20, 30); C commits, D loses and re-mints [30, 40) fresh.
@@ -215,7 +215,7 @@ def _state(url: str) -> tuple[Any, ...]:
         s = Shard.open(url)
     except ShardNotFoundError:
         return ("missing",)
-    return (s.info().seqno, s.info().upper, sorted(o.key for o in s.blob.list("parts/")))
+    return (s.info().seqno, s.info().upper, sorted(o.key for o in s._machine.blob.list("parts/")))
 
 
 def test_view_over_a_missing_input_shard_is_refused(spark: Any, tmp_path: Path) -> None:

@@ -49,7 +49,7 @@ class OneStoreLanding(LandingSource):
 
 
 def head_reads(shard: Shard) -> int:
-    by = shard.blob.requests_by_kind  # type: ignore[attr-defined]
+    by = shard.request_counter().by_kind
     return int(by[("get", key_class("state/LATEST.json"))] + by[("list", "state/v")])
 
 
@@ -116,7 +116,7 @@ def test_an_append_reads_the_head_once_and_decides_each_fate_once(run: tuple[str
     results = list(append_chain(task, chain, SLOTS, writer="airflow:d/r"))
     assert [r.status for _, r in results] == ["committed"] * DAYS  # type: ignore[union-attr]
     assert Shard(url).info().upper == DAYS * DAY
-    assert not list(task.blob.list("staging/"))  # every description's manifests were cleaned up
+    assert not list(task._machine.blob.list("staging/"))  # every description's manifests were cleaned up
     assert head_reads(task) <= 1
     assert all(n <= 1 for n in fates.values()), fates
 

@@ -68,8 +68,8 @@ def _commit_correction(shard: Shard, d: str, lower: int, upper: int, *, prefix: 
     an ordinary part; returns the correction part as a fresh handle reads it back."""
     t = pa.table({"user": ["a", "b"], "action": ["x", "x"], "amount": [1, 2], "_time": [upper - 1] * 2,
                   "_diff": [-1, 1]})
-    part = [msgspec.structs.replace(p, corrects=corrects) for p in write_parts(shard.blob, t, prefix=prefix)]
-    plain = write_parts(shard.blob, t, prefix=f"parts/{d}")
+    part = [msgspec.structs.replace(p, corrects=corrects) for p in write_parts(shard._machine.blob, t, prefix=prefix)]
+    plain = write_parts(shard._machine.blob, t, prefix=f"parts/{d}")
     shard.compare_and_append([StagedBatch(d, lower, upper, (*part, *plain))], expected_upper=lower,
                              new_upper=upper, desc_id=d)
     stored = {p.key: p for b in Shard(shard.url).batches() for p in b.parts}  # decoded from the store

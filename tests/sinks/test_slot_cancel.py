@@ -34,7 +34,7 @@ def test_a_recorded_failure_is_seen_in_its_generation_only(url: str) -> None:
     assert isinstance(got, SlotFailure) and (got.slot, got.generation, got.desc_id) == (1, 0, "d-r-a1-0001")
     assert got.reason == "InvalidUsageError: LateDataError: late file x"
     assert cleared.failure() is None and other.failure() is None  # a cleared run's new tries, another description
-    Shard(url).blob.put(cleared.key, b"not a record")  # unreadable: cancels nothing
+    Shard(url)._machine.blob.put(cleared.key, b"not a record")  # unreadable: cancels nothing
     assert cleared.failure() is None
     for bad_generation in (-1, True, 2**31, "0"):
         with pytest.raises(InvalidUsageError, match="is not a clear number"):

@@ -83,7 +83,7 @@ def test_an_older_writers_manifest_after_a_change_at_the_descriptions_lower_is_r
     with pytest.raises(InvalidUsageError, match=r"slot 0 records no schema id .* schema 1 was made current at upper 0"):
         append_from_manifests(shard, d, 1)
     assert shard.info().seqno == before and committed(shard, d) is None
-    assert list(shard.blob.list(f"parts/{d.desc_id}/")) and list(shard.blob.list("staging/"))
+    assert list(shard._machine.blob.list(f"parts/{d.desc_id}/")) and list(shard._machine.blob.list("staging/"))
 
 
 @pytest.mark.parametrize("bad", [-1, 2**31, True, "0"])
@@ -93,4 +93,4 @@ def test_a_manifest_with_a_bad_schema_id_is_refused_and_not_written(shard_url: s
     s = shard.stage(_rows(0, 1), lower=d.lower, upper=d.upper, desc_id=d.desc_id)
     with pytest.raises(InvalidUsageError, match="is not a schema id"):
         write_manifest(shard, d, slot=0, slots=1, parts=s.parts, schema_id=bad)  # type: ignore[arg-type]
-    assert not list(shard.blob.list("staging/"))
+    assert not list(shard._machine.blob.list("staging/"))

@@ -189,7 +189,7 @@ def test_twin_appends_in_two_os_processes_never_delete_a_committed_part(shard_ur
     rounds = int(os.environ.get("SHARDSINK_TWIN_ROUNDS", "200" if backend == "local" else "40"))
     full_every = 20
     shard = Shard.create(shard_url, SCHEMA)
-    blob = shard.machine.raw
+    blob = shard._machine.raw
     ctx = mp.get_context("spawn")
     jobs, results, barrier = ctx.Queue(), ctx.Queue(), ctx.Barrier(3)
     env = {k: v for k, v in os.environ.items() if k.startswith("AWS_")}

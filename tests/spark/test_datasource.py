@@ -168,7 +168,7 @@ def test_negative_multiplicity_is_corruption(spark: Any, tmp_path: Any) -> None:
 def test_missing_part_is_corruption(spark: Any, tmp_path: Any) -> None:
     s = Shard.create(f"file://{tmp_path}/miss", SCHEMA)
     s.append(_table([("a", 1, 0.0, 0, 1, 1)]), lower=0, upper=10)
-    s.blob.delete(s.batches()[0].parts[0].key)
+    s._machine.blob.delete(s.batches()[0].parts[0].key)
     with pytest.raises(CorruptionError, match="is missing"), read_snapshot(spark, s.url) as df:
         df.collect()
 

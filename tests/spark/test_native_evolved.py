@@ -128,14 +128,14 @@ def test_a_value_inside_the_reads_time_that_its_type_cannot_hold_is_corruption_n
     includes time 0 fails as the pyarrow read does, not with Spark's CAST_OVERFLOW."""
     s = _widened(f"file://{tmp_path}/bad")
     key = s.batches()[0].parts[0].key
-    got = s.blob.get(key)
+    got = s._machine.blob.get(key)
     assert got is not None
     t = pq.read_table(io.BytesIO(got.data))
     k = t.column("k").to_pylist()
     k[t.column("_time").to_pylist().index(0)] = 2**40
     buf = io.BytesIO()
     pq.write_table(t.set_column(0, t.schema.field(0), pa.array(k, pa.int64())), buf)
-    s.blob.put(key, buf.getvalue())
+    s._machine.blob.put(key, buf.getvalue())
     shape = (rf"^shard {re.escape(s.url)}: column 'k' \(field id 1, stored as 'k'\) holds a value that is not a "
              r"int32 under the schema at the read's time: ")
     with pytest.raises(CorruptionError, match=shape):

@@ -97,7 +97,7 @@ def test_spark_reads_use_the_one_float_equality(spark: Any, tmp_path: Any) -> No
     s = Shard.create(f"file://{tmp_path}/floats", SCHEMA)
     old = pa.table({"k": ["z", "n", "keep"], "x": [-0.0, nan(0x7FF8000000000042), -0.0], "_time": [1, 1, 1],
                     "_diff": [1, 1, 1]})
-    parts = write_parts(s.blob, old, prefix="parts/old")  # as an older writer left it: raw -0.0 and a payload
+    parts = write_parts(s._machine.blob, old, prefix="parts/old")  # as an older writer left it: raw -0.0 and a payload
     s.compare_and_append([StagedBatch("old", 0, 10, parts)], expected_upper=0, new_upper=10, desc_id="old")
     s.append(pa.table({"k": ["z", "n"], "x": [0.0, nan(0xFFF8000000000000)], "_time": [11, 11], "_diff": [-1, -1]}),
              lower=10, upper=20, desc_id="retract")
@@ -123,9 +123,9 @@ def test_a_part_vanishing_or_undecodable_in_a_native_job_is_corruption_naming_it
         with pytest.raises(CorruptionError, match=named), ShardReads(spark, native="always") as reads:
             df = reads.changes(s.url, 0, 10, consolidate=False)  # planned: the part exists
             if damage == "delete":
-                s.blob.delete(key)
+                s._machine.blob.delete(key)
             else:
-                s.blob.put(key, b"not parquet at all, not even close")
+                s._machine.blob.put(key, b"not parquet at all, not even close")
             df.collect()
 
 

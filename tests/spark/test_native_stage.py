@@ -141,7 +141,7 @@ def test_a_rerun_twin_leaves_only_leftovers_that_the_append_deletes(spark: Any, 
     (killed / "_SUCCESS").write_bytes(b"")
     s.compare_and_append([StagedBatch("d", 0, 10, tuple(second))], expected_upper=0, new_upper=10, desc_id="d")
     assert _snapshot(s) == _model(ROWS), "only the committed run counts"
-    gone = ft.delete_staged(s.machine, "d", 0)
+    gone = ft.delete_staged(s._machine, "d", 0)
     assert isinstance(gone.fate, ft.Committed) and gone.parts == len(first) + 2
     assert _files(tmp_path / "s", "d") == sorted(p.key for p in second)
     assert _snapshot(s) == _model(ROWS)

@@ -163,7 +163,7 @@ def test_a_refused_append_leaves_no_part_on_either_backend(spark: Any, shard_url
     df = _two_partitions(spark, [("a", 1, -B), ("a", 1, -B), ("b", 2, 1)])
     with pytest.raises(InvalidUsageError, match=rf"has rows whose _diff sum overflows int64, e.g. {-2 * B} for row"):
         stage_dataframe(df, shard_url=s.url, schema=SCHEMA, lower=0, upper=10, desc_id="d", writer="python")
-    assert [o.key for o in s.blob.list("parts/")] == []
+    assert [o.key for o in s._machine.blob.list("parts/")] == []
 
 
 def test_repeating_a_row_more_often_than_one_spark_array_holds_is_refused_naming_it(spark: Any,

@@ -57,7 +57,7 @@ def _state(url: str) -> tuple[Any, ...]:
         s = Shard.open(url)
     except ShardNotFoundError:
         return ("missing",)
-    return (s.info().seqno, s.info().upper, s.schema_history(), sorted(o.key for o in s.blob.list("parts/")))
+    return (s.info().seqno, s.info().upper, s.schema_history(), sorted(o.key for o in s._machine.blob.list("parts/")))
 
 
 def _setup(base: str) -> tuple[Shard, str]:

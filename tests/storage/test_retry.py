@@ -121,9 +121,9 @@ def test_the_store_of_a_shard_handle_is_wrapped_once(tmp_path: Path) -> None:
     again = RetryingBlob(outer, policy=STORAGE.with_sleep(lambda _s: None))
     assert again.inner is outer.inner and again.counter is outer.counter, "no retry of a retry; one count"
     shard = Shard.create(url, pa.schema([("k", pa.string())]))
-    assert isinstance(shard.blob, RetryingBlob) and not isinstance(shard.blob.inner, RetryingBlob)
+    assert isinstance(shard._machine.blob, RetryingBlob) and not isinstance(shard._machine.blob.inner, RetryingBlob)
     assert key_class(VERSION_0) == "state/v" and key_class("state/LATEST.json") == "state"
-    assert shard.blob.requests_by_kind[("create", "state/v")] == 1
+    assert shard.request_counter().by_kind[("create", "state/v")] == 1
 
 
 def test_a_conditional_create_with_an_unknown_outcome_is_not_retried_blindly(tmp_path: Path) -> None:
@@ -195,8 +195,8 @@ def test_a_shard_handle_keeps_the_retry_policy_of_its_store_options(tmp_path: Pa
     mine = RetryPolicy("mine", attempts=2, first_wait=0.01, max_wait=0.01, deadline=1.0)
     url = f"file://{tmp_path}/s"
     shard = Shard.create(url, pa.schema([("k", pa.string())]), blob=open_blob(url, StoreOptions(retry=mine)))
-    assert isinstance(shard.blob, RetryingBlob) and shard.blob.policy is mine
-    assert RetryingBlob(shard.blob, policy=STORAGE).policy is STORAGE, "an explicit policy still wins"
+    assert isinstance(shard._machine.blob, RetryingBlob) and shard._machine.blob.policy is mine
+    assert RetryingBlob(shard._machine.blob, policy=STORAGE).policy is STORAGE, "an explicit policy still wins"
 
 
 @pytest.mark.parametrize("value", ["0", "-5", "nan", "inf", "soon"])

@@ -62,18 +62,22 @@ Clock = Callable[[], float]
 
 
 class LeaseHost(Protocol):
-    """What leases need of a shard: its URL (for messages), its blob (the lease objects) and
-    its commit machine (``since`` and the head's seqno). :class:`shardsink.core.shard.Shard`
-    is one; the handle sits above this module and calls it."""
+    """What leases need of a shard: its URL (for messages) and its private commit machine
+    (``since``, the head's seqno, and its store for the lease objects).
+    :class:`shardsink.core.shard.Shard` and its :class:`~shardsink.core.read.ReadHandle` are
+    hosts; the handles sit above this module and call it. SUBTLE: the machine is reached by its
+    private name, as only core may (``tests/core/test_boundary.py``): callers above core pass a
+    handle, never the machine."""
 
     @property
     def url(self) -> str: ...
 
     @property
-    def blob(self) -> Blob: ...
+    def _machine(self) -> Machine: ...
 
-    @property
-    def machine(self) -> Machine: ...
+
+def _store(shard: LeaseHost) -> Blob:
+    return shard._machine.blob
 
 
 class Lease(msgspec.Struct, frozen=True, kw_only=True):
@@ -135,14 +139,14 @@ def acquire_pinned(shard: LeaseHost, as_of: int, *, holder: str, ttl_s: float = 
     ck.check_time(as_of, what="lease as_of")
     if not isinstance(holder, str) or not holder:
         raise InvalidUsageError(f"lease holder {holder!r} must be a non-empty string")
-    head = head if head is not None else shard.machine.head().version
+    head = head if head is not None else shard._machine.head().version
     _check_since(shard, head.header.since, as_of)
     now = clock()
     lease = Lease(lease_id=uuid.uuid4().hex, as_of=as_of, seqno=head.seqno, holder=holder, acquired_at=now,
                   expires_at=now + ttl_s)
-    shard.blob.put(lease.key, _encode(lease))
+    _store(shard).put(lease.key, _encode(lease))
     try:
-        pinned = shard.machine.head().version
+        pinned = shard._machine.head().version
         _check_since(shard, pinned.header.since, as_of)
     except ShardsinkError:
         release(shard, lease)
@@ -162,7 +166,7 @@ def renew(shard: LeaseHost, lease: Lease, *, ttl_s: float = DEFAULT_TTL_S, clock
     """Extend ``lease``; LeaseLostError if it is gone or already expired (then release it)."""
     ck.check_seconds(ttl_s, what="lease ttl", positive=True)
     now = clock()
-    got = shard.blob.get(lease.key)
+    got = _store(shard).get(lease.key)
     if got is None or now > lease.expires_at:
         if got is not None:
             release(shard, lease)
@@ -171,22 +175,23 @@ def renew(shard: LeaseHost, lease: Lease, *, ttl_s: float = DEFAULT_TTL_S, clock
             f"{'deleted' if got is None else 'expired before renewal'}; the read it protected may be unprotected"
         )
     renewed = msgspec.structs.replace(lease, expires_at=now + ttl_s)
-    shard.blob.put(lease.key, _encode(renewed))
+    _store(shard).put(lease.key, _encode(renewed))
     return renewed
 
 
 def release(shard: LeaseHost, lease: Lease) -> None:
     """Delete ``lease`` (idempotent)."""
-    shard.blob.delete(lease.key)
+    _store(shard).delete(lease.key)
 
 
 def all_leases(shard: LeaseHost) -> list[Lease]:
     """Every lease object under the shard, live or expired (one LIST + one GET each)."""
     out = []
-    for obj in shard.blob.list(PREFIX):
+    store = _store(shard)
+    for obj in store.list(PREFIX):
         if not obj.key.endswith(".json"):
             continue
-        got = shard.blob.get(obj.key)
+        got = store.get(obj.key)
         if got is not None:  # released between LIST and GET
             out.append(_decode(got.data, where=f"{shard.url}/{obj.key}"))
     return out
@@ -214,7 +219,7 @@ def expire(shard: LeaseHost, *, now: float | None = None, skew_s: float = CLOCK_
     t = time.time() if now is None else now
     dead = [x for x in all_leases(shard) if x.expires_at + skew_s < t]
     for x in dead:
-        shard.blob.delete(x.key)
+        _store(shard).delete(x.key)
     return len(dead)
 
 

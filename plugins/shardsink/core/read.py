@@ -37,7 +37,6 @@ from shardsink.core.machine import Machine
 from shardsink.core.plan import ReadPlan, SchemaChoice
 from shardsink.core.updates import COUNT, TIME
 from shardsink.errors import CorruptionError
-from shardsink.storage.base import Blob
 
 __all__ = ["ReadHandle", "SchemaChoice", "ShardInfo"]
 
@@ -53,18 +52,6 @@ class ShardInfo:
     rollup: int
     last_commit: Commit
     retention: int | None = None  # ms; None: all history
-
-
-@dataclass(frozen=True)
-class _LeaseHost:
-    """What :mod:`shardsink.core.leases` needs of a shard (:class:`shardsink.core.leases.LeaseHost`)."""
-
-    url: str
-    machine: Machine
-
-    @property
-    def blob(self) -> Blob:
-        return self.machine.blob
 
 
 class ReadHandle:
@@ -220,11 +207,11 @@ class ReadHandle:
 
     def leases(self, *, now: float | None = None) -> list[ls.Lease]:
         """Live read leases (oldest first); see :mod:`shardsink.core.leases`."""
-        return ls.live_leases(_LeaseHost(self.url, self._machine), now=now)
+        return ls.live_leases(self, now=now)
 
     def min_leased_as_of(self, *, now: float | None = None) -> int | None:
         """The lowest ``as_of`` a live lease holds: compaction must keep ``since`` at or below it."""
-        return ls.min_leased_as_of(_LeaseHost(self.url, self._machine), now=now)
+        return ls.min_leased_as_of(self, now=now)
 
 
 def _filtered(table: pa.Table, *, times: tuple[int | None, int | None],

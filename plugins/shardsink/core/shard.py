@@ -32,7 +32,7 @@ from shardsink.core.updates import check_schema
 from shardsink.core.write import AppendResult, StagedBatch, WriteHandle
 from shardsink.errors import InvalidUsageError, ShardExistsError
 from shardsink.storage.base import Blob
-from shardsink.storage.retry import COMMIT, STORAGE, RetryingBlob
+from shardsink.storage.retry import COMMIT, STORAGE, RequestCounter, RetryingBlob
 from shardsink.storage.url import open_blob, parse_url
 
 __all__ = [
@@ -44,30 +44,36 @@ class Shard:
     """A handle on one shard. Cheap to create; holds no locks and no leases."""
 
     def __init__(self, url: str, *, blob: Blob | None = None, machine: Machine | None = None,
-                 sleep: Callable[[float], None] | None = None) -> None:
+                 sleep: Callable[[float], None] | None = None, clock: Callable[[], float] | None = None,
+                 counter: RequestCounter | None = None) -> None:
         """``sleep``: what every retry of this handle's requests and commits sleeps with (its
         named policies' waits; default ``time.sleep``). A caller that must not block its thread
         (the triggerer's shared pool) passes one that raises, so a retry that would wait fails
-        instead."""
+        instead. ``clock``: the monotonic clock the handle ages the newest head it saw by
+        (default ``time.monotonic``; a simulator passes its own). ``counter``: the
+        :class:`~shardsink.storage.retry.RequestCounter` this handle's requests are counted by
+        (default: its store's own; a benchmark passes a subclass observing each request).
+
+        The commit machine and the store stay private (``self._machine``): layers above core,
+        benchmarks and dev helpers use the handles (``tests/core/test_boundary.py``)."""
         self.url = str(parse_url(url)) if blob is None else blob.url
         store = blob if blob is not None else open_blob(url)
         if machine is None and sleep is not None:
             policy = store.policy if isinstance(store, RetryingBlob) else STORAGE
             machine = Machine(store, storage_policy=policy.with_sleep(sleep), commit_policy=COMMIT.with_sleep(sleep))
         self._machine = machine or Machine(store)
+        if clock is not None:
+            self._machine.clock = clock
+        if counter is not None:
+            self._machine.blob.counter = counter
         self._writer = WriteHandle(self.url, self._machine)
         self._reader = ReadHandle(self.url, self._machine)
 
-    @property
-    def machine(self) -> Machine:
-        """INTERNAL (core and tests only): the commit machine. Layers above core use
-        :meth:`writer` / :meth:`reader` (and maintenance its admin handle)."""
-        return self._machine
-
-    @property
-    def blob(self) -> Blob:
-        """INTERNAL (core and tests only): the shard's store (a retrying blob)."""
-        return self._machine.blob
+    def request_counter(self) -> RequestCounter:
+        """The counter of the requests this handle's store has sent (``total``, ``by_kind``; every
+        attempt counts, a LIST once): what benchmarks and request-budget tests read, the cost of a
+        call being the difference across it. Shared by every handle on the same store."""
+        return self._machine.blob.counter
 
     def writer(self) -> WriteHandle:
         """The write handle: batch builder, stage, compare-and-append, commit, fate, delete_staged."""
@@ -79,7 +85,7 @@ class Shard:
 
     def admin(self) -> AdminHandle:
         """The maintenance handle (:mod:`shardsink.core.admin`): what compaction, since, GC and verify may do."""
-        return AdminHandle(self.machine)
+        return AdminHandle(self._machine)
 
     # --- lifecycle ----------------------------------------------------------------
 
@@ -93,16 +99,16 @@ class Shard:
         ck.check_time(upper, what="initial upper")
         writer = ck.check_writer(writer if writer is not None else default_writer())
         shard = cls(url, blob=blob)
-        out = shard.machine.commit(CreateCommand(schema, upper), writer=writer)
+        out = shard._machine.commit(CreateCommand(schema, upper), writer=writer)
         if not isinstance(out, st.Version):
-            raise ShardExistsError(f"a shard already exists at {shard.machine.url}; it was left unchanged")
+            raise ShardExistsError(f"a shard already exists at {shard._machine.url}; it was left unchanged")
         return shard
 
     @classmethod
     def open(cls, url: str, *, blob: Blob | None = None) -> Shard:
         """A handle on an existing shard; ShardNotFoundError if there is none."""
         shard = cls(url, blob=blob)
-        shard.machine.head()
+        shard._machine.head()
         return shard
 
     def info(self) -> ShardInfo:
@@ -196,7 +202,7 @@ class Shard:
             raise InvalidUsageError(f"change must be a SchemaChange, got {type(change).__name__}")
         if writer is not None:
             check_writer(writer)
-        out = self.machine.commit(SchemaCommand(change), writer=writer)
+        out = self._machine.commit(SchemaCommand(change), writer=writer)
         if not isinstance(out, st.Version):
             raise AssertionError(f"unexpected refusal of a schema change: {out}")
         return out
@@ -213,7 +219,7 @@ class Shard:
         check_schema(target, what="the target schema")
         if writer is not None:
             check_writer(writer)
-        out = self.machine.commit(EvolveToCommand(target=target, exact=exact), writer=writer)
+        out = self._machine.commit(EvolveToCommand(target=target, exact=exact), writer=writer)
         if not isinstance(out, st.Version | Unchanged | SchemaConflict):
             raise AssertionError(f"unexpected refusal of a schema target: {out}")
         return out
