@@ -1,4 +1,5 @@
-"""The pyarrow reads of core/read.py (ReadHandle.snapshot / changes) on both backends:
+"""The pyarrow reads of core/read.py (ReadHandle.snapshot / changes, and read_batch_parts: parts as
+stored under a lease) on both backends:
 ``_diff`` sums never wrap (as the DuckDB and Polars readers), and an ``as_of`` read filters by
 time before projecting onto the older schema, so it works on a compacted shard."""
 
@@ -11,6 +12,7 @@ import pytest
 
 from shardsink import CorruptionError, Shard
 from shardsink.core.schema import SchemaChange
+from shardsink.errors import ReadFrontierError
 from shardsink.maintenance import advance_since, compact_batches
 
 BIG = 2**62
@@ -70,3 +72,50 @@ def test_an_as_of_read_of_a_compacted_shard_filters_by_time_before_narrowing(sha
     assert rows(shard.snapshot(19, schema="as_of")) == {(1, "a"): 1, (2**40, "c"): 1}
     got = shard.changes(0, 10, schema="as_of")
     assert got.schema.field("k").type == pa.int32() and got.equals(changes_before)
+
+
+def _three_batches(url: str) -> Shard:
+    s = Shard.create(url, pa.schema([("k", pa.string())]))
+    for i in range(3):
+        s.append(pa.table({"k": [f"k{i}"], "_time": [10 * i + 1], "_diff": [1]}), lower=10 * i, upper=10 * i + 10)
+    return s
+
+
+def test_a_read_of_parts_as_stored_is_planned_on_the_version_its_lease_pinned(
+        shard_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """read_batch_parts: core/plan.py picks the parts (every live one, or those named) on the
+    version read after its lease; the lease (at since, by its holder) lives exactly as long as the read."""
+    shard = _three_batches(shard_url)
+    advance_since(shard, target=15)  # times stay as stored: 1 and 11 are not advanced to 15
+    r = shard.reader()
+    seen: list[list[tuple[str, int]]] = []
+    real = type(r).read_plan
+
+    def spying(self, plan):  # type: ignore[no-untyped-def]
+        seen.append([(x.holder, x.as_of) for x in shard.leases()])
+        return real(self, plan)
+
+    monkeypatch.setattr(type(r), "read_plan", spying)
+    v, t = r.read_batch_parts(holder="judge")
+    assert v.seqno == shard.info().seqno and seen == [[("judge", 15)]] and shard.leases() == []
+    assert rows(t) == {("k0", 1): 1, ("k1", 11): 1, ("k2", 21): 1}
+    second = shard.batches()[1].parts[0].key
+    assert rows(r.read_batch_parts([second])[1]) == {("k1", 11): 1}
+    with pytest.raises(CorruptionError, match=r"part parts/gone/x\.parquet of .* left the state while being read"):
+        r.read_batch_parts([second, "parts/gone/x.parquet"])
+    assert shard.leases() == [], "a failed read released its lease"
+
+
+def test_a_read_of_parts_as_stored_retakes_its_lease_when_since_moved_on(
+        shard_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The caller's head says since 0; a compactor advanced it to 15 before the lease: the read
+    holds no time, so it takes its lease again at 15 instead of refusing."""
+    shard = _three_batches(shard_url)
+    stale = shard.reader().head()
+    advance_since(shard, target=15)
+    _, t = shard.reader().read_batch_parts(head=stale)
+    assert t.num_rows == 3 and shard.leases() == []
+    monkeypatch.setattr("shardsink.core.plan._PIN_ATTEMPTS", 1)  # no second try: the lease's re-check refuses
+    with pytest.raises(ReadFrontierError, match="before since"):
+        shard.reader().read_batch_parts(head=stale)
+    assert shard.leases() == []

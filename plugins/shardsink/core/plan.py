@@ -33,10 +33,20 @@ renamed columns from their old name, added ones as typed nulls, widened ones cas
 ones not read. SUBTLE: a part may hold a column of the reader's *name* with another field id
 (dropped, then added again): engines take the projection from the plan, never from the file.
 
-**Leases** (:func:`pin`): a leased read takes its lease at ``as_of`` (changes: at ``lower``)
-and its parts from the version read *after* the lease was written
-(:func:`shardsink.core.leases.acquire_pinned`): GC keeps every part of that version while the
-lease lives. The pyarrow reads of core read one head version and hold no lease.
+**Parts as stored** (:func:`plan_parts`, a :class:`PartsPlan`): a read of whole parts with
+their times as stored, none filtered or advanced to ``since``, for readers that need every
+update (the reclock's remap bindings, re-processing's prior corrections): every live part of
+the version, or the parts an earlier read of the state named (by key: the criterion is the
+caller's, e.g. :func:`shardsink.sinks.reprocess.prior_corrections`), a part no longer live
+being a CorruptionError. Projected onto the current schema or a schema id
+(:func:`parts_schema`) like any read. Only the pyarrow read handle reads one
+(:meth:`shardsink.core.read.ReadHandle.read_batch_parts`); no engine is handed one.
+
+**Leases** (:func:`pin`, :func:`pin_parts`): a leased read takes its lease at ``as_of``
+(changes: at ``lower``; parts as stored, which filter no time: at ``since``) and its parts from
+the version read *after* the lease was written (:func:`shardsink.core.leases.acquire_pinned`):
+GC keeps every part of that version while the lease lives. The pyarrow snapshots and change
+feeds of core read one head version and hold no lease; its reads of parts as stored do.
 """
 
 from __future__ import annotations
@@ -308,3 +318,65 @@ def pin(shard: Readable, keeper: LeaseKeeper, head: Version, *, holder: str, as_
 def plan_pinned(shard: Readable, pinned: Pinned) -> ReadPlan:
     """:func:`plan` of a leased read, on the version its lease pinned."""
     return plan(pinned.url, pinned.version, shard.reader().batches(pinned.version), pinned.bounds, pinned.target)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PartsPlan:
+    """What a read of parts as stored (module docstring) loads from the state version ``seqno``:
+    ``parts`` projected onto ``target`` (``schema``: its user columns, without ``_time``/``_diff``),
+    every time as stored."""
+
+    url: str
+    seqno: int
+    target: SchemaEntry
+    schema: pa.Schema
+    parts: tuple[PartRead, ...]
+
+
+def parts_schema(h: Header, choice: Literal["current"] | int, *, url: str = "the shard") -> SchemaEntry:
+    """The schema a read of parts as stored projects onto: ``"current"`` or a schema id ``h``
+    knows (InvalidUsageError naming a bad one). No ``"as_of"``: such a read has no time."""
+    if isinstance(choice, int) and not isinstance(choice, bool):
+        return sch.known(h, choice, url=url)
+    if choice != "current":
+        raise InvalidUsageError(f"schema {choice!r:.120} of a read of parts as stored must be 'current' or a "
+                                "schema id", value=str(choice)[:120])
+    return sch.current(h)
+
+
+def plan_parts(url: str, version: Version, batches: Sequence[BatchMeta], target: SchemaEntry, *,
+               keys: Sequence[str] | None = None) -> PartsPlan:
+    """THE part selection of a read of parts as stored (module docstring) on ``version`` (whose
+    live batches are ``batches``), projected onto ``target``: every live part (``keys`` None) or
+    the parts of ``keys``, in that order (CorruptionError naming the first one ``version`` no
+    longer holds). CorruptionError if a batch names a schema the state does not hold."""
+    if keys is None:
+        wanted = [(b, p) for b in batches for p in b.parts]
+    else:
+        live = {p.key: (b, p) for b in batches for p in b.parts}
+        gone = [k for k in keys if k not in live]
+        if gone:
+            raise CorruptionError(f"part {gone[0]} of {url} left the state while being read (state version "
+                                  f"{version.seqno} no longer holds it: compacted meanwhile?)")
+        wanted = [live[k] for k in keys]
+    return PartsPlan(url=url, seqno=version.seqno, target=target, schema=sch.entry_schema(target),
+                     parts=tuple(part_reads(url, version.header, wanted, target)))
+
+
+def pin_parts(shard: LeaseHost, keeper: LeaseKeeper, head: Version, *, holder: str) -> Version:
+    """Hold ``keeper``'s lease for a read of parts as stored, at the ``since`` of ``head`` (a
+    version the caller read), and return the version read after it, which its parts come from
+    (:func:`plan_parts`). Such a read holds no time, so a ``since`` advanced meanwhile (the
+    lease's re-check refuses it) is no refusal: the lease is taken again at the new one."""
+    for attempt in range(_PIN_ATTEMPTS):
+        try:
+            return keeper.acquire_pinned(shard, head.header.since, holder=holder, head=head)[1]
+        except ReadFrontierError:
+            if attempt == _PIN_ATTEMPTS - 1:
+                raise
+            head = shard._machine.head().version
+    raise AssertionError("unreachable")
+
+
+#: How often :func:`pin_parts` takes its lease again after ``since`` moved past it.
+_PIN_ATTEMPTS = 5

@@ -16,9 +16,11 @@ with pyarrow (:meth:`ReadHandle.read_plan`) and consolidates it.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
+from typing import Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -33,12 +35,14 @@ from shardsink.core import state as st
 from shardsink.core.commits import Commit
 from shardsink.core.consolidate import consolidate
 from shardsink.core.diff_sums import group_sums
-from shardsink.core.machine import Machine
+from shardsink.core.machine import Machine, default_writer
 from shardsink.core.plan import ReadPlan, SchemaChoice
 from shardsink.core.updates import COUNT, TIME
-from shardsink.errors import CorruptionError
+from shardsink.errors import CorruptionError, ShardsinkError
 
 __all__ = ["ReadHandle", "SchemaChoice", "ShardInfo"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -110,14 +114,28 @@ class ReadHandle:
         parallel; every part must have been written with ``schema`` (else :meth:`read_batch_parts`)."""
         return pio.read_parts(self._machine.blob, parts, schema)
 
-    def read_batch_parts(self, header: st.Header, wanted: Sequence[tuple[st.BatchMeta, st.PartMeta]],
-                         target: st.SchemaEntry) -> pa.Table:
-        """The rows of parts (each with its batch) projected onto the schema ``target``: every
-        part is read through its batch's schema id, its columns mapped by field id
-        (:func:`shardsink.core.plan.part_reads`). CorruptionError if a batch names a schema the
-        state does not hold."""
-        reads = pl.part_reads(self.url, header, wanted, target)
-        return self._read(reads, target, sch.entry_schema(target), (None, None))
+    def read_batch_parts(self, keys: Sequence[str] | None = None, *, schema: Literal["current"] | int = "current",
+                         head: st.Version | None = None, holder: str | None = None) -> tuple[st.Version, pa.Table]:
+        """Parts as stored, under a read lease: every live part (``keys`` None) or the parts of
+        ``keys`` an earlier read of the state named (CorruptionError naming one no longer live),
+        their rows (user columns of ``schema``, the current one or a schema id, + ``_time`` +
+        ``_diff``), no time filtered or advanced. :mod:`shardsink.core.plan` decides it all: the
+        schema on ``head`` (a version the caller read; default a fresh head read), the lease
+        (:func:`~shardsink.core.plan.pin_parts`, held by ``holder``) and the parts, those of the
+        version read after the lease (:func:`~shardsink.core.plan.plan_parts`). Returns that
+        version and the rows; the lease is released first (LeaseLostError if it was lost
+        meanwhile: the read may not have been protected)."""
+        head = head if head is not None else self.head()
+        target = pl.parts_schema(head.header, schema, url=self.url)
+        keeper = ls.LeaseKeeper()
+        try:
+            pinned = pl.pin_parts(self, keeper, head, holder=holder or f"parts-read@{default_writer()}")
+            data = self.read_plan(pl.plan_parts(self.url, pinned, self.batches(pinned), target, keys=keys))
+        except BaseException:
+            _close_quietly(keeper)
+            raise
+        keeper.close()
+        return pinned, data
 
     def plan(self, as_of: int | None = None, *, changes: tuple[int, int] | None = None,
              schema: SchemaChoice | int = "current") -> ReadPlan:
@@ -129,8 +147,9 @@ class ReadHandle:
         target = pl.reader_schema(v.header, schema, bounds, url=self.url)
         return pl.plan(self.url, v, self.batches(v), bounds, target)
 
-    def read_plan(self, plan: ReadPlan) -> pa.Table:
+    def read_plan(self, plan: ReadPlan | pl.PartsPlan) -> pa.Table:
         """The updates ``plan`` loads (its user columns + ``_time`` + ``_diff``), read in parallel.
+        A :class:`~shardsink.core.plan.PartsPlan`: its parts' rows, times as stored.
 
         Each part is filtered to the read's times BEFORE projecting: a part compacted from newer
         data may hold values (e.g. ``2**40`` in a column widened to int64) that an older,
@@ -138,6 +157,8 @@ class ReadHandle:
         fit is corruption (CorruptionError naming the column). Times below ``since`` are then
         read as ``since`` where the plan advances them.
         """
+        if isinstance(plan, pl.PartsPlan):
+            return self._read(plan.parts, plan.target, plan.schema, (None, None))
         data = self._read(plan.parts, plan.target, plan.schema, (plan.lower, plan.upper))
         if plan.advance and data.num_rows:
             i = data.schema.get_field_index(TIME)
@@ -212,6 +233,14 @@ class ReadHandle:
     def min_leased_as_of(self, *, now: float | None = None) -> int | None:
         """The lowest ``as_of`` a live lease holds: compaction must keep ``since`` at or below it."""
         return ls.min_leased_as_of(self, now=now)
+
+
+def _close_quietly(keeper: ls.LeaseKeeper) -> None:
+    """Release ``keeper``'s leases on the way out of a failed read (the read's own error wins)."""
+    try:
+        keeper.close()
+    except ShardsinkError as e:
+        log.warning("releasing the lease of a failed read: %s", e)
 
 
 def _filtered(table: pa.Table, *, times: tuple[int | None, int | None],

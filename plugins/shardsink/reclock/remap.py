@@ -32,8 +32,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from shardsink.core.schema import current
-from shardsink.core.shard import Shard
+from shardsink.core.shard import Shard, default_writer
 from shardsink.core.updates import DIFF, TIME
 from shardsink.errors import ShardExistsError, ShardNotFoundError, UnknownOutcomeError, UpperMismatchError
 from shardsink.reclock.bindings import Binding, Bindings, BoundFile, Frontier, binding_rows, check_monotonic, replay
@@ -93,17 +92,19 @@ class RemapShard:
             return cls.create_if_missing(url, initial_upper=initial_upper)
 
     def bindings(self) -> Bindings:
-        """Every binding below the remap upper, from ONE state read plus the remap's parts.
+        """Every binding below the remap upper, from the state version a read lease pinned plus
+        the remap's parts (:meth:`shardsink.core.read.ReadHandle.read_batch_parts`).
 
-        Cost: the state head, the versions since the last rollup, and one part per
-        binding since the last compaction of the remap shard.
+        Cost: the state head (twice: before and after the read's lease), the versions since the
+        last rollup, one part per binding since the last compaction of the remap shard, and the
+        lease's put and delete. Every part as stored (times never advanced to ``since``: a
+        binding is its time), planned by :mod:`shardsink.core.plan` on the version the lease
+        pinned, which the bindings are of.
         """
-        r = self.shard.reader()
-        v = r.head()
+        # Projected by field id like every read (a remap shard's schema never evolves today).
+        v, t = self.shard.reader().read_batch_parts(holder=f"remap-bindings@{default_writer()}")
         h = v.header
         upper = h.upper if h.upper is not None else 2**63 - 1
-        # Projected by field id like every read (a remap shard's schema never evolves today).
-        t = r.read_batch_parts(h, [(b, p) for b in r.batches(v) for p in b.parts], current(h))
         cols = [t.column(c).to_pylist() for c in ("partition", "offset", "name", "size", TIME, DIFF)]
         return replay(zip(*cols, strict=True), upper=upper, since=h.since)
 

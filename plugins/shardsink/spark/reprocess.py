@@ -30,10 +30,9 @@ import msgspec
 
 from shardsink.core import schema as sch
 from shardsink.core.schema import current as current_schema
-from shardsink.core.shard import Shard
+from shardsink.core.shard import Shard, default_writer
 from shardsink.core.state import PartMeta, correction_label
 from shardsink.core.updates import DIFF, TIME, user_schema
-from shardsink.errors import CorruptionError
 from shardsink.sinks.description import Description
 from shardsink.sinks.ingest import committed
 from shardsink.sinks.reprocess import check_range, prior_corrections
@@ -94,20 +93,15 @@ def _onto(persisted: DataFrame, schema: pa.Schema) -> DataFrame:
 
 def _read_prior(shard: Shard, prior: list[PartMeta], schema: pa.Schema) -> pa.Table:
     """The rows of the prior correction parts ``prior``, each read through the schema id its
-    batch was written with and projected by field id onto ``schema`` (schema evolution).
+    batch was written with and projected by field id onto ``schema`` (schema evolution), under
+    a read lease (:meth:`shardsink.core.read.ReadHandle.read_batch_parts`).
     SUBTLE: ``prior`` came from an earlier state read; a part no longer in the state (compacted
     meanwhile) is a CorruptionError naming it (re-run the correction)."""
     r = shard.reader()
     v = r.head()
-    h = v.header
-    sid = sch.id_of(h, schema)
-    target = sch.current(h) if sid is None else sch.known(h, sid, url=shard.url)
-    by_key = {p.key: b for b in r.batches(v) for p in b.parts}
-    gone = [p.key for p in prior if p.key not in by_key]
-    if gone:
-        raise CorruptionError(f"prior correction part {gone[0]} of {shard.url} left the state while being read "
-                              "(compacted meanwhile?); re-run the correction")
-    return r.read_batch_parts(h, [(by_key[p.key], p) for p in prior], target)
+    sid = sch.id_of(v.header, schema)
+    return r.read_batch_parts([p.key for p in prior], schema="current" if sid is None else sid, head=v,
+                              holder=f"reprocess-prior@{default_writer()}")[1]
 
 
 def ordinary_rows(spark: SparkSession, source: Source, shard: Shard, desc: Description, *,
