@@ -80,11 +80,11 @@ def setup(work: Path, rows: int, batches: int) -> str:
 
 def arm_compact(url: str, budget: int) -> dict[str, Any]:
     from shardsink import Shard
-    from shardsink.maintenance import CompactOptions, MergeOptions, PlanOptions, compact
+    from shardsink.maintenance import CompactOptions, MergeOptions, ScheduleOptions, compact
 
     shard = Shard.open(url)
     rows = sum(b.rows for b in shard.batches())
-    opts = CompactOptions(plan=PlanOptions(min_rows=rows + 1), merge=MergeOptions(memory_budget=budget))
+    opts = CompactOptions(schedule=ScheduleOptions(min_rows=rows + 1), merge=MergeOptions(memory_budget=budget))
     t0 = time.perf_counter()
     res = compact(shard, options=opts)
     wall = time.perf_counter() - t0

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from shardsink import Shard, StagedBatch
 from shardsink.core import floats as fl
 from shardsink.core.part_io import write_parts
-from shardsink.maintenance import CompactOptions, PlanOptions, compact
+from shardsink.maintenance import CompactOptions, ScheduleOptions, compact
 from shardsink.maintenance.verify import verify
 from shardsink_dev.testing import MotoServer
 
@@ -99,7 +99,7 @@ def test_a_zero_and_its_negative_zero_retraction_in_other_batches_cancel(url_mak
     assert shard.snapshot().num_rows == 0
     assert shard.snapshot(15).num_rows == 0 and shard.snapshot(25).num_rows == 1
     assert verify(shard).ok
-    compact(shard, options=CompactOptions(plan=PlanOptions(fan_in=2)))
+    compact(shard, options=CompactOptions(schedule=ScheduleOptions(fan_in=2)))
     assert shard.snapshot().num_rows == 0 and verify(shard).ok
 
 
@@ -174,6 +174,6 @@ def test_every_read_agrees_with_the_model_however_rows_fall_into_batches(
         want[(*key, t)] += d
     assert +feed == +want and -feed == -want
     assert verify(shard).ok
-    compact(shard, options=CompactOptions(plan=PlanOptions(fan_in=2)))
+    compact(shard, options=CompactOptions(schedule=ScheduleOptions(fan_in=2)))
     assert shard_counter(shard.snapshot()) == expected(10 * len(groups))
     assert verify(shard).ok

@@ -33,12 +33,12 @@ from shardsink.maintenance import (
     CompactOptions,
     Hooks,
     MergeOptions,
-    PlanOptions,
+    ScheduleOptions,
     advance_since,
     compact,
     compact_batches,
     merge_parts,
-    plan_merges,
+    schedule_merges,
     sweep,
 )
 from shardsink.storage.base import Blob
@@ -128,7 +128,7 @@ def test_live_batches_stay_logarithmic_in_the_number_of_appends() -> None:
     for i in range(3000):
         live.append(st.BatchMeta(f"a{i}", i, i + 1, i, (st.PartMeta(f"p{i}", 1, 10, i, i),)))
         if (i + 1) % 50 == 0:
-            for group in plan_merges(live, PlanOptions()):
+            for group in schedule_merges(live, ScheduleOptions()):
                 at = live.index(group[0])
                 rows = sum(b.rows for b in group)
                 merged = st.BatchMeta(f"c{i}-{at}", group[0].lower, group[-1].upper, i,

@@ -21,8 +21,8 @@ from shardsink.core import state as st
 from shardsink.core.consolidate import consolidate
 from shardsink.core.part_io import write_parts
 from shardsink.maintenance import CompactOptions, MergeOptions, advance_since, compact, merge_parts
-from shardsink.maintenance.plan import PlanOptions, plan_merges
 from shardsink.maintenance.runs import SORT_FACTOR, row_key
+from shardsink.maintenance.schedule import ScheduleOptions, schedule_merges
 from shardsink.storage import Blob
 from shardsink.storage.local import LocalBlob
 
@@ -125,9 +125,9 @@ def test_the_plan_sorts_a_lone_unordered_batch_and_leaves_a_lone_sorted_one() ->
         return st.BatchMeta(f"d{i}", 10 * i, 10 * (i + 1), i + 1,
                             (st.PartMeta(f"parts/d{i}/p.parquet", 1 << 20, 100, 10 * i, 10 * i, order),))
 
-    assert plan_merges([batch(0, "sorted")], PlanOptions()) == []
+    assert schedule_merges([batch(0, "sorted")], ScheduleOptions()) == []
     lone = batch(0, "unordered")
-    assert plan_merges([lone], PlanOptions()) == [(lone,)]
+    assert schedule_merges([lone], ScheduleOptions()) == [(lone,)]
 
 
 def test_compaction_leaves_only_sorted_parts_and_changes_no_read(shard_url: str, blob: Blob) -> None:

@@ -22,7 +22,7 @@ from shardsink.cli import main
 from shardsink.core import fate as ft
 from shardsink.core import machine
 from shardsink.core import transitions as tr
-from shardsink.maintenance import CompactOptions, PlanOptions, compact, set_retention
+from shardsink.maintenance import CompactOptions, ScheduleOptions, compact, set_retention
 from shardsink.maintenance.gc import collect
 from shardsink.maintenance.gc_types import GcOptions
 from shardsink.maintenance.since import advance_since
@@ -45,7 +45,7 @@ def _age_out(shard: Shard, first_seqno: int) -> None:
     (so no retained version lists the first batch by name: only lineage can tell)."""
     compacted: list[int] = []
     for _ in range(8):
-        res = compact(shard, options=CompactOptions(plan=PlanOptions(fan_in=2)))
+        res = compact(shard, options=CompactOptions(schedule=ScheduleOptions(fan_in=2)))
         compacted += [m.seqno for m in res.merges if m.status == "applied" and m.seqno is not None]
         if not res.applied:
             break

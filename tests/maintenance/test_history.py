@@ -17,7 +17,7 @@ from shardsink.core import leases as ls
 from shardsink.maintenance import (
     CompactOptions,
     MaintenanceOptions,
-    PlanOptions,
+    ScheduleOptions,
     compact,
     compaction_pass,
     set_retention,
@@ -93,7 +93,7 @@ def test_a_shard_written_before_the_removal_chain_is_collected_by_reading_its_hi
     shutil.copytree(FIXTURE, root)
     shard = Shard.open(root.as_uri())
     assert removals(shard.admin(), shard._machine.head().version, above=0) is None
-    result = compact(shard, options=CompactOptions(plan=PlanOptions(fan_in=4)))
+    result = compact(shard, options=CompactOptions(schedule=ScheduleOptions(fan_in=4)))
     assert result.applied >= 1
     # The chain is known from the first compaction on, unknown below it.
     head = shard._machine.head().version

@@ -31,7 +31,7 @@ from support import audit, changes_counter, consolidated, contents, snapshot_cou
 
 from shardsink import ReadFrontierError
 from shardsink.core.state import PartOrder
-from shardsink.maintenance import CompactOptions, MergeOptions, PlanOptions, advance_since, compact, set_retention
+from shardsink.maintenance import CompactOptions, MergeOptions, ScheduleOptions, advance_since, compact, set_retention
 from shardsink_dev.testing import MotoServer
 
 
@@ -100,7 +100,7 @@ class MaintainedShardModel(ShardModel):
           budget=st.sampled_from([1, 2_000, 1 << 30]))
     def compact_changes_nothing_visible(self, fan_in: int, streamed: bool, batch_rows: int, budget: int) -> None:
         before = self._view() if self.upper > self.since else None
-        opts = CompactOptions(plan=PlanOptions(fan_in=fan_in),
+        opts = CompactOptions(schedule=ScheduleOptions(fan_in=fan_in),
                               merge=MergeOptions(batch_rows=batch_rows, small_bytes=0 if streamed else 1 << 30,
                                                  memory_budget=budget))
         res = compact(self.shard, options=opts)

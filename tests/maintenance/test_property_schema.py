@@ -23,7 +23,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from support.schema_model import CREATE_SCHEMA, KINDS, Field, SchemaModel
 
 from shardsink.core.shard import Shard
-from shardsink.maintenance import CompactOptions, MergeOptions, PlanOptions, advance_since, compact
+from shardsink.maintenance import CompactOptions, MergeOptions, ScheduleOptions, advance_since, compact
 
 
 class EvolvingShard(RuleBasedStateMachine):
@@ -67,7 +67,7 @@ class EvolvingShard(RuleBasedStateMachine):
 
     @rule(fan_in=st.integers(2, 3), streamed=st.booleans())
     def compact(self, fan_in: int, streamed: bool) -> None:
-        opts = CompactOptions(plan=PlanOptions(fan_in=fan_in),
+        opts = CompactOptions(schedule=ScheduleOptions(fan_in=fan_in),
                               merge=MergeOptions(small_bytes=0 if streamed else 1 << 30, batch_rows=2))
         res = compact(self.shard, options=opts)
         assert all(m.status == "applied" for m in res.merges), res

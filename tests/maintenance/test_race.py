@@ -82,13 +82,13 @@ with open(record, "a") as out:
 COMPACTOR = r'''
 import json, os, sys
 from shardsink import Shard
-from shardsink.maintenance import CompactOptions, PlanOptions, compact
+from shardsink.maintenance import CompactOptions, ScheduleOptions, compact
 url, record, stop = sys.argv[1:4]
 shard = Shard(url)
 shard.info()
 print("ready", flush=True)
 sys.stdin.readline()  # go
-opts = CompactOptions(plan=PlanOptions(min_rows=1), writer=f"compactor-{os.getpid()}")
+opts = CompactOptions(schedule=ScheduleOptions(min_rows=1), writer=f"compactor-{os.getpid()}")
 with open(record, "a") as out:
     while True:
         last = os.path.exists(stop)  # one more pass after the appenders are done

@@ -45,7 +45,7 @@ from support.schema_model import CREATE_SCHEMA, KINDS, SchemaModel
 import shardsink.read
 from shardsink import InvalidUsageError, Shard
 from shardsink.core.schema import SchemaChange
-from shardsink.maintenance import CompactOptions, MergeOptions, PlanOptions, advance_since, compact
+from shardsink.maintenance import CompactOptions, MergeOptions, ScheduleOptions, advance_since, compact
 from shardsink_dev.testing import MotoServer, local_spark
 
 Mode = Literal["snapshot", "changes"]
@@ -115,7 +115,7 @@ def build_history(data: st.DataObject, url: str) -> tuple[Shard, SchemaModel]:
             model.advanced(advance_since(shard, target=target).after)
         if data.draw(st.booleans(), label="compact"):
             fan_in, streamed = data.draw(st.integers(2, 3)), data.draw(st.booleans())
-            opts = CompactOptions(plan=PlanOptions(fan_in=fan_in),
+            opts = CompactOptions(schedule=ScheduleOptions(fan_in=fan_in),
                                   merge=MergeOptions(small_bytes=0 if streamed else 1 << 30, batch_rows=2))
             res = compact(shard, options=opts)
             assert all(m.status == "applied" for m in res.merges), res

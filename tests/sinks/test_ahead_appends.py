@@ -34,7 +34,7 @@ from shardsink.maintenance import compact, sweep
 from shardsink.maintenance.compact import CompactOptions
 from shardsink.maintenance.gc import collect
 from shardsink.maintenance.gc_types import GcOptions
-from shardsink.maintenance.plan import PlanOptions
+from shardsink.maintenance.schedule import ScheduleOptions
 from shardsink.maintenance.verify import verify
 from shardsink.sinks.description import Description, to_builtins
 from shardsink.sinks.ingest import append_from_manifests
@@ -120,7 +120,7 @@ def _assert_waiting(shard: Shard, waiting: list[Description]) -> None:
         assert isinstance(shard.fate(d.desc_id, d.lower), StillPossible)
         with pytest.raises(DeleteRefusedError):
             shard.writer().delete_staged(d.desc_id, d.lower)
-    compact(shard, options=CompactOptions(plan=PlanOptions(min_rows=1)))
+    compact(shard, options=CompactOptions(schedule=ScheduleOptions(min_rows=1)))
     sweep(shard, grace_s=0)
     for offset in (0, TEN_DAYS_S):  # now, and ten days on: age never makes them leaks
         def later(offset: float = offset) -> float:

@@ -12,7 +12,7 @@ from shardsink.core.part_io import write_parts
 from shardsink.core.shard import StagedBatch
 from shardsink.core.state import PartMeta, correction_label
 from shardsink.errors import InvalidUsageError
-from shardsink.maintenance.plan import holds_corrections
+from shardsink.maintenance.schedule import holds_corrections
 from shardsink.sinks.description import Description, NoOp, to_builtins
 from shardsink.sinks.ingest import mint_chain
 from shardsink.sinks.reprocess import prior_corrections, requested_range

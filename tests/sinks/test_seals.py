@@ -22,7 +22,7 @@ from shardsink.core.updates import TIME
 from shardsink.errors import InvalidUsageError
 from shardsink.maintenance import advance_since, compact, set_retention
 from shardsink.maintenance.compact import CompactOptions
-from shardsink.maintenance.plan import PlanOptions
+from shardsink.maintenance.schedule import ScheduleOptions
 from shardsink.sinks.seals import seals
 from shardsink.sources.base import Seal
 from shardsink.sources.landing import LandingFile, LateDataError, check_late
@@ -44,7 +44,7 @@ def _maintained(shard_url: str) -> Shard:
     shard = Shard.create(shard_url, SCHEMA, upper=0)
     shard.append(rows(0, 3), lower=0, upper=DAY)
     shard.append(rows(DAY, 3), lower=DAY, upper=2 * DAY)
-    done = compact(shard, options=CompactOptions(plan=PlanOptions()))
+    done = compact(shard, options=CompactOptions(schedule=ScheduleOptions()))
     assert done.applied == 1
     set_retention(shard, "1h")
     assert advance_since(shard).seqno == 5

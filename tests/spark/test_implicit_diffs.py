@@ -17,7 +17,7 @@ import pytest
 import shardsink.read as sread
 from shardsink import CorruptionError, Shard, StagedBatch
 from shardsink.core.part_io import open_part
-from shardsink.maintenance import CompactOptions, PlanOptions, compact
+from shardsink.maintenance import CompactOptions, ScheduleOptions, compact
 from shardsink.spark.read import ShardReads
 from shardsink.spark.stage import stage_dataframe
 from shardsink.storage.local import LocalBlob
@@ -98,7 +98,7 @@ def test_every_reader_reads_implicit_ones_as_diff_one(spark: Any, tmp_path: Path
 def test_compaction_turns_implicit_ones_into_stored_consolidated_diffs(spark: Any, tmp_path: Path) -> None:
     s = _ingest(spark, tmp_path)
     before = {t: _counted(s.snapshot(t).to_pylist()) for t in (9, 19)}
-    compact(s, options=CompactOptions(plan=PlanOptions(min_rows=1)))
+    compact(s, options=CompactOptions(schedule=ScheduleOptions(min_rows=1)))
     batches = s.batches()
     assert all(p.diffs == "column" and p.is_sorted for b in batches for p in b.parts)
     assert {t: _counted(s.snapshot(t).to_pylist()) for t in (9, 19)} == before == {t: _model(t) for t in (9, 19)}

@@ -29,8 +29,8 @@ from shardsink.maintenance.compact import (
     sweep,
 )
 from shardsink.maintenance.merge import MergeOptions, merge_parts
-from shardsink.maintenance.plan import PlanOptions, plan_merges
 from shardsink.maintenance.run import Maintained, MaintenanceOptions, MaintenanceSummary, compaction_pass, maintain
+from shardsink.maintenance.schedule import ScheduleOptions, schedule_merges
 from shardsink.maintenance.since import (
     SinceResult,
     advance_since,
@@ -49,7 +49,7 @@ __all__ = [
     "MaintenanceSummary",
     "Merge",
     "MergeOptions",
-    "PlanOptions",
+    "ScheduleOptions",
     "SinceResult",
     "Swept",
     "advance_since",
@@ -60,8 +60,8 @@ __all__ = [
     "maintain",
     "merge_parts",
     "parse_duration",
-    "plan_merges",
     "retention_of",
+    "schedule_merges",
     "set_retention",
     "sweep",
 ]

@@ -10,7 +10,7 @@ One compaction of inputs ``B1..Bk`` (adjacent, live)::
        both through AdminHandle.delete_staged (core.fate's one deleter), which re-derives the fate first
 
 The output schema is the newest one, except where that would delete a dropped column some
-readable time still shows (:func:`shardsink.maintenance.plan.merge_target`): the plan keeps
+readable time still shows (:func:`shardsink.maintenance.schedule.merge_target`): the schedule keeps
 such batches out, and :func:`compact_batches` refuses them (nothing written) when mixed with
 others. SUBTLE: the header is read once, before the merge; a drop committed meanwhile only
 makes the output's schema (then no longer the newest) hold the column: nothing is lost, and
@@ -57,8 +57,8 @@ from shardsink.core.commands import CompactCommand
 from shardsink.core.shard import Shard
 from shardsink.errors import CorruptionError, InvalidUsageError, ShardsinkError, UnknownOutcomeError
 from shardsink.maintenance.merge import MergeOptions, MergeStats, OnBatch, merge_parts
-from shardsink.maintenance.plan import PlanOptions, merge_target, plan_merges
 from shardsink.maintenance.projected import projected_inputs
+from shardsink.maintenance.schedule import ScheduleOptions, merge_target, schedule_merges
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +84,7 @@ class Hooks:
 
 @dataclass(frozen=True)
 class CompactOptions:
-    plan: PlanOptions = field(default_factory=PlanOptions)
+    schedule: ScheduleOptions = field(default_factory=ScheduleOptions)
     merge: MergeOptions = field(default_factory=MergeOptions)
     writer: str | None = None
     hooks: Hooks = field(default_factory=Hooks)
@@ -157,7 +157,7 @@ def compact(shard: Shard, *, options: CompactOptions = CompactOptions()) -> Comp
     since = head.header.since
     merges = []
     unknown: UnknownOutcomeError | None = None
-    for group in plan_merges(batches, options.plan, header=head.header, since=since):
+    for group in schedule_merges(batches, options.schedule, header=head.header, since=since):
         try:
             merges.append(compact_batches(shard, group, since=since, header=head.header, options=options))
         except UnknownOutcomeError as e:
@@ -173,7 +173,7 @@ def compact_batches(shard: Shard, inputs: Sequence[st.BatchMeta], *, since: int,
     """Merge ``inputs`` (adjacent live batches) into one batch and commit the replacement.
 
     ``since`` must not exceed the shard's since (the outputs' times are advanced to it).
-    The output is written in the schema :func:`~shardsink.maintenance.plan.merge_target` picks
+    The output is written in the schema :func:`~shardsink.maintenance.schedule.merge_target` picks
     from ``header`` (the newest, inputs of older schema ids projected onto it,
     :mod:`shardsink.maintenance.projected`; or, for inputs holding a dropped column that reads
     at times >= ``since`` still show, their own one schema id); InvalidUsageError, nothing

@@ -23,7 +23,7 @@ HAZARDS: a new range that partially overlaps an earlier correction's range is re
 (InvalidUsageError): the earlier correction's rows carry the correction's time, not their
 original one, so they cannot be split. Maintenance that merges parts must keep correction
 parts apart (a merged part records no range, so re-processing over it would lose track of
-the correction and apply it twice: :func:`shardsink.maintenance.plan.holds_corrections`);
+the correction and apply it twice: :func:`shardsink.maintenance.schedule.holds_corrections`);
 a row whose event time changed within ``[A, B)`` but whose user columns did not is
 unchanged for the correction (time is not part of a row's identity).
 """

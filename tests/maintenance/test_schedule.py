@@ -12,7 +12,7 @@ from shardsink.core.schema import SchemaChange
 from shardsink.core.shard import Shard
 from shardsink.core.state import BatchMeta, Header, PartMeta
 from shardsink.errors import CorruptionError, InvalidUsageError
-from shardsink.maintenance.plan import PlanOptions, merge_target, plan_merges, visible_drops
+from shardsink.maintenance.schedule import ScheduleOptions, merge_target, schedule_merges, visible_drops
 
 
 def _batch(i: int, *, correction: bool = False, legacy: bool = False, schema_id: int = 0) -> BatchMeta:
@@ -25,7 +25,7 @@ def _batch(i: int, *, correction: bool = False, legacy: bool = False, schema_id:
 
 def test_small_batches_merge_into_one_run() -> None:
     batches = [_batch(i) for i in range(6)]
-    assert plan_merges(batches, PlanOptions(min_rows=8)) == [tuple(batches)]
+    assert schedule_merges(batches, ScheduleOptions(min_rows=8)) == [tuple(batches)]
 
 
 @pytest.mark.parametrize("legacy", [False, True], ids=["recorded", "recorded-before-the-field"])
@@ -35,7 +35,7 @@ def test_batches_holding_corrections_are_never_merged_nor_merged_across(legacy: 
     would apply the same correction twice."""
     batches = [_batch(0), _batch(1), _batch(2, correction=not legacy, legacy=legacy), _batch(3), _batch(4),
                _batch(5)]
-    runs = plan_merges(batches, PlanOptions(min_rows=8))
+    runs = schedule_merges(batches, ScheduleOptions(min_rows=8))
     assert runs == [tuple(batches[:2]), tuple(batches[3:])]
     assert batches[2].parts[0].corrected_range() == (0, 10)
     assert all(p.corrected_range() is None for run in runs for b in run for p in b.parts)
@@ -68,16 +68,16 @@ def test_batches_still_showing_a_dropped_column_are_kept_out_until_since_passes_
           _batch(5, schema_id=1), _batch(6, schema_id=2)]
     assert [f.name for f in visible_drops(dropped, bs[0], 0)] == ["c"]
     assert visible_drops(dropped, bs[4], 0) == () == visible_drops(dropped, bs[5], 0)  # b5: lower 50 >= 40
-    assert plan_merges(bs, PlanOptions(min_rows=8), header=dropped) == [tuple(bs[:3]), tuple(bs[3:])]
+    assert schedule_merges(bs, ScheduleOptions(min_rows=8), header=dropped) == [tuple(bs[:3]), tuple(bs[3:])]
     assert merge_target(dropped, bs[:3], 0).id == 1 and merge_target(dropped, bs[3:], 0).id == 2
     with pytest.raises(InvalidUsageError, match=r"batch d2 holds column 'cc' \(field id 2\), dropped at upper 40"):
         merge_target(dropped, bs[2:4], 0)
     # since 39: time 39 still reads c. since 40: nothing readable shows it, one run into the newest.
-    assert plan_merges(bs, PlanOptions(min_rows=8), header=dropped, since=39) == [tuple(bs[:3]), tuple(bs[3:])]
-    assert plan_merges(bs, PlanOptions(min_rows=8), header=dropped, since=40) == [tuple(bs)]
+    assert schedule_merges(bs, ScheduleOptions(min_rows=8), header=dropped, since=39) == [tuple(bs[:3]), tuple(bs[3:])]
+    assert schedule_merges(bs, ScheduleOptions(min_rows=8), header=dropped, since=40) == [tuple(bs)]
     assert merge_target(dropped, bs, 40).id == 2
     # Without the header the plan cannot know: the HAZARD its docstring names.
-    assert plan_merges(bs, PlanOptions(min_rows=8)) == [tuple(bs)]
+    assert schedule_merges(bs, ScheduleOptions(min_rows=8)) == [tuple(bs)]
 
 
 def test_a_kept_out_run_between_others_is_a_barrier_and_corrections_still_are(tmp_path: Path) -> None:
@@ -92,11 +92,11 @@ def test_a_kept_out_run_between_others_is_a_barrier_and_corrections_still_are(tm
           _batch(5, schema_id=2), _batch(6, correction=True, schema_id=2), _batch(7, schema_id=2),
           _batch(8, schema_id=2)]
     assert [bool(visible_drops(header, b, 0)) for b in bs[:5]] == [False, False, True, True, False]
-    runs = plan_merges(bs, PlanOptions(min_rows=8), header=header)
+    runs = schedule_merges(bs, ScheduleOptions(min_rows=8), header=header)
     assert runs == [tuple(bs[:2]), tuple(bs[2:4]), tuple(bs[4:6]), tuple(bs[7:])]
     assert [merge_target(header, r, 0).id for r in runs] == [2, 1, 2, 2]
-    assert plan_merges(bs, PlanOptions(min_rows=8), header=header, since=40) == [tuple(bs[:6]), tuple(bs[7:])]
+    assert schedule_merges(bs, ScheduleOptions(min_rows=8), header=header, since=40) == [tuple(bs[:6]), tuple(bs[7:])]
     unknown = BatchMeta("dx", 90, 100, 10, bs[0].parts, schema_id=7)
-    assert plan_merges([bs[7], unknown, bs[8]], PlanOptions(min_rows=8), header=header) == []
+    assert schedule_merges([bs[7], unknown, bs[8]], ScheduleOptions(min_rows=8), header=header) == []
     with pytest.raises(CorruptionError, match="names schema id 7, which the state does not hold"):
         merge_target(header, [bs[8], unknown], 0)

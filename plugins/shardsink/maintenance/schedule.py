@@ -1,4 +1,4 @@
-"""Which batches to merge: size-tiered levels over the live batch list (pure).
+"""The maintenance schedule: which batches to merge, by size-tiered levels over the live batch list (pure).
 
 As in persist's Spine, a batch's level is ``floor(log_F(rows / min_rows))`` for fan-in
 ``F`` (0 below ``min_rows``: small batches are all alike, so one pass merges every fresh
@@ -30,7 +30,7 @@ reaches ``U`` no readable time shows the field, the batch is compactable again, 
 column's data goes with its next merge. Renames, widenings and
 added columns need no such care: reads map by field id, and an older, narrower ``as_of``
 schema filters rows by time before casting (values written after a widening are never cast
-back). Without a ``header`` the plan cannot know the history: callers must pass it.
+back). Without a ``header`` the schedule cannot know the history: callers must pass it.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from shardsink.errors import CorruptionError, InvalidUsageError
 
 
 @dataclass(frozen=True)
-class PlanOptions:
+class ScheduleOptions:
     """``fan_in``: how many equal-level batches make the next level (>= 2);
     ``max_batches``: merge at most this many batches in one compaction (a bound on the
     inputs one merge opens; leftovers are merged by a later run); ``min_rows``: batches
@@ -58,7 +58,7 @@ class PlanOptions:
 
 
 def holds_corrections(b: BatchMeta) -> bool:
-    """Whether ``b`` holds re-processing correction parts (kept apart by every plan)."""
+    """Whether ``b`` holds re-processing correction parts (kept apart by every schedule)."""
     return any(p.corrected_range() is not None for p in b.parts)
 
 
@@ -143,7 +143,7 @@ def _kind(b: BatchMeta, header: Header | None, since: int) -> frozenset[int]:
     return frozenset(f.id for f in visible_drops(header, b, since)) if header is not None else frozenset()
 
 
-def plan_merges(batches: Sequence[BatchMeta], options: PlanOptions = PlanOptions(), *,
+def schedule_merges(batches: Sequence[BatchMeta], options: ScheduleOptions = ScheduleOptions(), *,
                 header: Header | None = None, since: int | None = None) -> list[tuple[BatchMeta, ...]]:
     """Runs of adjacent batches to merge (each of >= 2 batches, or one unordered batch), oldest first.
 
@@ -153,7 +153,7 @@ def plan_merges(batches: Sequence[BatchMeta], options: PlanOptions = PlanOptions
     column's data still visible to ``as_of`` reads if the shard dropped one after ``since``.
     Every run is one kind (:func:`merge_target` accepts it)."""
     if options.fan_in < 2 or options.max_batches < 2 or options.min_rows < 1:
-        raise InvalidUsageError(f"plan options {options} are invalid: fan_in and max_batches must be at least 2, "
+        raise InvalidUsageError(f"schedule options {options} are invalid: fan_in and max_batches must be at least 2, "
                                 "min_rows at least 1")
     at = since if since is not None else header.since if header is not None else 0
     stack: list[tuple[list[BatchMeta], int]] = []  # (group, rows)
