@@ -7,6 +7,8 @@ on ``local[N]``, its Python workers on this interpreter with the ``plugins`` fol
 
 * ``spark.sql.artifact.isolation.enabled=false`` (sessions add no artifacts): sessions share
   one Python worker daemon; with isolation every session starts its own (5-8 s here);
+* ``spark.python.daemon.module=shardsink.spark.daemon``: each session's Python worker daemon
+  imports pyarrow and shardsink once, before it forks that session's workers;
 * Python's compiled bytecode is cached under ``PYCACHE`` (``PYTHONPYCACHEPREFIX``), also when
   the caller's environment sets ``PYTHONDONTWRITEBYTECODE``: a worker that compiles pyarrow
   and pyspark from source costs seconds of CPU.
@@ -132,6 +134,7 @@ def server_argv(port: int, folder: Path, *, cores: int = 2, driver_memory: str =
             "--conf", "spark.sql.shuffle.partitions=2", "--conf", f"spark.default.parallelism={cores}",
             "--conf", "spark.sql.session.timeZone=UTC",
             "--conf", "spark.sql.artifact.isolation.enabled=false",
+            "--conf", "spark.python.daemon.module=shardsink.spark.daemon",
             "--conf", "spark.eventLog.enabled=true", "--conf", "spark.eventLog.compress=false",
             "--conf", "spark.eventLog.rolling.enabled=false",
             "--conf", f"spark.eventLog.dir=file://{folder / 'events'}"]

@@ -269,3 +269,41 @@ def test_the_write_operator_with_engine_connect_stages_through_a_session(
     assert op()._connect_spark is None
     res = append_from_manifests(Shard(url), d, 1)
     assert res.status == "committed" and res.rows == len(model)
+
+
+def test_the_server_restarting_mid_write_fails_the_slot_retryably_and_the_retry_commits_once(
+        connect: Any, tmp_path: Path) -> None:
+    """The server is killed and restarted after the slot's session opened (the next request finds
+    its session gone): a retryable StorageError naming the server, nothing published; the retry
+    (a new session on the restarted server) commits the description once."""
+    from shardsink.errors import StorageError
+
+    url = (tmp_path / "shard").as_uri()
+    source, d, model = minted(tmp_path, url, slots=1)
+
+    def restart(spark: Any) -> None:
+        if spark is not None:
+            connect.restart(kill=True)
+
+    with pytest.raises(StorageError, match="went away or lost the session") as e:
+        run_over_connect(request(url, source, d, 0, 1), url=connect.url, on_session=restart)
+    assert e.value.retryable and "s3cr3t" not in str(e.value)
+    assert Shard(url).writer().get_manifest(d.desc_id, 0) is None
+    assert isinstance(Shard(url).fate(d.desc_id, d.lower), StillPossible)
+    out = run_over_connect(request(url, source, d, 0, 1), url=connect.url)  # the task's retry
+    assert out["status"] == "staged"
+    res = append_from_manifests(Shard(url), d, 1)
+    assert res.status == "committed" and res.rows == len(model)
+    audit(open_blob(parse_url(url)), {d.desc_id: model}, url=url)
+
+
+def test_spark_options_name_the_engine_and_refuse_an_unknown_one() -> None:
+    from shardsink.airflow.build import write_args
+    from shardsink.airflow.options import AttemptOptions, ShardOptions, SparkOptions
+
+    with pytest.raises(InvalidUsageError, match="'submit' or 'connect', got 'jvm'"):
+        SparkOptions(engine="jvm")  # type: ignore[arg-type]
+    args = write_args("file:///s", SparkOptions(engine="connect", connect_conn_id="sc"), ShardOptions(),
+                      AttemptOptions(), default_conf={})
+    assert (args["engine"], args["connect_conn_id"]) == ("connect", "sc")
+    assert SparkOptions().engine == "submit"

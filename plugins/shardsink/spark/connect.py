@@ -109,9 +109,9 @@ def connect_session(url: str, *, name: str, timezone: str | None = None,
 
 #: The client's retries of a failed RPC (pyspark's policy, backoff 50 ms x 4^k up to 60 s): while
 #: opening a session (about 1 s in all: the server is there or it is a configuration error) and
-#: during the work (about 70 s: a server restart is noticed, then the lost session fails the task).
+#: during the work (about 17 s: a server gone longer fails the task retryably; Airflow retries it).
 PROBE_RETRIES = 3
-WORK_RETRIES = 7
+WORK_RETRIES = 5
 
 
 def _retries(spark: Any, attempts: int) -> None:
@@ -190,7 +190,9 @@ def connect_error(e: BaseException, *, url: str, starting: bool) -> BaseExceptio
             f"the Spark Connect server at {where} cannot be reached ({_first_line(text)}): start it (`make connect`, "
             "or the spark-connect service) or fix the Airflow 'spark_connect' connection's host and port",
             value=where)
-    if gone or "SESSION_NOT_FOUND" in text or "SESSION_CLOSED" in text or "OPERATION_NOT_FOUND" in text:
+    if gone or any(s in text for s in ("SESSION_NOT_FOUND", "SESSION_CLOSED", "SESSION_CHANGED", "NO_ACTIVE_SESSION",
+                                     "OPERATION_NOT_FOUND", "RETRIES_EXCEEDED",
+                                     "server side session identifier")):
         return StorageError(f"the Spark Connect server at {where} went away or lost the session mid-write "
                             f"({_first_line(text)}); the task is retried with a new session")
     return e

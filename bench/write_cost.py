@@ -1,0 +1,231 @@
+"""What one write task costs: a spark-submit application vs a Spark Connect client session (issue 45).
+
+The same N write tasks (default 20 descriptions of one day each, ``--rows`` 300 rows in one
+landing file per day, slot 0 of 1, unordered parts) run both ways on this machine, one after
+another, each task as a fresh Python process standing for the Airflow task process:
+
+* **submit**: the task process does what ``ShardWriteOperator`` does (the committed check, the
+  ``--py-files`` zip) and runs ``spark-submit --master local[2] spark_jobs/ingest_write.py``;
+  its CPU is the whole process tree (task process, spark-submit JVM, driver and Python workers),
+  from ``RUSAGE_CHILDREN``;
+* **connect**: the task process runs the slot as a client session
+  (:func:`shardsink.spark.connect.run_over_connect`) of ONE Connect server (local[2],
+  ``shardsink_dev.connect``) started before the arm (its start-up is reported, not charged):
+  its CPU is the task process plus the server's share, the server tree's CPU over the arm / N.
+
+Wall per task is the task process's life; "staged" is the job's own figure (its summary's
+``seconds``: from the job's start to the manifest written). Both arms cache Python bytecode
+(``shardsink_dev.connect.python_env``). After each arm every description is appended in order
+and the shard must hold every row once, and the server's event log must show no open session.
+Ends with ``FIGURE write-cost connect <CPU-s per task> submit <CPU-s per task>``; ``--record``
+appends the table to bench/RESULTS.md.
+
+    python bench/write_cost.py [--tasks 20] [--rows 300] [--record]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import _path  # noqa: F401  (repo root on sys.path)
+from proc_cpu import tree_cpu
+
+from shardsink import Shard
+from shardsink.sinks.description import Description
+from shardsink.sinks.ingest import append_from_manifests, mint_chain, open_or_create
+from shardsink.sources import source_spec
+from shardsink.sources.landing import LandingSource
+from shardsink.spark.request import IngestWriteRequest, encode_request
+from shardsink_dev.connect import connect_server, python_env
+from shardsink_dev.synthetic import generate
+
+ROOT = Path(__file__).resolve().parents[1]
+START = 1_704_067_200_000
+DAY = 86_400_000
+
+SUBMIT_TASK = """
+import json, os, subprocess, sys, tempfile
+from shardsink.core.shard import Shard
+from shardsink.sinks.ingest import committed
+from shardsink.spark import build_pyfiles_zip, job_path
+from shardsink.spark.request import IngestWriteRequest, decode_request, job_argv
+text = sys.stdin.read()
+req = decode_request(text, IngestWriteRequest)
+shard = Shard(req.shard_url)
+head = shard.reader().head()
+assert committed(shard, req.desc, head=head) is None
+out = os.path.join(tempfile.mkdtemp(), "outcome.json")
+bin_dir = os.path.dirname(sys.executable)
+r = subprocess.run([os.path.join(bin_dir, "spark-submit"), "--master", "local[2]", "--conf", "spark.ui.enabled=false",
+                    "--conf", "spark.sql.shuffle.partitions=2", "--py-files", build_pyfiles_zip(), job_path(),
+                    *job_argv(req), "--result-path", out], capture_output=True, text=True)
+assert r.returncode == 0, r.stderr[-3000:]
+print(json.dumps(json.load(open(out))["summary"]))
+"""
+
+CONNECT_TASK = """
+import json, sys
+from shardsink.spark.connect import run_over_connect
+from shardsink.spark.request import IngestWriteRequest, decode_request
+req = decode_request(sys.stdin.read(), IngestWriteRequest)
+print(json.dumps(run_over_connect(req, url=sys.argv[1])))
+"""
+
+
+@dataclass
+class Arm:
+    name: str
+    walls: list[float]
+    staged: list[float]
+    task_cpu: float
+    server_cpu: float
+    note: str = ""
+
+    @property
+    def cpu_per_task(self) -> float:
+        return (self.task_cpu + self.server_cpu) / len(self.walls)
+
+
+def children_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def prepare(folder: Path, tasks: int, rows: int) -> tuple[LandingSource, str]:
+    landing = folder / "landing"
+    generate(str(landing), start=START, days=tasks, files_per_day=1, rows_per_file=rows)
+    return LandingSource(str(landing)), str(landing)
+
+
+def minted(url: str, source: LandingSource, tasks: int) -> list[Description]:
+    shard = open_or_create(url, source, initial_upper=START)
+    chain = mint_chain(shard, source, interval_end=START + tasks * DAY, max_span=DAY, max_chain=tasks, dag_id="bench",
+                       run_id="r", attempt=1)
+    assert isinstance(chain, list) and len(chain) == tasks, chain
+    return chain
+
+
+def run_tasks(script: str, args: list[str], url: str, source: LandingSource, descs: list[Description],
+              env: dict[str, str]) -> tuple[list[float], list[float]]:
+    import json
+
+    walls, staged = [], []
+    for d in descs:
+        req = IngestWriteRequest(shard_url=url, source=source_spec(source), desc=d, slot=0, slots=1,
+                                 part_order="unordered")
+        t0 = time.monotonic()
+        r = subprocess.run([sys.executable, "-c", script, *args], input=encode_request(req), text=True,
+                           capture_output=True, env=env)
+        walls.append(time.monotonic() - t0)
+        if r.returncode != 0:
+            raise SystemExit(f"a write task failed:\n{r.stderr[-4000:]}")
+        staged.append(float(json.loads(r.stdout.strip().splitlines()[-1])["seconds"]))
+    return walls, staged
+
+
+def check(url: str, descs: list[Description], rows: int) -> None:
+    shard = Shard(url)
+    for d in descs:
+        res = append_from_manifests(shard, d, 1)
+        assert res.status == "committed", res
+    total = sum(shard.snapshot()["_count"].to_pylist())
+    assert total == rows * len(descs), (total, rows * len(descs))
+
+
+def arm_submit(folder: Path, source: LandingSource, tasks: int, rows: int, env: dict[str, str]) -> Arm:
+    url = (folder / "submit").as_uri()
+    descs = minted(url, source, tasks)
+    before = children_cpu()
+    walls, staged = run_tasks(SUBMIT_TASK, [], url, source, descs, env)
+    arm = Arm("submit", walls, staged, children_cpu() - before, 0.0)
+    check(url, descs, rows)
+    return arm
+
+
+def arm_connect(folder: Path, source: LandingSource, tasks: int, rows: int, env: dict[str, str]) -> Arm:
+    url = (folder / "connect").as_uri()
+    descs = minted(url, source, tasks)
+    t0 = time.monotonic()
+    with connect_server(folder=folder / "server", env=env) as server:
+        assert server.proc is not None
+        started = time.monotonic() - t0
+        # One unmeasured session warms the server (its first Python worker, the JIT).
+        warm = IngestWriteRequest(shard_url=url, source=source_spec(source), desc=descs[0], slot=0, slots=1,
+                                  part_order="unordered")
+        r = subprocess.run([sys.executable, "-c", CONNECT_TASK, server.url], input=encode_request(warm), text=True,
+                           capture_output=True, env=env)
+        if r.returncode != 0:
+            raise SystemExit(f"the warm-up write failed:\n{r.stderr[-4000:]}")
+        s0, before = tree_cpu(server.proc.pid), children_cpu()
+        walls, staged = run_tasks(CONNECT_TASK, [server.url], url, source, descs, env)
+        task_cpu, server_cpu = children_cpu() - before, tree_cpu(server.proc.pid) - s0
+        time.sleep(1)
+        left = server.open_sessions()
+    arm = Arm("connect", walls, staged, task_cpu, server_cpu,
+              note=f"server start {started:.1f} s (not charged), open sessions after: {len(left)}")
+    assert not left, left
+    check(url, descs, rows)
+    return arm
+
+
+def table(arms: list[Arm], tasks: int, rows: int) -> str:
+    lines = [f"| engine (tasks of {rows} rows) | wall per task median (max) | staged median (max) "
+             "| CPU-s per task (task process + server share) |", "|---|---|---|---|"]
+    for a in arms:
+        tasks = len(a.walls)
+        lines.append(f"| {a.name} ({tasks} tasks) | {statistics.median(a.walls):.2f} s ({max(a.walls):.2f}) | "
+                     f"{statistics.median(a.staged):.2f} s ({max(a.staged):.2f}) | {a.cpu_per_task:.2f} "
+                     f"({a.task_cpu / tasks:.2f} + {a.server_cpu / tasks:.2f}) |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--tasks", type=int, default=20)
+    p.add_argument("--rows", type=int, default=300)
+    p.add_argument("--record", action="store_true", help="append the figures to bench/RESULTS.md")
+    p.add_argument("--connect-only", action="store_true", help="the Connect arm only (development)")
+    p.add_argument("--submit-tasks", type=int, default=None,
+                   help="run the first N tasks only in the submit arm (a loaded machine: ~2 min each)")
+    a = p.parse_args()
+    load = os.getloadavg()
+    env = python_env()
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "plugins"), str(ROOT)])
+    env["PYSPARK_PYTHON"] = sys.executable
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    with tempfile.TemporaryDirectory(prefix="shardsink-write-cost-") as tmp:
+        folder = Path(tmp)
+        source, _ = prepare(folder, a.tasks, a.rows)
+        arms = [arm_connect(folder, source, a.tasks, a.rows, env)]
+        print(table(arms, a.tasks, a.rows), flush=True)  # each arm as it ends: a long run keeps its figures
+        if not a.connect_only:
+            arms.append(arm_submit(folder, source, a.submit_tasks or a.tasks, a.rows, env))
+    after = os.getloadavg()
+    out = table(arms, a.tasks, a.rows)
+    print(out)
+    for arm in arms:
+        if arm.note:
+            print(f"{arm.name}: {arm.note}")
+    head = (f"## write_cost ({time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC, load before "
+            f"{' '.join(f'{x:.1f}' for x in load)}, after {' '.join(f'{x:.1f}' for x in after)}, "
+            f"{os.cpu_count()} cpus)")
+    submit = f"{arms[1].cpu_per_task:.2f}" if len(arms) > 1 else "-"
+    figure = f"FIGURE write-cost connect {arms[0].cpu_per_task:.2f} submit {submit}"
+    if a.record and len(arms) > 1:
+        with open(ROOT / "bench" / "RESULTS.md", "a") as f:
+            f.write(f"\n{head}\n\n{out}\n\n{arms[0].note}\n\n`{figure}`\n")
+    print(figure)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
