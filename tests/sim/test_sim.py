@@ -23,8 +23,10 @@ from shardsink_dev.sim.__main__ import replay_command
 from shardsink_dev.sim.planted import DEFECTS, planted
 from shardsink_dev.sim.world import run_schedule
 
-#: Schedules per CI run (``SIM_SEEDS`` overrides; ``make sim SEEDS=...`` for a long soak).
-CI_SEEDS = 10000
+#: Schedules per CI run (``SIM_SEEDS`` overrides; ``make sim SEEDS=...`` for a long soak). What fits
+#: the 3 CPU-minutes this file may take beside the defect searches (about 45 ms of CPU a schedule on
+#: a quiet machine, 60 ms at the suite's load: the library's own work, see the issue 43 notes).
+CI_SEEDS = 3000
 #: Schedules a planted defect must be found within.
 DEFECT_BUDGET = 1500
 #: The invariant each planted defect breaks (any of them).
