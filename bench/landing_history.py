@@ -17,7 +17,7 @@ judged on time yet: issue 41 keeps it flat). Two arms, each against its own
 3-day baseline: a flat zone (``dt=NNNN/`` folders, no declared layout: one LIST of the zone per
 run) and a declared ``partitions="dt=YYYY-MM-DD"`` layout (lateness 1d: the run lists 2 day
 folders). Then peak RSS of a Python process streaming a large Parquet file
-(:func:`shardsink.sources.landing_read.stream_rows`, what a write job's worker does).
+(:func:`shardsink.sources.landing.read.stream_rows`, what a write job's worker does).
 
 Targets (issue 33): H / 3 days wall <= 1.1x, bytes <= 1.1x the day's own bytes + footers, GETs
 <= the day's files + footers, add_columns mint <= 1.1x; peak RSS <= 512 MiB for a 2 GB file.
@@ -74,7 +74,7 @@ def land(root: str, days: int, files: int, rows: int, layout: str | None = None,
 def day_folder(day: int, layout: str | None) -> str:
     import datetime as dt
 
-    from shardsink.sources.landing_partitions import folder
+    from shardsink.sources.landing.partitions import folder
 
     return folder(layout, dt.date(1970, 1, 1) + dt.timedelta(days=day)) if layout else f"dt={day:04d}/"
 
@@ -147,8 +147,8 @@ def history_run(spark: Any, proxy: Any, days: int, files: int, rows: int, layout
     from shardsink.core.roots import RootObjects
     from shardsink.sinks.evolve import evolve_for_source
     from shardsink.sources.landing import LandingSource
-    from shardsink.sources.landing_index import LandingPlan, plan_key
-    from shardsink.sources.landing_layout import INDEX_KEY
+    from shardsink.sources.landing.index import FilePlan, plan_key
+    from shardsink.sources.landing.layout import INDEX_KEY
 
     pre = f"s3://bench/h{days}-{uuid.uuid4().hex[:6]}"
     root, shard_url = f"{pre}/landing", f"{pre}/shard"
@@ -188,7 +188,7 @@ def history_run(spark: Any, proxy: Any, days: int, files: int, rows: int, layout
     index_gets = [q.key.split("/shard/", 1)[1] for q in proxy.requests()
                   if q.method == "GET" and "/shard/landing/index" in q.key]
     plan = store.get(plan_key(desc_id)) or b""
-    older = len(msgspec.json.decode(plan, type=LandingPlan).older) if plan else -1
+    older = len(msgspec.json.decode(plan, type=FilePlan).older) if plan else -1
     day_bytes = sum(v for k, v in sizes.items() if k.startswith(day_folder(days + MEASURED_DAYS - 1, layout)))
     return {"history_days": days, "layout": layout or "flat", "files": (days + MEASURED_DAYS) * files,
             "cold_seconds": round(cold, 3), "seconds": round(wall, 3), "cpu_seconds": round(cpu, 3),
@@ -204,7 +204,7 @@ RSS_CHILD = """
 import resource, sys
 sys.path[:0] = [{plugins!r}]
 from shardsink.sources.landing import LandingSource
-from shardsink.sources.landing_read import stream_rows
+from shardsink.sources.landing.read import stream_rows
 import pyarrow as pa
 src = LandingSource({root!r})
 f = src.files()[0]

@@ -16,7 +16,7 @@ Points and their context (keyword arguments):
 * ``append.committed``: compare-and-append committed, before the staged leftovers are
   cleaned up and the answer returned (``shard_url``, ``desc_id``, ``attempt``, ``seqno``).
 * ``landing.index_put``: a mint is about to write the landed-file index
-  (:mod:`shardsink.sources.landing_index`) (``shard_url``, ``entries``).
+  (:mod:`shardsink.sources.landing.index`) (``shard_url``, ``entries``).
 * ``trigger.poked``: a shard-watching trigger read the head, before deciding on it
   (:mod:`shardsink.airflow.triggers`; in the trigger's thread) (``shard_url``, ``upper``).
 

@@ -49,7 +49,7 @@ class LandingSpec(SpecBase, frozen=True, kw_only=True, omit_defaults=True, tag="
     """``shardsink.sources.landing.LandingSource``. ``schema``: ``schema_to_json`` of the user
     columns; ``columns``: ``{"name": "int64", ...}`` (pyarrow aliases), accepted on input.
     ``partitions`` (``"dt=YYYY-MM-DD"`` or ``"YYYY/MM/DD"``) and ``lateness`` (a duration such as
-    ``"2d"``): a declared time-partitioned layout (:mod:`shardsink.sources.landing_partitions`)."""
+    ``"2d"``): a declared time-partitioned layout (:mod:`shardsink.sources.landing.partitions`)."""
 
     root: str
     time_column: str = "event_time"

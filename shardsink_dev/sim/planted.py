@@ -44,9 +44,9 @@ from shardsink.sinks import description as description_mod
 from shardsink.sinks import seals as seals_mod
 from shardsink.sinks import staging as staging_mod
 from shardsink.sinks.description import _UNSAFE, Description
-from shardsink.sources import landing_files as landing_files_mod
 from shardsink.sources.base import Seal
-from shardsink.sources.landing_files import LateDataError
+from shardsink.sources.landing import files as landing_files_mod
+from shardsink.sources.landing.files import LateDataError
 
 
 def _swap(original: Any, replacement: Any) -> list[tuple[Any, str, Any]]:

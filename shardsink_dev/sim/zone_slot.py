@@ -3,14 +3,14 @@ clean drain that ends a landing schedule, and the landing model's final check.
 
 :class:`ZoneWriter` runs one slot as :func:`shardsink.spark.job.write_slot` does: the head read
 once (a description already committed stages nothing), the shard's seals as of that head
-(:func:`shardsink.sinks.seals.seals`), the mint's plan (:func:`shardsink.sources.landing_index.get_plan`;
+(:func:`shardsink.sinks.seals.seals`), the mint's plan (:func:`shardsink.sources.landing.index.get_plan`;
 none for a description minted with a listing is :class:`shardsink.sources.landing.PlanMissingError`,
 as :meth:`~shardsink.sources.landing.LandingSource.read_slot` raises), then per file the library
 functions the Spark executors call: the late check from the plan
-(:func:`shardsink.sources.landing_files.check_late_at`), the bounded read of an indexed file
-(:func:`shardsink.sources.landing_read.stream_rows`) or the whole read and late check of one the
-index could not hold (:func:`~shardsink.sources.landing_files.read_landing_file`,
-:func:`~shardsink.sources.landing_files.check_late`); then staging and the manifest as the direct
+(:func:`shardsink.sources.landing.files.check_late_at`), the bounded read of an indexed file
+(:func:`shardsink.sources.landing.read.stream_rows`) or the whole read and late check of one the
+index could not hold (:func:`~shardsink.sources.landing.files.read_landing_file`,
+:func:`~shardsink.sources.landing.files.check_late`); then staging and the manifest as the direct
 world does. A refused file (late or malformed) is recorded in the ledger (the key the error names).
 
 :func:`drain` ends a landing schedule: the producer publishes a watermark past every time, and
@@ -35,9 +35,9 @@ from shardsink.sinks.ingest import committed, mint_chain
 from shardsink.sinks.seals import seals
 from shardsink.sinks.staging import write_manifest
 from shardsink.sources.landing import LandingSource, LateDataError, MalformedInputError, PlanMissingError
-from shardsink.sources.landing_files import LandingFile, check_late, check_late_at, read_landing_file, slot_of
-from shardsink.sources.landing_index import get_plan
-from shardsink.sources.landing_read import stream_rows
+from shardsink.sources.landing.files import LandingFile, check_late, check_late_at, read_landing_file, slot_of
+from shardsink.sources.landing.index import get_plan
+from shardsink.sources.landing.read import stream_rows
 from shardsink_dev.sim.ctx import DAG, SHARD_URL, Sim
 from shardsink_dev.sim.landing import Producer, ZoneModel
 

@@ -70,9 +70,7 @@ ATTR_FUNCS = ("getattr", "setattr", "hasattr", "delattr")
 EXEMPT = {
     "shardsink.storage": (FORBIDDEN_NAME, "the store factory's own package"),
     "shardsink.sources.landing": (FORBIDDEN_NAME, "opens a landing zone (a folder of source files, no shard "
-                                                  "layout), not a shard"),
-    "shardsink.sources.landing_read": (FORBIDDEN_NAME, "executors open the landing zone to read its files, "
-                                                       "not a shard"),
+                                                  "layout), not a shard; its executors read the zone's files"),
     "shardsink_dev.synthetic": (FORBIDDEN_NAME, "lands files in a landing zone, not a shard"),
     "bench.landing_history": (FORBIDDEN_NAME, "sizes a landing zone's files, not a shard's"),
     "shardsink_dev.sim.harness": ("shardsink.core.machine", "the simulator stamps commits with its clock by "

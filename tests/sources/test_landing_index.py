@@ -19,10 +19,10 @@ from shardsink.core.updates import TIME
 from shardsink.sources import LandingSource, MalformedInputError, Seal
 from shardsink.sources.base import Sealing
 from shardsink.sources.landing import read_landing_file
-from shardsink.sources.landing_index import IndexEntry, get_plan, make_plan, refresh
-from shardsink.sources.landing_index_store import FORMAT, FORMAT_V1, RING, LandingIndexDoc, load
-from shardsink.sources.landing_layout import INDEX_KEY, delta_key
-from shardsink.sources.landing_read import stream_rows
+from shardsink.sources.landing.index import IndexEntry, get_plan, make_plan, refresh
+from shardsink.sources.landing.index_store import FORMAT, FORMAT_V1, RING, LandingIndexDoc, load
+from shardsink.sources.landing.layout import INDEX_KEY, delta_key
+from shardsink.sources.landing.read import stream_rows
 from shardsink.storage.retry import RetryingBlob
 from shardsink_dev.synthetic import SCHEMA, land_file, landing_table
 
@@ -291,7 +291,7 @@ class _SlowReads:
 
 def test_the_index_refresh_reads_new_files_concurrently_in_a_bounded_pool(tmp_path: Path) -> None:
     """16 new files, each read waiting 0.3 s: read at most INDEX_READERS at a time, not in turn."""
-    from shardsink.sources.landing_index import INDEX_READERS
+    from shardsink.sources.landing.index import INDEX_READERS
 
     root = str(tmp_path / "landing")
     for i in range(16):

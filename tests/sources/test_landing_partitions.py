@@ -1,4 +1,4 @@
-"""A declared day-folder layout (shardsink.sources.landing_partitions): hostile spec values are
+"""A declared day-folder layout (shardsink.sources.landing.partitions): hostile spec values are
 refused naming them, a run lists only its window's and lateness horizon's folders (one LIST
 each, whatever the history), files outside day folders are not data, a file holding another
 day's times is refused, and docs/landing-zone.md's python blocks run as written."""
@@ -21,7 +21,7 @@ from test_readme import _RUNNER, _env, _expected_prints
 
 from shardsink.errors import InvalidUsageError
 from shardsink.sources import LandingSource, MalformedInputError, source_from_spec
-from shardsink.sources.landing_partitions import DAY_MS, check_in_day
+from shardsink.sources.landing.partitions import DAY_MS, check_in_day
 from shardsink_dev.synthetic import land_file, landing_table
 
 REPO = Path(__file__).resolve().parents[2]

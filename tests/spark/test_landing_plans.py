@@ -25,8 +25,8 @@ from shardsink.sinks.seals import seals
 from shardsink.sinks.staging import write_manifest
 from shardsink.sources import LandingSource, LateDataError, MalformedInputError
 from shardsink.sources.landing import PlanMissingError
-from shardsink.sources.landing_index import plan_key
-from shardsink.sources.landing_layout import INDEX_KEY
+from shardsink.sources.landing.index import plan_key
+from shardsink.sources.landing.layout import INDEX_KEY
 from shardsink.spark.stage import stage_dataframe
 from shardsink_dev.synthetic import DAY, SCHEMA, land_file, landing_table, publish_watermark
 

@@ -33,7 +33,7 @@ class Listing(msgspec.Struct, frozen=True, kw_only=True):
 
     The batch seals its times *as of this listing*: a source file holding those times that
     appeared at or after ``at`` and is not in ``held`` was not read by it, and is late
-    (:func:`shardsink.sources.landing_files.check_late_at`).
+    (:func:`shardsink.sources.landing.files.check_late_at`).
     """
 
     at: float

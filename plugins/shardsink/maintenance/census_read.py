@@ -36,7 +36,7 @@ from shardsink.maintenance.gc_types import DEFAULT_GRACE_S, GcOptions
 from shardsink.maintenance.history import Listing, removed_after
 from shardsink.maintenance.leftovers import classify
 from shardsink.sinks.cancel import CANCEL_PREFIX  # noqa: F401  (registers the slots' failure markers)
-from shardsink.sources import landing_layout as _landing_layout  # noqa: F401  (registers the index and plans)
+from shardsink.sources.landing import layout as _landing_layout  # noqa: F401  (registers the index and plans)
 
 
 def take_census(shard: Shard, *, now: float | None = None, grace_s: float = DEFAULT_GRACE_S,

@@ -85,7 +85,7 @@ from shardsink.maintenance.gc_types import GcOptions, GcReport
 from shardsink.maintenance.gc_versions import collect_rollups, collect_versions
 from shardsink.maintenance.history import list_state
 from shardsink.sinks.cancel import CANCEL_PREFIX  # noqa: F401  (registers the slots' expiring failure markers)
-from shardsink.sources import landing_layout as _landing_layout  # noqa: F401  (registers the index and plans)
+from shardsink.sources.landing import layout as _landing_layout  # noqa: F401  (registers the index and plans)
 
 log = logging.getLogger("shardsink.maintenance.gc")
 

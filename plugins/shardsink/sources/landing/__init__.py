@@ -9,23 +9,23 @@ producer once every file with event times below it has landed. Names starting wi
 Files are assigned to writer slots by a stable hash of their key, and read on the
 executors with pyarrow through the shardsink storage layer (local folder or S3 via
 boto3), so no hadoop-aws jars are needed. A declared day-folder layout (``partitions=``,
-``lateness=``) bounds what a run lists (:mod:`shardsink.sources.landing_partitions`).
+``lateness=``) bounds what a run lists (:mod:`shardsink.sources.landing.partitions`).
 
 The parts, each importing only those before it: one file at a time (reading, shaping rows,
-the late check: :mod:`.landing_files`, whose names this module re-exports), the layout
-(:mod:`.landing_partitions`), the landed-file index as stored (:mod:`.landing_index_store`),
-the index's entries and the mint's plans (:mod:`.landing_index`), reading a plan in bounded
-memory (:mod:`.landing_read`), the ``add_columns`` schemas (:mod:`.landing_schemas`), and
+the late check: :mod:`.files`, whose names this module re-exports), the layout
+(:mod:`.partitions`), the landed-file index as stored (:mod:`.index_store`),
+the index's entries and the mint's plans (:mod:`.index`), reading a plan in bounded
+memory (:mod:`.read`), the ``add_columns`` schemas (:mod:`.schemas`), and
 this source, which ties them together.
 
 SUBTLE (late data): a file may hold times below the description's lower. That is fine
-when the file was already there when those times were sealed (its rows were ingested
-then and are filtered out now). A file that appeared *after* the commit sealing its
-earliest time broke the watermark contract; its rows can never be ingested
-exactly once, so the job refuses it, naming the file, its earliest time and the
-sealing commit. The check compares the file's modification time with the commit time
-of that seal, so it relies on the store's clock and the writer's clock agreeing to
-within the gap between landing and commit.
+when the listing that sealed those times held it (its rows were ingested then and are
+filtered out now), or when no commit has sealed them yet (their own run reads them). A file
+that appeared at or after the listing that sealed its earliest time, and that listing does
+not hold, broke the watermark contract; its rows can never be ingested exactly once, so the
+job refuses it, naming the file, its earliest time and the sealing commit. Both times come
+from the landing store's clock (the file's modification time, and the clock read just before
+the mint's listing: :meth:`LandingSource.prepare_chain`), so no two hosts' clocks are compared.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from shardsink.core.updates import TIME, user_schema
 from shardsink.errors import InvalidUsageError
 from shardsink.sources.base import Seal, Sealing, map_on_executors, spread_rows
 from shardsink.sources.evolution import SchemaMode
-from shardsink.sources.landing_files import (
+from shardsink.sources.landing.files import (
     LandingFile,
     LateDataError,
     MalformedInputError,
@@ -58,7 +58,7 @@ from shardsink.sources.landing_files import (
     shape_rows,
     slot_of,
 )
-from shardsink.sources.landing_index import (
+from shardsink.sources.landing.index import (
     get_plan,
     make_plan,
     plan_key,
@@ -66,9 +66,9 @@ from shardsink.sources.landing_index import (
     put_plan,
     refresh,
 )
-from shardsink.sources.landing_partitions import check_in_day, check_layout, day_prefixes, day_span, in_span
-from shardsink.sources.landing_read import read_planned
-from shardsink.sources.landing_schemas import indexed_schemas, put_chain_schemas
+from shardsink.sources.landing.partitions import check_in_day, check_layout, day_prefixes, day_span, in_span
+from shardsink.sources.landing.read import read_planned
+from shardsink.sources.landing.schemas import indexed_schemas, put_chain_schemas
 from shardsink.specs import LandingSpec, spec_as, spec_to_builtins
 from shardsink.storage.base import Blob
 from shardsink.storage.url import ShardUrl, open_blob, parse_url
@@ -104,7 +104,7 @@ class LandingSource:
         self.root = str(self.url)
         self.time_column = time_column
         self._schema = schema
-        #: The declared day-folder layout and its lateness horizon in ms (:mod:`.landing_partitions`).
+        #: The declared day-folder layout and its lateness horizon in ms (:mod:`.partitions`).
         self.partitions, self.lateness_ms = check_layout(partitions, lateness)
         self._lateness = lateness
 
@@ -152,7 +152,7 @@ class LandingSource:
     def files(self, *, window: tuple[int, int] | None = None, blob: Blob | None = None) -> list[LandingFile]:
         """Every data file under the root, sorted by key. With a declared layout, only files in day
         folders; with ``window`` too (a run's ``[lower, upper)``), only those of the folders
-        that run lists (:func:`shardsink.sources.landing_partitions.day_prefixes`). ``blob``: the
+        that run lists (:func:`shardsink.sources.landing.partitions.day_prefixes`). ``blob``: the
         root's store, when the caller has one open."""
         blob, layout = blob or self.blob(), self.partitions
         span = day_span(self.lateness_ms, *window) if layout and window else None
@@ -183,11 +183,11 @@ class LandingSource:
         """The mint's step (:func:`shardsink.sinks.ingest.mint_chain`): list the zone ONCE (with a
         declared layout, the chain's day folders only), bring the shard's landed-file index up to
         date (new and changed files only), write each description's file plan for its write slots
-        (:mod:`shardsink.sources.landing_index`) and the schemas of the files those plans read,
-        for the ``add_columns`` check (:mod:`shardsink.sources.landing_schemas`). ``sealing``: what
-        the shard had sealed (:class:`~shardsink.sources.landing_index.Sealing`): listed files found
+        (:mod:`shardsink.sources.landing.index`) and the schemas of the files those plans read,
+        for the ``add_columns`` check (:mod:`shardsink.sources.landing.schemas`). ``sealing``: what
+        the shard had sealed (:class:`~shardsink.sources.landing.index.Sealing`): listed files found
         finally on time against it are marked judged in the index
-        (:func:`shardsink.sources.landing_index.judge`) and leave every later plan's late check.
+        (:func:`shardsink.sources.landing.index.judge`) and leave every later plan's late check.
 
         Returns each description's :class:`~shardsink.core.commits.Listing`: the zone's clock
         read just before the listing, and the files its plan holds that appeared at or after it.
@@ -221,7 +221,7 @@ class LandingSource:
         ``desc_id`` (the first description of the chain the mint just prepared): only the files
         that chain's plans read (those overlapping its window, and the unindexed ones), recorded
         by that mint with their schemas, so the zone is not listed again and the cost does not
-        grow with history (:mod:`shardsink.sources.landing_schemas`). MalformedInputError names
+        grow with history (:mod:`shardsink.sources.landing.schemas`). MalformedInputError names
         a file that cannot be read."""
         if shard_url is not None:
             yield from indexed_schemas(self, shard_url, schema, desc_id=desc_id)
@@ -254,7 +254,7 @@ class LandingSource:
         ``schema_mode``: how files are read onto ``schema`` (:mod:`shardsink.sources.evolution`).
         ``shard_url`` and ``desc_id``: the description's plan, made by the mint
         (:meth:`prepare_chain`), is read from that shard: only the files the description needs
-        are read, in bounded memory (:mod:`shardsink.sources.landing_read`). Without them, the
+        are read, in bounded memory (:mod:`shardsink.sources.landing.read`). Without them, the
         slot lists the zone and reads each of its files whole (a description minted without a
         plan). ``listed``: the description was minted with a plan (it carries its listing): a
         missing plan is then an error naming it, never a second listing, whose file set could

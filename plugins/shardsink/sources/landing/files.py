@@ -1,8 +1,8 @@
 """One landing file at a time: reading it (whole, or its schema), shaping its rows onto the
 shard's columns, its writer slot, and the late-file check (see :mod:`shardsink.sources.landing`
 for the convention and the late-data contract). Everything here works on one file and a blob; the
-source, its index and its plans build on it (:mod:`shardsink.sources.landing_index`,
-:mod:`shardsink.sources.landing_read`).
+source, its index and its plans build on it (:mod:`shardsink.sources.landing.index`,
+:mod:`shardsink.sources.landing.read`).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The landed-file index and the mint's file plans: a run reads its own data, not the zone's history.
 
-**The index** (``landing/index.json`` in the data shard, :mod:`shardsink.sources.landing_layout`)
+**The index** (``landing/index.json`` in the data shard, :mod:`shardsink.sources.landing.layout`)
 records per landed file: key, size, listed modification time, listed identity (the S3 ETag;
 "" on a local folder), format, row count, event-time min / max, schema fingerprint (the
 schemas themselves once each) and ``first_seen`` (the modification time when it was indexed:
@@ -14,7 +14,7 @@ times) is left out: the write job reads it whole and refuses it as before.
 
 The index is a cache: a missing, unreadable or foreign (another root or time column) index
 costs one re-scan, never wrong data. It is stored as a base document plus small delta
-segments, so a run writes only its new entries (:mod:`shardsink.sources.landing_index_store`:
+segments, so a run writes only its new entries (:mod:`shardsink.sources.landing.index_store`:
 the layout, consolidation, and the racing mints).
 
 **A plan** (``landing/plans/<desc_id>.json``) is what the mint's ONE listing decided for one
@@ -47,9 +47,9 @@ from shardsink.core.commits import Listing
 from shardsink.core.roots import RootObjects
 from shardsink.errors import InvalidUsageError
 from shardsink.sources.base import Sealing
-from shardsink.sources.landing_files import LandingFile, LateDataError, MalformedInputError, check_late_at, to_millis
-from shardsink.sources.landing_index_store import IndexEntry, load, save
-from shardsink.sources.landing_layout import PLANS_PREFIX
+from shardsink.sources.landing.files import LandingFile, LateDataError, MalformedInputError, check_late_at, to_millis
+from shardsink.sources.landing.index_store import IndexEntry, load, save
+from shardsink.sources.landing.layout import PLANS_PREFIX
 from shardsink.storage.base import SourceVersion
 from shardsink.storage.ranged import RangedFile, SourceChangedError
 
@@ -72,7 +72,7 @@ class Older(msgspec.Struct, frozen=True, array_like=True):
     first_seen: float
 
 
-class LandingPlan(msgspec.Struct, frozen=True, kw_only=True):
+class FilePlan(msgspec.Struct, frozen=True, kw_only=True):
     format: str = PLAN_FORMAT
     desc_id: str
     lower: int
@@ -251,7 +251,7 @@ def judge(sealing: Sealing, entries: Sequence[IndexEntry], *, root: str) -> set[
 def refresh(blob: object, shard_url: str | RootObjects, *, root: str, time_column: str,
             listing: Sequence[LandingFile], write: bool = True, sealing: Sealing | None = None) -> Indexed:
     """Join ``listing`` with the index of ``shard_url``, indexing new and changed files (and,
-    with ``write``, adding them to the index: :func:`shardsink.sources.landing_index_store.save`);
+    with ``write``, adding them to the index: :func:`shardsink.sources.landing.index_store.save`);
     see the module docstring. ``sealing``: listed entries not judged yet that :func:`judge` finds
     finally on time are marked so, in the same index write."""
     store = store_of(shard_url)
@@ -318,7 +318,7 @@ def plan_key(desc_id: str) -> str:
 
 
 def make_plan(indexed: Indexed, *, desc_id: str, lower: int, upper: int, root: str, time_column: str,
-              listing: Sequence[LandingFile]) -> LandingPlan:
+              listing: Sequence[LandingFile]) -> FilePlan:
     """What the write slots of ``[lower, upper)`` read (listing order), and the older files they check."""
     read, older = [], []
     for f in listing:
@@ -329,12 +329,12 @@ def make_plan(indexed: Indexed, *, desc_id: str, lower: int, upper: int, root: s
             read.append(e)
         elif e.tmin < lower and not e.judged:  # judged on time once: never checked again
             older.append(Older(e.key, e.tmin, e.tmax, e.first_seen))
-    return LandingPlan(desc_id=desc_id, lower=lower, upper=upper, root=root, time_column=time_column, read=read,
+    return FilePlan(desc_id=desc_id, lower=lower, upper=upper, root=root, time_column=time_column, read=read,
                        unindexed=[Listed(f.key, f.size, f.modified, f.identity) for f in indexed.unindexed],
                        older=older)
 
 
-def plan_listing(plan: LandingPlan, at: float) -> Listing:
+def plan_listing(plan: FilePlan, at: float) -> Listing:
     """The listing ``plan`` was made from, taken at ``at`` (the zone's clock, just before it): the
     files the plan reads that appeared at or after ``at`` are recorded as held, so the late check
     of later runs never judges them late against this listing (equal whole seconds on S3)."""
@@ -343,12 +343,12 @@ def plan_listing(plan: LandingPlan, at: float) -> Listing:
     return Listing(at=at, held=tuple(sorted(held)))
 
 
-def put_plan(shard_url: str | RootObjects, plan: LandingPlan) -> None:
+def put_plan(shard_url: str | RootObjects, plan: FilePlan) -> None:
     store_of(shard_url).put(plan_key(plan.desc_id), msgspec.json.encode(plan))
 
 
 def get_plan(shard_url: str, *, desc_id: str, lower: int, upper: int, root: str, time_column: str
-             ) -> LandingPlan | None:
+             ) -> FilePlan | None:
     """The mint's plan for this description, or None (missing, unreadable, or not this
     description's or source's: the caller lists and reads as without a plan)."""
     store = RootObjects(shard_url)
@@ -356,7 +356,7 @@ def get_plan(shard_url: str, *, desc_id: str, lower: int, upper: int, root: str,
     if data is None:
         return None
     try:
-        plan = msgspec.json.decode(data, type=LandingPlan)
+        plan = msgspec.json.decode(data, type=FilePlan)
     except (msgspec.DecodeError, msgspec.ValidationError) as e:
         log.warning("%s is unreadable (%s): listing the landing zone instead", store.where(plan_key(desc_id)), e)
         return None

@@ -1,5 +1,5 @@
 """The landed-file index as stored: a base document and a ring of small delta segments, so an
-update costs what changed (:mod:`shardsink.sources.landing_index` builds the entries).
+update costs what changed (:mod:`shardsink.sources.landing.index` builds the entries).
 
 * ``landing/index.json`` (the base): every entry as of delta ``upto`` of its ``epoch`` (a random
   id minted with each base that starts a new life: a deleted, unreadable or foreign base).
@@ -19,7 +19,7 @@ never loses a fact). A delta may only replace a slot whose seq the current base 
 (``seq - RING <= upto``); ``upto`` never decreases, so no live delta is ever overwritten.
 A crash while writing leaves the previous objects (a put is atomic); a lost, torn or
 foreign delta ends the chain there: the entries after it cost one re-index, never wrong
-data, since :func:`shardsink.sources.landing_index.refresh` trusts an entry only while
+data, since :func:`shardsink.sources.landing.index.refresh` trusts an entry only while
 the listing shows the file unchanged. Slots of an old epoch are ignored and overwritten.
 A ``/1`` base (one document, no deltas) is read as a base without epoch: the first update
 rewrites it as a ``/2`` base.
@@ -36,7 +36,7 @@ import msgspec
 from shardsink import hooks
 from shardsink.core.roots import RootObjects
 from shardsink.errors import ConditionFailedError, StorageError, UnknownOutcomeError
-from shardsink.sources.landing_layout import INDEX_KEY, delta_key
+from shardsink.sources.landing.layout import INDEX_KEY, delta_key
 
 log = logging.getLogger("shardsink.sources")
 
@@ -49,7 +49,7 @@ _SAVE_ATTEMPTS = 8
 
 
 class IndexEntry(msgspec.Struct, frozen=True, array_like=True):
-    """One landed file (see :mod:`shardsink.sources.landing_index`); ``tmin`` / ``tmax`` None: no rows."""
+    """One landed file (see :mod:`shardsink.sources.landing.index`); ``tmin`` / ``tmax`` None: no rows."""
 
     key: str
     size: int
@@ -61,7 +61,7 @@ class IndexEntry(msgspec.Struct, frozen=True, array_like=True):
     tmax: int | None
     schema: str
     first_seen: float
-    #: Judged on time against the commit that sealed ``tmin`` (:func:`shardsink.sources.landing_index.judge`):
+    #: Judged on time against the commit that sealed ``tmin`` (:func:`shardsink.sources.landing.index.judge`):
     #: final (a later seal of ``tmin`` is a correction's, which only re-seals), so no later run checks it again.
     judged: bool = False
 

@@ -1,13 +1,13 @@
 """The root objects the landing-zone source keeps in each data shard it feeds, registered with
 core (:mod:`shardsink.core.roots`):
 
-* ``landing/index.json``: the landed-file index (:mod:`shardsink.sources.landing_index`), a
+* ``landing/index.json``: the landed-file index (:mod:`shardsink.sources.landing.index`), a
   cache GC keeps (losing it costs one re-scan of the landing zone, never wrong data), and
   ``landing/index-delta/<n>.json``: its ring of delta segments, a fixed number of slots
-  reused in turn (:mod:`shardsink.sources.landing_index_store`), kept by GC too;
+  reused in turn (:mod:`shardsink.sources.landing.index_store`), kept by GC too;
 * ``landing/plans/<desc_id>.json``: the file plan a mint made for one description, read by
   its write jobs, and ``landing/plans/<desc_id>.schemas.json``: the schemas of the files that
-  mint listed, read by its ``add_columns`` check (:mod:`shardsink.sources.landing_schemas`).
+  mint listed, read by its ``add_columns`` check (:mod:`shardsink.sources.landing.schemas`).
   A plan is what its description's input IS (the description seals its times as of the mint's
   listing), so GC keeps both as long as the description may commit, like its staged parts, and
   deletes them once its fate is final and they are older than its grace period.

@@ -28,7 +28,7 @@ import datetime as dt
 import re
 
 from shardsink.errors import InvalidUsageError
-from shardsink.sources.landing_files import MalformedInputError
+from shardsink.sources.landing.files import MalformedInputError
 
 LAYOUTS: tuple[str, ...] = ("dt=YYYY-MM-DD", "YYYY/MM/DD")
 DAY_MS = 86_400_000

@@ -1,6 +1,6 @@
 """Reading a landing description from the mint's plan, in bounded memory.
 
-A write slot with a plan (:mod:`shardsink.sources.landing_index`) reads only its files whose
+A write slot with a plan (:mod:`shardsink.sources.landing.index`) reads only its files whose
 event times overlap ``[lower, upper)`` and the files the mint could not index; the late check
 of every other file of the slot holding earlier times uses the plan's (the index's) earliest
 time and first-seen time, so old files are never read again.
@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 from shardsink.core.updates import TIME
 from shardsink.sources.base import Seal, map_on_executors, spread_rows
 from shardsink.sources.evolution import SchemaMode
-from shardsink.sources.landing_files import (
+from shardsink.sources.landing.files import (
     LandingFile,
     MalformedInputError,
     check_late,
@@ -36,14 +36,14 @@ from shardsink.sources.landing_files import (
     shape_rows,
     slot_of,
 )
-from shardsink.sources.landing_index import (
-    LandingPlan,
+from shardsink.sources.landing.index import (
+    FilePlan,
     chunk_range,
     group_times,
     time_column_index,
     version_of,
 )
-from shardsink.sources.landing_partitions import check_in_day
+from shardsink.sources.landing.partitions import check_in_day
 from shardsink.storage.ranged import RangedFile, SourceChangedError
 from shardsink.storage.url import open_blob, parse_url
 
@@ -101,13 +101,13 @@ def _text_blocks(rf: RangedFile, fmt: str, schema: pa.Schema) -> Iterator[pa.Tab
         yield pa.Table.from_batches([b])
 
 
-def read_planned(spark: SparkSession, plan: LandingPlan, *, slot: int, slots: int, schema: pa.Schema,
+def read_planned(spark: SparkSession, plan: FilePlan, *, slot: int, slots: int, schema: pa.Schema,
                  seals: Sequence[Seal], schema_mode: SchemaMode, spark_schema: Any, partitions: str | None = None
                  ) -> tuple[DataFrame, list[dict[str, Any]]]:
     """:meth:`shardsink.sources.landing.LandingSource.read_slot` from the mint's plan (see the
     module docstring): the plan names the landing root and event-time column. ``partitions``: the
     declared day-folder layout, whose files must hold only their day's times
-    (:func:`shardsink.sources.landing_partitions.check_in_day`, from the index: no read)."""
+    (:func:`shardsink.sources.landing.partitions.check_in_day`, from the index: no read)."""
     lower, upper, root, time_column = plan.lower, plan.upper, plan.root, plan.time_column
     read = [e for e in plan.read if slot_of(e.key, slots) == slot]
     unindexed = [u for u in plan.unindexed if slot_of(u.key, slots) == slot]

@@ -4,7 +4,7 @@ The mint lists the landing zone once (:meth:`shardsink.sources.landing.LandingSo
 and, next to its descriptions' plans, writes the schema of every file those plans make the
 write jobs read (the files whose event times overlap the chain's window, and those the index
 could not hold, read whole): ``landing/plans/<first desc_id>.schemas.json`` (under the
-plans' prefix, kept as long as its description may commit; :mod:`shardsink.sources.landing_layout`).
+plans' prefix, kept as long as its description may commit; :mod:`shardsink.sources.landing.layout`).
 So its size, and the check's cost, are the chain's files, not the zone's history: an older
 file is never read again (its rows were ingested when they were sealed, or it is refused as
 late). The evolution step that follows in the same mint
@@ -23,8 +23,8 @@ import msgspec
 import pyarrow as pa
 
 from shardsink.core.roots import RootObjects
-from shardsink.sources.landing_files import MalformedInputError, read_file_schema
-from shardsink.sources.landing_index import Indexed, LandingPlan, decode_schema, plan_key, refresh, store_of
+from shardsink.sources.landing.files import MalformedInputError, read_file_schema
+from shardsink.sources.landing.index import FilePlan, Indexed, decode_schema, plan_key, refresh, store_of
 
 log = logging.getLogger("shardsink.sources")
 
@@ -57,7 +57,7 @@ def schemas_key(desc_id: str) -> str:
 
 
 def put_chain_schemas(shard_url: str | RootObjects, indexed: Indexed, *, desc_id: str, lower: int, root: str,
-                      time_column: str, plans: Sequence[LandingPlan]) -> None:
+                      time_column: str, plans: Sequence[FilePlan]) -> None:
     """Record the schema of every file ``plans`` read (see the module docstring), in listing (key) order."""
     keys = sorted({e.key for p in plans for e in p.read} | {u.key for p in plans for u in p.unindexed})
     files = []
