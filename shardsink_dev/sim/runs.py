@@ -34,6 +34,8 @@ from shardsink_dev.sim.sched import Actor
 _BEHIND = re.compile(r"description (\S+) \[\d+, \d+\) of DAG run '([^']*)'")
 #: Backoffs (simulated seconds): a task's retry, an attempt after a loss, a deferred append's poke.
 RETRY_S, ATTEMPT_S, POKE_S = 30.0, 60.0, 20.0
+#: How much later than its try a twin may run (simulated seconds).
+TWIN_LAG = (0.0, 3.0, 15.0)
 
 
 class SlotWriter(Protocol):
@@ -96,8 +98,8 @@ class Run:
             judge(sim, a.name, a.error)  # its result is nobody's, but it may not break anything
 
         sim.sched.spawn(f"{who}#{tries}", body, delay=delay, on_end=end)
-        if sim.tape.chance(sim.plan.twins):
-            sim.sched.spawn(f"{who}#{tries}-twin", body, delay=delay, on_end=twin_end)
+        if sim.tape.chance(sim.plan.twins):  # a zombie try, still running (or starting late) beside this one
+            sim.sched.spawn(f"{who}#{tries}-twin", body, delay=delay + sim.tape.pick(TWIN_LAG), on_end=twin_end)
 
     # --- mint -----------------------------------------------------------------------------
 
