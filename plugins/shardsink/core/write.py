@@ -39,7 +39,7 @@ from shardsink.core.diff_sums import check_input_sums
 from shardsink.core.machine import Head, Machine
 from shardsink.core.part_io import TARGET_PART_BYTES, PartEncoding
 from shardsink.core.updates import TIME, validate_updates
-from shardsink.errors import InvalidUsageError, ShardClosedError, UpperMismatchError
+from shardsink.errors import InvalidUsageError, ShardClosedError, ShardNotFoundError, UpperMismatchError
 
 
 @dataclass(frozen=True)
@@ -103,9 +103,12 @@ class WriteHandle:
         InvalidUsageError naming it."""
         entry = None
         if isinstance(schema, pa.Schema):
-            header = self._machine.known_head().version.header
-            sid = sch.id_of(header, schema)
-            entry = sch.entry(header, sid) if sid is not None else None
+            try:
+                header: st.Header | None = self._machine.known_head().version.header
+            except ShardNotFoundError:  # a view's first write stages before it creates its output shard
+                header = None
+            sid = sch.id_of(header, schema) if header is not None else None
+            entry = sch.entry(header, sid) if header is not None and sid is not None else None
         try:
             options = PartOptions(target_bytes=target_bytes, encoding=encoding, threads=threads, order=order,
                                   field_ids=sch.parquet_field_ids(entry) if entry is not None else ())
