@@ -27,8 +27,9 @@ from shardsink_dev.sim.planted import DEFECTS, planted
 from shardsink_dev.sim.world import run_schedule
 
 #: Schedules per CI run (``SIM_SEEDS`` overrides; ``make sim SEEDS=...`` for a long soak). What fits
-#: the 3 CPU-minutes this file may take beside the defect searches (about 45 ms of CPU a schedule on
-#: a quiet machine, 60 ms at the suite's load: the library's own work, see the issue 43 notes).
+#: the 3 CPU-minutes this file may take: about 45 ms of CPU a schedule on a quiet machine, 60 ms at
+#: the suite's load, nearly all of it the library's own work (Parquet parts written and read,
+#: state encoded, a tenacity retry loop per request), see the issue 43 notes.
 CI_SEEDS = 3000
 #: Schedules a planted defect must be found within.
 DEFECT_BUDGET = 1500
