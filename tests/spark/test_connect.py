@@ -8,7 +8,8 @@ ONE server started per test session (tests/spark/conftest.py ``connect``).
 * the refusals: an unreachable server, a Python version mismatch, shardsink missing on the
   server or of another version: InvalidConfigurationError naming the fix, at once;
 * sessions are released: after every write (also failed ones) the server's event log holds no
-  open session but the killed client's.
+  open session but the killed client's, and the process is no longer marked a Connect client
+  (the later tests' classic local session starts in this same process).
 """
 
 from __future__ import annotations
@@ -225,7 +226,9 @@ def test_shardsink_missing_or_of_another_version_on_the_server_is_a_configuratio
 
 def test_sessions_are_released_after_every_write_also_failed_ones(connect: Any, tmp_path: Path) -> None:
     """Writes that succeed, writes refused by the job (a bad slot), and work that raises inside
-    the session: none leaves a session open on the server."""
+    the session: none leaves a session open on the server, nor the process marked as a Connect
+    client (pyspark's mark, which makes every later classic session in the process fail)."""
+    assert "SPARK_CONNECT_MODE_ENABLED" not in os.environ
     url = (tmp_path / "shard").as_uri()
     source, d, _ = minted(tmp_path, url, slots=2)
     before = connect.open_sessions()
@@ -239,6 +242,7 @@ def test_sessions_are_released_after_every_write_also_failed_ones(connect: Any, 
         run_over_connect(bad.__class__(**{**{f: getattr(bad, f) for f in bad.__struct_fields__}, "slot": 5}),
                          url=connect.url)
     assert released(connect, before)
+    assert "SPARK_CONNECT_MODE_ENABLED" not in os.environ
 
 
 def test_the_write_operator_with_engine_connect_stages_through_a_session(

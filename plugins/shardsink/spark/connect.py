@@ -18,7 +18,11 @@ Contracts of :func:`connect_session`:
   cannot import shardsink (or runs another version of it) raise
   :class:`~shardsink.errors.InvalidConfigurationError` naming the fix; retrying cannot help.
 
-HAZARDS. The URL may hold a token: it is never logged (:func:`redacted`) and never leaves the
+HAZARDS. pyspark's ``create()`` marks the whole process as a Connect client (it sets
+``SPARK_CONNECT_MODE_ENABLED``, which every later classic ``getOrCreate`` in the process refuses
+with SESSION_ALREADY_EXIST); :func:`connect_session` holds that mark only while a session of its
+own is open (counted across threads) and puts the environment back after the last one stops.
+The URL may hold a token: it is never logged (:func:`redacted`) and never leaves the
 process (no XCom, no command line). A client killed mid-write leaves its server-side operation
 running until the server notices (its parts are then leftovers the append deletes); it never
 writes a manifest, which only the client writes. One driver OOM on the server fails every
@@ -28,8 +32,10 @@ session it holds: size the server's driver for the concurrent slots (docs/deploy
 from __future__ import annotations
 
 import logging
+import os
 import re
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -81,30 +87,71 @@ def connect_session(url: str, *, name: str, timezone: str | None = None,
     if not url.startswith("sc://"):
         raise InvalidConfigurationError(f"Spark Connect URL {redacted(url)!r} must start with sc:// (an Airflow "
                                         "'spark_connect' connection, host HOST, port 15002)", value=redacted(url))
-    try:
-        spark = SparkSession.builder.remote(_with_user_agent(url, name)).create()
-    except Exception as e:
-        raise connect_error(e, url=url, starting=True) from e
-    try:
+    with _connect_mode():
         try:
-            _retries(spark, PROBE_RETRIES)  # an unreachable server fails in about a second
-            spark.addTag(name)
-            if timezone is not None:
-                spark.conf.set("spark.sql.session.timeZone", timezone)
-            probe(spark)
-            _retries(spark, WORK_RETRIES)
-        except InvalidConfigurationError:
-            raise
+            spark = SparkSession.builder.remote(_with_user_agent(url, name)).create()
         except Exception as e:
             raise connect_error(e, url=url, starting=True) from e
-        log.info("Spark Connect session %s (%s) on %s", getattr(spark, "session_id", "?"), name, redacted(url))
-        if on_session is not None:
-            on_session(spark)
-        yield spark
+        with _released(spark, on_session):
+            _open(spark, name, url=url, timezone=timezone)
+            if on_session is not None:
+                on_session(spark)
+            yield spark
+
+
+_MODE = "SPARK_CONNECT_MODE_ENABLED"
+_mode_lock = threading.Lock()
+_mode_holders = 0
+_mode_before: str | None = None
+
+
+@contextmanager
+def _connect_mode() -> Iterator[None]:
+    """Hold pyspark's process-wide Connect mark (module docstring, HAZARDS) for one session.
+
+    SUBTLE: concurrent slots share the mark (pyspark's functions ask it to build Connect columns):
+    only the last holder to leave restores what the environment had before the first one came."""
+    global _mode_holders, _mode_before
+    with _mode_lock:
+        if _mode_holders == 0:
+            _mode_before = os.environ.get(_MODE)
+        _mode_holders += 1
+    try:
+        yield
+    finally:
+        with _mode_lock:
+            _mode_holders -= 1
+            if _mode_holders == 0:
+                if _mode_before is None:
+                    os.environ.pop(_MODE, None)
+                else:
+                    os.environ[_MODE] = _mode_before
+
+
+@contextmanager
+def _released(spark: Any, on_session: Callable[[Any], None] | None) -> Iterator[None]:
+    try:
+        yield
     finally:
         stop_quietly(spark)
         if on_session is not None:
             on_session(None)
+
+
+def _open(spark: Any, name: str, *, url: str, timezone: str | None) -> None:
+    """Set up and probe a new session; failures are refusals (:func:`connect_error`)."""
+    try:
+        _retries(spark, PROBE_RETRIES)  # an unreachable server fails in about a second
+        spark.addTag(name)
+        if timezone is not None:
+            spark.conf.set("spark.sql.session.timeZone", timezone)
+        probe(spark)
+        _retries(spark, WORK_RETRIES)
+    except InvalidConfigurationError:
+        raise
+    except Exception as e:
+        raise connect_error(e, url=url, starting=True) from e
+    log.info("Spark Connect session %s (%s) on %s", getattr(spark, "session_id", "?"), name, redacted(url))
 
 
 #: The client's retries of a failed RPC (pyspark's policy, backoff 50 ms x 4^k up to 60 s): while
