@@ -93,18 +93,20 @@ class WriteHandle:
 
     def part_writer(self, desc_id: str, *, label: str | None = None, order: st.PartOrder = "sorted",
                     encoding: PartEncoding = "default", target_bytes: int = TARGET_PART_BYTES,
-                    threads: int | None = 1, dry_run: bool = False, schema: pa.Schema | None = None) -> PartWriterSpec:
+                    threads: int | None = 1, dry_run: bool = False, schema: pa.Schema | None = None,
+                    at: st.Version | None = None) -> PartWriterSpec:
         """A picklable spec of :meth:`builder` for a process holding no handle (a Spark executor):
         :meth:`PartWriterSpec.open` there gives the builder, opening the store with that process's
         environment. ``order``, ``encoding``, ``target_bytes``, ``threads``: the
         :class:`~shardsink.core.builder.PartOptions` (``threads`` 1: a Spark task owns one core).
         ``dry_run``: the builder encodes parts but uploads nothing. ``schema``: the user columns the
-        parts are staged with; when the shard knows it, every part carries its field ids. A bad value:
-        InvalidUsageError naming it."""
+        parts are staged with; when the shard knows it, every part carries its field ids. ``at``: the
+        version the caller works from, whose schemas give the ids (no request); None: the handle's
+        known head (a request for a fresh handle). A bad value: InvalidUsageError naming it."""
         entry = None
         if isinstance(schema, pa.Schema):
             try:
-                header: st.Header | None = self._machine.known_head().version.header
+                header: st.Header | None = (at if at is not None else self._machine.known_head().version).header
             except ShardNotFoundError:  # a view's first write stages before it creates its output shard
                 header = None
             sid = sch.id_of(header, schema) if header is not None else None

@@ -91,7 +91,7 @@ def write_slot(job: IngestWriteRequest, *, open_session: SessionOpener | None = 
         df, inputs = source.read_slot(spark, lower=desc.lower, upper=desc.upper, slot=job.slot, slots=job.slots,
                                       schema=schema, seals=seals(shard, head=head), **mode, **planned)
         parts = stage_dataframe(df, shard_url=job.shard_url, schema=schema, lower=desc.lower, upper=desc.upper,
-                                desc_id=desc.desc_id, order=job.part_order)
+                                desc_id=desc.desc_id, order=job.part_order, at=head)
         hooks.fire("write.staged", shard_url=job.shard_url, slot=job.slot, attempt=desc.attempt, desc_id=desc.desc_id,
                    parts=len(parts))
         doc = write_manifest(shard, desc, slot=job.slot, slots=job.slots, parts=parts, inputs=inputs,

@@ -36,7 +36,7 @@ import pyarrow.compute as pc
 from shardsink.core.diff_sums import check_input_sums
 from shardsink.core.part_io import TARGET_PART_BYTES, PartEncoding
 from shardsink.core.shard import Shard, StagedBatch
-from shardsink.core.state import PART_ORDERS, PartMeta, PartOrder
+from shardsink.core.state import PART_ORDERS, PartMeta, PartOrder, Version
 from shardsink.core.updates import DIFF, TIME, validate_updates
 from shardsink.errors import InvalidUsageError
 from shardsink.outcome import carry_errors
@@ -84,6 +84,7 @@ def stage_dataframe(
     dry_run: bool = False,
     order: PartOrder = "sorted",
     writer: StageWriter = "auto",
+    at: Version | None = None,
 ) -> list[PartMeta]:
     """Write ``df`` (user columns + ``_time`` [+ ``_diff``]) as parts of ``desc_id``; return their metadata.
 
@@ -99,7 +100,8 @@ def stage_dataframe(
     (unordered parts only, see :data:`StageWriter`): with ``"auto"`` a local-folder shard's
     unordered parts are written by Spark itself (:mod:`shardsink.spark.native_stage`; its
     validation errors are raised as InvalidUsageError on the driver, where the Python path's
-    reach the driver inside a Spark job failure carrying the same record).
+    reach the driver inside a Spark job failure carrying the same record). ``at``: the shard's
+    version the caller works from (its schemas give the parts' field ids without a head read).
 
     Equal rows (user columns and ``_time``) whose ``_diff`` sums leave int64 are refused
     (InvalidUsageError, as by :meth:`Shard.stage`): in a Spark task before it writes, and across
@@ -111,7 +113,7 @@ def stage_dataframe(
         raise InvalidUsageError(f"writer must be 'auto', 'spark' or 'python', got {writer!r}", value=str(writer))
     handle = Shard(shard_url).writer()
     spec = handle.part_writer(desc_id, label=label, order=order, encoding=encoding, target_bytes=target_part_bytes,
-                              threads=1, dry_run=dry_run, schema=schema)  # the parts carry its field ids
+                              threads=1, dry_run=dry_run, schema=schema, at=at)  # the parts carry its field ids
     if order == "unordered" and writer != "python" and not dry_run:
         from shardsink.spark.native_stage import stage_if_native
 

@@ -318,7 +318,7 @@ def write_view(spark: SparkSession, v: View, *, output_url: str, desc: Descripti
         c = correct_view(reads, v, output_url=output_url, desc=desc, facts=facts)
         # A correction is a small, sparse set of rows: compact parts (zstd, selective dictionaries).
         parts = stage_dataframe(c.frame, shard_url=output_url, schema=c.schema, lower=desc.lower,
-                                upper=desc.upper, desc_id=desc.desc_id, encoding="compact")
+                                upper=desc.upper, desc_id=desc.desc_id, encoding="compact", at=at)
     # SUBTLE: created (or evolved) only now, after the query ran: a failing query leaves the
     # output as it was.
     out = Shard(output_url) if at is not None else _create_output(output_url, c.schema, c.frame.drop(TIME, DIFF),
