@@ -99,6 +99,7 @@ def released(connect: Any, before: set[str], *, wait: float = 15.0) -> bool:
     return True
 
 
+@pytest.mark.parametrize("backend", ["s3"], indirect=True)  # the store's own races: tests/sim, tests/core
 def test_four_concurrent_connect_write_slots_commit_the_description_exactly_once(
         connect: Any, shard_url: str, tmp_path: Path) -> None:
     source, d, model = minted(tmp_path, shard_url, slots=SLOTS)
