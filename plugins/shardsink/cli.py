@@ -205,7 +205,7 @@ def _gc(shard: Shard, args: argparse.Namespace) -> int:
           f"{report.oldest_after} (bound: {report.reason})")
     print(f"{verb}: {report.versions_deleted} versions, {report.rollups_deleted} rollups, "
           f"{report.parts_deleted} parts ({report.part_bytes_deleted} bytes), {report.manifests_deleted} "
-          f"manifests, {report.leases_expired} expired leases, {report.plans_deleted} read plans")
+          f"manifests, {report.leases_expired} expired leases, {report.plans_deleted} expired input records")
     print(f"kept: {report.young_kept} unreferenced objects younger than {args.grace:g} s, "
           f"{len(report.still_possible)} descriptions that may still commit")
     for line in report.skipped:

@@ -1,7 +1,7 @@
-"""Reclock's stored documents (read plans, health.json, reclock.json) are typed: the bytes
+"""Reclock's stored documents (bound inputs, health.json, reclock.json) are typed: the bytes
 today's shardsink writes keep decoding, unknown fields are ignored, a newer format or
-garbage is a CorruptionError naming the object. GC ages the read plans (caches) out and
-verify knows all three; a plan GC deleted is rebuilt from the remap shard.
+garbage is a CorruptionError naming the object. GC ages the bound inputs (caches) out and
+verify knows all three; a bound input GC deleted is rebuilt from the remap shard.
 
 The ``OLD_*`` bytes are exactly what shardsink wrote before these became structs (produced by
 that code: ``json.dumps(..., sort_keys=True)``); health.json and reclock.json had no format.
@@ -22,8 +22,9 @@ from shardsink.errors import CorruptionError
 from shardsink.maintenance.gc import collect
 from shardsink.maintenance.gc_types import GcOptions
 from shardsink.maintenance.verify import verify
-from shardsink.reclock import health, plan
+from shardsink.reclock import bound_input, health
 from shardsink.reclock.bindings import FILES, BoundFile, Span
+from shardsink.reclock.bound_input import BoundInput
 from shardsink.reclock.layout import PLANS_PREFIX
 from shardsink.reclock.remap import Proposal, RemapShard
 from shardsink.storage.url import open_blob
@@ -53,34 +54,34 @@ def _refusals(put: Any, read: Any, old: bytes, name: str, what: str) -> None:
             read()
 
 
-def test_read_plans_written_before_typed_documents_still_load(tmp_path: Path) -> None:
+def test_bound_inputs_written_before_typed_documents_still_load(tmp_path: Path) -> None:
     url = (tmp_path / "remap").as_uri()
     blob = open_blob(url)
-    blob.put(plan.key(100, 110), OLD_PLAN)
-    assert plan.load(url, 100, 110) == plan.Plan(100, 110, (Span("0", 0, 5, 109), Span("1", 0, 2, 109)), {})
-    blob.put(plan.key(100, 110), OLD_FILES_PLAN)
+    blob.put(bound_input.key(100, 110), OLD_PLAN)
+    assert bound_input.load(url, 100, 110) == BoundInput(100, 110, (Span("0", 0, 5, 109), Span("1", 0, 2, 109)), {})
+    blob.put(bound_input.key(100, 110), OLD_FILES_PLAN)
     files = {0: BoundFile(0, "in/a.csv", 12), 1: BoundFile(1, "in/b.json", 30)}
-    assert plan.load(url, 100, 110) == plan.Plan(100, 110, (Span(FILES, 0, 2, 109),), files)
+    assert bound_input.load(url, 100, 110) == BoundInput(100, 110, (Span(FILES, 0, 2, 109),), files)
     # What publish writes now: the same document, canonical, and it loads the same.
     remap = RemapShard.open_or_create(url, initial_upper=100)
     got = remap.bind_through(110, lambda _: Proposal({FILES: 2}, tuple(files.values())))
-    published = plan.publish(url, got.bindings, 100, 110)
-    now = blob.get(plan.key(100, 110))
+    published = bound_input.publish(url, got.bindings, 100, 110)
+    now = blob.get(bound_input.key(100, 110))
     assert now is not None and json.loads(now.data) == json.loads(OLD_FILES_PLAN)
-    assert plan.load(url, 100, 110) == published == plan.Plan(100, 110, (Span(FILES, 0, 2, 109),), files)
+    assert bound_input.load(url, 100, 110) == published == BoundInput(100, 110, (Span(FILES, 0, 2, 109),), files)
 
 
-def test_read_plans_ignore_unknown_fields_and_refuse_newer_formats_garbage_and_other_bounds(tmp_path: Path) -> None:
+def test_bound_inputs_ignore_unknown_fields_and_refuse_newer_formats_garbage_and_other_bounds(tmp_path: Path) -> None:
     url = (tmp_path / "remap").as_uri()
     blob = open_blob(url)
-    k = plan.key(100, 110)
+    k = bound_input.key(100, 110)
     blob.put(k, _plus(OLD_PLAN, added_by_a_newer_writer={"x": 1}))
-    assert plan.load(url, 100, 110).spans[0] == Span("0", 0, 5, 109)
-    _refusals(lambda d: blob.put(k, d), lambda: plan.load(url, 100, 110), OLD_PLAN, r"plans/100-110\.json",
-              "read plan")
+    assert bound_input.load(url, 100, 110).spans[0] == Span("0", 0, 5, 109)
+    _refusals(lambda d: blob.put(k, d), lambda: bound_input.load(url, 100, 110), OLD_PLAN, r"plans/100-110\.json",
+              "bound input")
     blob.put(k, _plus(OLD_PLAN, lower=90))
-    with pytest.raises(CorruptionError, match=r"plans/100-110\.json: read plan describes \[90, 110\)"):
-        plan.load(url, 100, 110)
+    with pytest.raises(CorruptionError, match=r"plans/100-110\.json: bound input describes \[90, 110\)"):
+        bound_input.load(url, 100, 110)
 
 
 def test_health_and_sidecar_written_before_typed_documents_still_read(tmp_path: Path) -> None:
@@ -123,18 +124,18 @@ def _readme_gc_keys() -> set[str]:
 
 
 
-def test_gc_deletes_read_plans_past_the_grace_period_and_a_deleted_plan_is_rebuilt(shard_url: str) -> None:
+def test_gc_deletes_bound_inputs_past_the_grace_period_and_a_deleted_plan_is_rebuilt(shard_url: str) -> None:
     remap = RemapShard.open_or_create(shard_url, initial_upper=100)
     old = {}
     for lo, hi, f in ((100, 110, 3), (110, 120, 5)):
         got = remap.bind_through(hi, lambda _, f=f: Proposal({"0": f}))  # type: ignore[misc]
-        old[(lo, hi)] = plan.publish(shard_url, got.bindings, lo, hi)
+        old[(lo, hi)] = bound_input.publish(shard_url, got.bindings, lo, hi)
     health.record_failure(shard_url, "StorageError: listing s3://x failed")
     health.write_sidecar(shard_url, shard_url, {"kind": "kafka", "remap": shard_url, "topic": "t"})
     aged = Backdated(open_blob(shard_url))
     aged.backdate(3600)  # everything so far is an hour old; what follows is young
     got = remap.bind_through(130, lambda _: Proposal({"0": 9}))
-    young = plan.publish(shard_url, got.bindings, 120, 130)
+    young = bound_input.publish(shard_url, got.bindings, 120, 130)
     shard = Shard.open(shard_url, blob=aged)
     blob = shard._machine.blob
     before = verify(shard)
@@ -144,16 +145,16 @@ def test_gc_deletes_read_plans_past_the_grace_period_and_a_deleted_plan_is_rebui
         return GcOptions(grace_s=1800, dry_run=dry)
 
     assert collect(shard, opts(dry=True)).plans_deleted == 2
-    assert {o.key for o in blob.list(PLANS_PREFIX)} == {plan.key(100, 110), plan.key(110, 120), plan.key(120, 130)}
+    assert {o.key for o in blob.list(PLANS_PREFIX)} == {bound_input.key(lo, lo + 10) for lo in (100, 110, 120)}
     report = collect(shard, opts())
     assert report.plans_deleted == 2 and report.objects_deleted >= 2
     assert report.to_dict()["plans_deleted"] == 2 and set(report.to_dict()) == _readme_gc_keys()
-    assert {o.key for o in blob.list(PLANS_PREFIX)} == {plan.key(120, 130)}, "young plan deleted or old kept"
+    assert {o.key for o in blob.list(PLANS_PREFIX)} == {bound_input.key(120, 130)}, "young plan deleted or old kept"
     assert blob.get(health.HEALTH_KEY) is not None and blob.get(health.SIDECAR_KEY) is not None
     # The remap shard still works: deleted plans are rebuilt identical, the young one loads, binding goes on.
     for (lo, hi), p in old.items():
-        assert plan.load(shard_url, lo, hi) == p
-    assert plan.load(shard_url, 120, 130) == young
+        assert bound_input.load(shard_url, lo, hi) == p
+    assert bound_input.load(shard_url, 120, 130) == young
     fresh = RemapShard.open(shard_url)
     assert fresh.bind_through(140, lambda _: Proposal({"0": 12})).minted
     assert fresh.bindings().frontier_at(139) == {"0": 12}

@@ -24,8 +24,9 @@ import importlib
 import importlib.util
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from shardsink.core.commits import OptionCommit
 from shardsink.core.roots import RootObjects
@@ -49,15 +50,32 @@ Hook = Callable[[Committed], None]
 _lock = threading.Lock()
 _hooks: dict[str, Hook] = {}
 _looked_up: set[str] = set()
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _register(table: dict[str, _F], option: str, fn: _F, what: str) -> None:
+    """One function of kind ``what`` per option; registering the same one again is a no-op."""
+    with _lock:
+        got = table.setdefault(option, fn)
+    if got is not fn:
+        raise ValueError(f"{what} is already registered for option {option!r}")
+
+
+def _registered(table: dict[str, _F], head: Version) -> Iterator[tuple[str, _F]]:
+    """``(option, its function in table)`` for each option of ``head`` that has one (importing
+    the option's capability first, which registers its functions)."""
+    for name, _ in head.header.options:
+        _hook_for(name)
+        with _lock:
+            fn = table.get(name)
+        if fn is not None:
+            yield name, fn
 
 
 def register_after_commit(option: str, hook: Hook) -> None:
     """Run ``hook`` after every commit of a shard whose option ``option`` is set (or was just
     changed). One hook per option; registering the same one again is a no-op."""
-    with _lock:
-        got = _hooks.setdefault(option, hook)
-    if got is not hook:
-        raise ValueError(f"an after-commit hook is already registered for option {option!r}")
+    _register(_hooks, option, hook, "an after-commit hook")
 
 
 def _hook_for(option: str) -> Hook | None:
@@ -84,10 +102,7 @@ _holders: dict[str, Holder] = {}
 def register_part_holder(option: str, holder: Holder) -> None:
     """Declare that the view of option ``option`` references parts: GC asks ``holder`` (through
     :func:`held_parts`) and keeps every part it names, whatever the retained state versions say."""
-    with _lock:
-        got = _holders.setdefault(option, holder)
-    if got is not holder:
-        raise ValueError(f"a part holder is already registered for option {option!r}")
+    _register(_holders, option, holder, "a part holder")
 
 
 def held_parts(url: str, head: Version, roots: RootObjects) -> frozenset[str]:
@@ -116,22 +131,12 @@ _collectors: dict[str, Collector] = {}
 
 def register_view_collector(option: str, collector: Collector) -> None:
     """Declare what GC may delete of the view of option ``option`` (:func:`view_garbage`)."""
-    with _lock:
-        got = _collectors.setdefault(option, collector)
-    if got is not collector:
-        raise ValueError(f"a view collector is already registered for option {option!r}")
+    _register(_collectors, option, collector, "a view collector")
 
 
 def view_garbage(url: str, head: Version, roots: RootObjects, cutoff: float) -> list[str]:
     """The root objects the views of ``head``'s options no longer need, older than ``cutoff``."""
-    out: list[str] = []
-    for name, _ in head.header.options:
-        _hook_for(name)
-        with _lock:
-            collector = _collectors.get(name)
-        if collector is not None:
-            out += collector(url, head, roots, cutoff)
-    return out
+    return [key for _, collector in _registered(_collectors, head) for key in collector(url, head, roots, cutoff)]
 
 
 #: A capability's check of its view for ``verify``: ``(url, head, root objects)`` → ``(object, problem)`` pairs.
@@ -141,22 +146,14 @@ _checkers: dict[str, Checker] = {}
 
 def register_view_check(option: str, checker: Checker) -> None:
     """Declare how ``verify`` checks the view of option ``option`` (:func:`check_views`)."""
-    with _lock:
-        got = _checkers.setdefault(option, checker)
-    if got is not checker:
-        raise ValueError(f"a view check is already registered for option {option!r}")
+    _register(_checkers, option, checker, "a view check")
 
 
 def check_views(url: str, head: Version, roots: RootObjects) -> list[tuple[str, str]]:
     """The problems the views of ``head``'s options have (``(object, what is wrong)``); a view whose
     check fails is one problem naming the failure."""
     out: list[tuple[str, str]] = []
-    for name, _ in head.header.options:
-        _hook_for(name)
-        with _lock:
-            checker = _checkers.get(name)
-        if checker is None:
-            continue
+    for name, checker in _registered(_checkers, head):
         try:
             out += checker(url, head, roots)
         except Exception as e:  # the check itself failed: report it, do not guess

@@ -2,7 +2,7 @@
 
 Core owns everything under :data:`CORE_PREFIXES` (its layout inside them is
 :mod:`shardsink.core.keys`). Capabilities above core keep their own objects beside those (a
-reclocked source's read plans and health, a data shard's remap pointer, the landing index,
+reclocked source's bound inputs and health, a data shard's remap pointer, the landing index,
 slot-cancel markers). Core does not know their names: each capability *registers* them at
 import (:func:`register_root`), and GC and verify ask :func:`registered` what is known and
 what GC may expire after its grace period. An object under no core folder and no registered

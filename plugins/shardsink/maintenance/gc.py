@@ -52,7 +52,7 @@ shard; the next run finishes the job).**
    else the smallest ``_time`` of its parts (in ``[lower, upper)``: a proxy for the
    lower that finds the same crossing version);
 5. lease objects expired for longer than the grace period;
-6. reclock read plans (``plans/``, caches a writer rebuilds) older than the grace period, and
+6. reclock bound inputs (``plans/``, caches a writer rebuilds) older than the grace period, and
    the landing zone's file plans (``landing/plans/``) older than it whose description's fate is
    final (one head read for all of them: a plan is its description's input, kept while it may commit).
 
@@ -74,7 +74,7 @@ import logging
 
 import msgspec
 
-import shardsink.reclock.layout  # noqa: F401  (registers reclock's expiring read plans)
+import shardsink.reclock.layout  # noqa: F401  (registers reclock's expiring bound inputs)
 from shardsink.core import leases as ls
 from shardsink.core.fate import CannotCommit, Committed
 from shardsink.core.shard import Shard
@@ -147,8 +147,8 @@ class _OfDescription(msgspec.Struct):
 def _collect_plans(shard: Shard, *, cutoff: float, dry: bool, batch: int) -> int:
     """Step 6: objects older than the grace period under the folders capabilities registered as
     expiring (:func:`shardsink.core.roots.register_root`). ``after_grace``: caches, today
-    reclock's read plans (``plans/`` in a remap shard's root; a writer slot that finds its plan
-    gone rebuilds the identical plan from the remap shard) and the write slots' failure markers
+    reclock's bound inputs (``plans/`` in a remap shard's root; a writer slot that finds its own
+    gone rebuilds it identical from the remap shard) and the write slots' failure markers
     (``cancel/``, :mod:`shardsink.sinks.cancel`: advisory, read only while their description's
     slots run). ``when_final``: the landing zone's file plans, deleted only once their
     description's fate is final (:func:`_final`)."""

@@ -1,6 +1,6 @@
 """The root objects reclocking keeps in shards, registered with core (:mod:`shardsink.core.roots`).
 
-* in a remap shard: ``plans/<lower>-<upper>.json`` read plans (caches: a missing one is
+* in a remap shard: ``plans/<lower>-<upper>.json`` bound inputs (caches: a missing one is
   rebuilt from the remap shard, so GC deletes them after its grace period) and
   ``health.json`` (the last failure);
 * in every data shard a reclocked source writes: ``reclock.json``, its remap shard and source spec.

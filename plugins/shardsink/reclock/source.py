@@ -33,7 +33,8 @@ import pyarrow.compute as pc
 
 from shardsink.core.shard import Shard
 from shardsink.errors import InvalidUsageError, ShardNotFoundError, ShardsinkError
-from shardsink.reclock import health, plan
+from shardsink.reclock import bound_input as inputs
+from shardsink.reclock import health
 from shardsink.reclock.bindings import Bindings
 from shardsink.reclock.remap import Proposal, RemapShard
 from shardsink.storage.url import parse_url
@@ -158,11 +159,11 @@ class ReclockedBase:
             return None
 
     def bind_through(self, target: int, *, shard_url: str, lower: int) -> int:
-        """Bind ``target - 1`` if needed; publish the description's read plan; return ``target``.
+        """Bind ``target - 1`` if needed; publish the description's bound input; return ``target``.
 
         Requests on the happy path: the outputs' pointers (one PUT each), the remap shard's
         state and binding parts, the source listing, and (when minting) one part, one state
-        version, the hint; plus the plan.
+        version, the hint; plus the bound input.
         """
         # SUBTLE: the outputs' pointer to their remap shard (reclock.json) is written first, on
         # every mint: a mint that dies right after its binding commits must not leave an output
@@ -180,12 +181,12 @@ class ReclockedBase:
         except ShardsinkError as e:
             health.record_failure(self.remap_url, f"{type(e).__name__}: {e}")
             raise
-        plan.publish(self.remap_url, got.bindings, lower, target)
+        inputs.publish(self.remap_url, got.bindings, lower, target)
         return target
 
-    def read_plan(self, lower: int, upper: int) -> plan.Plan:
-        """The read plan of the description ``[lower, upper)`` (published by mint, else rebuilt)."""
-        return plan.load(self.remap_url, lower, upper)
+    def bound_input(self, lower: int, upper: int) -> inputs.BoundInput:
+        """The bound input of the description ``[lower, upper)`` (published by mint, else rebuilt)."""
+        return inputs.load(self.remap_url, lower, upper)
 
     def after_commit(self, shard_url: str) -> None:
         """Nothing to publish by default."""

@@ -178,8 +178,8 @@ class FileArrivals(ReclockedBase):
         """
         from pyspark.sql.pandas.types import from_arrow_schema
 
-        plan = self.read_plan(lower, upper)
-        mine = [(plan.files[o], s.time) for s in split(plan.spans, slot=slot, slots=slots, chunk=1)
+        bound = self.bound_input(lower, upper)
+        mine = [(bound.files[o], s.time) for s in split(bound.spans, slot=slot, slots=slots, chunk=1)
                 for o in range(s.start, s.end)]
         listing = [{"ordinal": f.ordinal, "key": f.key, "size": f.size, "time": t} for f, t in mine]
         spark_schema = from_arrow_schema(pa.schema([*schema, pa.field(TIME, pa.int64())]))

@@ -235,7 +235,7 @@ class KafkaSource(ReclockedBase):
         """This slot's chunks of the offset ranges bound at times in ``[lower, upper)``, stamped."""
         from pyspark.sql.pandas.types import from_arrow_schema
 
-        mine = split(self.read_plan(lower, upper).spans, slot=slot, slots=slots, chunk=self.chunk)
+        mine = split(self.bound_input(lower, upper).spans, slot=slot, slots=slots, chunk=self.chunk)
         listing = [{"partition": s.partition, "start": s.start, "end": s.end, "time": s.time} for s in mine]
         spark_schema = from_arrow_schema(pa.schema([*schema, pa.field(TIME, pa.int64())]))
         if not mine:

@@ -1,14 +1,15 @@
-"""The read plan of one description: which offsets (and files) it holds, with their times.
+"""The bound input of one description: which source offsets (and files) it holds, with their times.
 
 Mint computes it from the bindings it just read or minted and publishes it as
 ``plans/<lower>-<upper>.json`` in the remap shard's root, so that each writer slot reads
 one small object instead of the remap shard's state and parts.
 
-SUBTLE: the plan is a cache, never a source of truth. Its content is a pure function of
-bindings that are final (every time ``< upper`` is bound before the plan is written), so
+SUBTLE: the bound input is a cache, never a source of truth. Its content is a pure function of
+bindings that are final (every time ``< upper`` is bound before it is written), so
 any number of racing mints write identical bytes and a plain put is safe. A missing
-plan (e.g. aged out by GC: ``maintenance.gc`` deletes plans older than its grace period)
-is rebuilt from the remap shard; a plan whose bounds do not match is refused.
+one (e.g. aged out by GC: ``maintenance.gc`` deletes them after its grace period)
+is rebuilt from the remap shard; one whose bounds do not match is refused. (Stored under ``plans/``, the name
+these documents had before "plan" came to mean only a read's part plan, :mod:`shardsink.core.plan`.)
 """
 
 from __future__ import annotations
@@ -23,25 +24,25 @@ from shardsink.errors import CorruptionError
 from shardsink.reclock.bindings import FILES, Bindings, BoundFile, Span, spans
 from shardsink.reclock.layout import PLANS_PREFIX
 
-#: Format of plans: readers accept this or older and ignore unknown fields.
+#: Format of bound inputs: readers accept this or older and ignore unknown fields.
 FORMAT = 1
 
 
-class PlanDoc(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class BoundInputDoc(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """``plans/<lower>-<upper>.json``: spans as ``[partition, start, end, time]`` and files as
-    ``[ordinal, key, size]`` (arrays, not objects: a plan may list many files)."""
+    ``[ordinal, key, size]`` (arrays, not objects: one may list many files)."""
 
     format: int
     lower: int
     upper: int
     spans: tuple[tuple[str, int, int, int], ...]
     files: tuple[tuple[int, str, int], ...]
-    #: The files' identities, in ``files`` order (absent in plans written before them).
+    #: The files' identities, in ``files`` order (absent in documents written before them).
     identities: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
-class Plan:
+class BoundInput:
     lower: int
     upper: int
     spans: tuple[Span, ...]
@@ -52,19 +53,19 @@ def key(lower: int, upper: int) -> str:
     return f"{PLANS_PREFIX}{lower}-{upper}.json"
 
 
-def build(bindings: Bindings, lower: int, upper: int) -> Plan:
+def build(bindings: Bindings, lower: int, upper: int) -> BoundInput:
     sp = tuple(spans(bindings, lower, upper))
     wanted = {o for s in sp if s.partition == FILES for o in range(s.start, s.end)}
     files = {o: f for o, f in bindings.files().items() if o in wanted} if wanted else {}
     missing = sorted(wanted - set(files))
     if missing:
         raise CorruptionError(f"remap: file ordinals {missing[:5]} are bound but no file is recorded for them")
-    return Plan(lower, upper, sp, files)
+    return BoundInput(lower, upper, sp, files)
 
 
-def publish(remap_url: str, bindings: Bindings, lower: int, upper: int) -> Plan:
+def publish(remap_url: str, bindings: Bindings, lower: int, upper: int) -> BoundInput:
     p = build(bindings, lower, upper)
-    doc = PlanDoc(format=FORMAT, lower=lower, upper=upper,
+    doc = BoundInputDoc(format=FORMAT, lower=lower, upper=upper,
                   spans=tuple((s.partition, s.start, s.end, s.time) for s in p.spans),
                   files=tuple((f.ordinal, f.key, f.size) for f in p.files.values()),
                   identities=tuple(f.identity for f in p.files.values()) if any(f.identity for f in p.files.values())
@@ -73,9 +74,9 @@ def publish(remap_url: str, bindings: Bindings, lower: int, upper: int) -> Plan:
     return p
 
 
-def load(remap_url: str, lower: int, upper: int) -> Plan:
-    """The published plan of ``[lower, upper)``, or one rebuilt from the remap shard.
-    CorruptionError naming the plan if it is unreadable, too new, or of other bounds."""
+def load(remap_url: str, lower: int, upper: int) -> BoundInput:
+    """The published bound input of ``[lower, upper)``, or one rebuilt from the remap shard.
+    CorruptionError naming the object if it is unreadable, too new, or of other bounds."""
     got = RootObjects(remap_url).get(key(lower, upper))
     if got is None:
         from shardsink.reclock.remap import RemapShard
@@ -84,11 +85,11 @@ def load(remap_url: str, lower: int, upper: int) -> Plan:
     return decode(got, lower, upper, where=f"{remap_url}/{key(lower, upper)}")
 
 
-def decode(data: bytes, lower: int, upper: int, *, where: str) -> Plan:
-    doc = decode_doc(data, PlanDoc, what="read plan", where=where, newest=FORMAT)
+def decode(data: bytes, lower: int, upper: int, *, where: str) -> BoundInput:
+    doc = decode_doc(data, BoundInputDoc, what="bound input", where=where, newest=FORMAT)
     if (doc.lower, doc.upper) != (lower, upper):
-        raise CorruptionError(f"{where}: read plan describes [{doc.lower}, {doc.upper}), expected [{lower}, {upper})")
+        raise CorruptionError(f"{where}: bound input describes [{doc.lower}, {doc.upper}), expected [{lower}, {upper})")
     sp = tuple(Span(p, a, b, t) for p, a, b, t in doc.spans)
     ids = doc.identities if len(doc.identities) == len(doc.files) else ("",) * len(doc.files)
     files = {o: BoundFile(o, k, n, i) for (o, k, n), i in zip(doc.files, ids, strict=True)}
-    return Plan(lower, upper, sp, files)
+    return BoundInput(lower, upper, sp, files)
