@@ -251,7 +251,7 @@ class WriteHandle:
         # bounds), landed long ago beyond the window, lost, or: evidence gone.
         fate = ft.read_fate(self._machine, desc_id, expected_upper)
         if isinstance(fate, ft.Committed):
-            return self._landed(fate, desc_id, expected_upper, new_upper)
+            return self.already_committed(fate, desc_id, expected_upper, new_upper)
         if isinstance(fate, ft.Unknown):
             raise vd.unknown_fate_error(self.url, desc_id, expected_upper, new_upper, fate)
         if not isinstance(out, tr.UpperMismatch):  # window said committed, the fate cannot disagree
@@ -265,8 +265,9 @@ class WriteHandle:
             current=out.current,
         )
 
-    def _landed(self, fate: ft.Committed, desc_id: str, lower: int, upper: int | None) -> AppendResult:
-        """``already_committed`` if ``desc_id`` committed these bounds; DescriptionConflictError if others."""
+    def already_committed(self, fate: ft.Committed, desc_id: str, lower: int, upper: int | None) -> AppendResult:
+        """The ``already_committed`` result of ``desc_id`` from its Committed fate, if it committed these
+        bounds; DescriptionConflictError if others (an id names one description)."""
         vd.check_same_bounds(self.url, desc_id, fate, lower, upper)
         return AppendResult("already_committed", desc_id, fate.seqno, lower, upper, fate.rows, fate.writer, fate.at)
 
@@ -297,7 +298,7 @@ class WriteHandle:
         head = v.header
         fate = self.fate(desc_id, lower, head=v)
         if isinstance(fate, ft.Committed):
-            return self._landed(fate, desc_id, lower, upper)
+            return self.already_committed(fate, desc_id, lower, upper)
         if isinstance(fate, ft.Unknown):
             raise vd.unknown_fate_error(self.url, desc_id, lower, upper, fate)
         if head.upper is None:

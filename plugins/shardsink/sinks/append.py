@@ -6,7 +6,8 @@
     # Appended | Waiting | Lost | Failed
 
 ``chain`` is one attempt's descriptions, in order (:func:`shardsink.sinks.ingest.mint_chain`).
-The call reads the first description's fate ONCE (the one head read) and decides:
+Each description is settled by core (:meth:`shardsink.core.shard.Shard.settle`: one fate read
+for the first, the committing version for each next one) and the chain's outcome is:
 
 * **Waiting**: the chain was minted ahead and the shard's upper has not reached its lower yet
   (StillPossible below it): nothing is appended or deleted; the outcome names who it waits behind
@@ -37,11 +38,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from shardsink.core.fate import StillPossible
+from shardsink.core.settle import NotYet, Refused
 from shardsink.core.shard import AppendResult, Shard
-from shardsink.errors import CorruptionError, InvalidUsageError, ShardClosedError, ShardsinkError, UpperMismatchError
+from shardsink.errors import CorruptionError, InvalidUsageError, ShardClosedError, ShardsinkError
 from shardsink.sinks.description import Description
-from shardsink.sinks.ingest import LostRaceError, append_chain, cleanup
+from shardsink.sinks.ingest import append_chain, cleanup
 from shardsink.sinks.waiting import at_upper, staged_descriptions, waits_behind
 
 log = logging.getLogger("shardsink.sinks")
@@ -136,21 +137,20 @@ def append_run(shard: Shard, chain: Sequence[Description], slots: int, *, writer
     with no one named behind)."""
     if not chain:
         raise InvalidUsageError("append_run takes a chain of at least one description; nothing appended")
+    landed: list[Landed] = []
+    missed: list[Missed] = []
+    upper: int | None = None
     try:
-        first = shard.fate(chain[0].desc_id, chain[0].lower)  # the one head read
-        if isinstance(first, StillPossible) and first.upper is not None and first.upper < chain[0].lower:
-            return _wait(shard, chain[0], first.upper, turn)
-        landed: list[Landed] = []
-        missed: list[Missed] = []
-        upper: int | None = None
-        for d, r in append_chain(shard, chain, slots, writer=writer, first=first):
-            if isinstance(r, UpperMismatchError):
-                upper = r.current
-                missed.append(Missed(d, r.current, r.deleted if isinstance(r, LostRaceError) else None))
-                log.info("%s", missed[-1].line())
+        for d, r in append_chain(shard, chain, slots, writer=writer):
+            if isinstance(r, NotYet) and d is chain[0] and r.upper is not None:
+                return _wait(shard, d, r.upper, turn)  # the first one's turn has not come: nothing was read for more
+            if isinstance(r, AppendResult):
+                upper = r.upper
+                landed.append(Landed(d, r, r.status == "committed" or r.writer == writer, _epoch(r.at)))
                 continue
-            upper = r.upper
-            landed.append(Landed(d, r, r.status == "committed" or r.writer == writer, _epoch(r.at)))
+            upper = r.current if isinstance(r, Refused) else r.upper
+            missed.append(Missed(d, upper, r.deleted if isinstance(r, Refused) else None))
+            log.info("%s", missed[-1].line())
     except (CorruptionError, ShardClosedError) as e:
         return Failed(str(e))
     if not landed:

@@ -5,7 +5,8 @@
     mint_chain(shard, source, ...)        -> [Description, ...] | NoOp   (one chain per attempt)
     write_manifest(shard, desc, slot, ...)                               (once per writer slot,
                                                                           :mod:`shardsink.sinks.staging`)
-    append_from_manifests(shard, desc, n) -> AppendResult | raises LostRaceError
+    settle_manifests(shard, desc, n)      -> AppendResult | Refused | NotYet
+                                             (:meth:`Shard.settle`; append_from_manifests raises instead)
 
 Objects a description owns, all under the shard root:
 
@@ -36,10 +37,11 @@ import msgspec
 from shardsink import hooks
 from shardsink.core import checks as ck
 from shardsink.core.fate import CannotCommit, Committed, Fate, StillPossible, Unknown
+from shardsink.core.settle import Claim, NotYet, Refused, Settled, Staged
 from shardsink.core.shard import AppendResult, Shard, ShardInfo, StagedBatch
 from shardsink.core.state import Version
-from shardsink.core.verdicts import check_same_bounds, unknown_fate_error
-from shardsink.errors import CorruptionError, InvalidUsageError, ShardNotFoundError, UpperMismatchError
+from shardsink.core.verdicts import unknown_fate_error
+from shardsink.errors import InvalidUsageError, ShardNotFoundError, UpperMismatchError
 from shardsink.reclock.source import Reclocked, reclocked_upper
 from shardsink.sinks.description import Description, NoOp, make_desc_id
 from shardsink.sinks.seals import seals
@@ -255,131 +257,80 @@ def cleanup(shard: Shard, desc: Description, *, decided: Committed | CannotCommi
     return shard.writer().delete_staged(desc.desc_id, desc.lower, decided=decided).total
 
 
+def settle_manifests(shard: Shard, desc: Description, slots: int, *, writer: str | None = None,
+                     fate: Fate | None = None) -> Settled:
+    """Commit ``desc`` from its ``slots`` verified manifests, or say why not: :meth:`Shard.settle`
+    (committed or already committed, Refused with its staged objects deleted, NotYet), with the
+    manifests read only when it may commit now. ``fate``: as decided by the caller from a version
+    it holds (:func:`next_in_chain`), else one fresh read. Hooks ``append.before_commit`` and
+    ``append.committed`` fire around the conditional put."""
+
+    def load() -> Staged:
+        docs = verified_manifests(shard, desc, slots)
+        # Each slot's parts are labelled with the schema id its manifest recorded (a schema change
+        # between staging and commit must not relabel them); an older writer's manifest without one
+        # is resolved from one extra head read, or refused (staged_schema_id).
+        header = shard.reader().head().header if any(d.schema_id is None for d in docs) else None
+        staged = [StagedBatch(desc.desc_id, desc.lower, desc.upper, doc.parts,
+                              staged_schema_id(doc, desc, header, url=shard.url)) for doc in docs]
+        # Slots that disagree on their props (none do today) record none: props are claims
+        # about the whole batch, and readers treat a missing one as "unknown".
+        props = docs[0].props if all(doc.props == docs[0].props for doc in docs) else {}
+        hooks.fire("append.before_commit", shard_url=shard.url, desc_id=desc.desc_id, attempt=desc.attempt)
+        return staged, props
+
+    def committed_now(result: AppendResult) -> None:
+        hooks.fire("append.committed", shard_url=shard.url, desc_id=desc.desc_id, attempt=desc.attempt,
+                   seqno=result.seqno)
+
+    claim = Claim(desc_id=desc.desc_id, lower=desc.lower, upper=desc.upper, writer=writer, listing=desc.listing)
+    return shard.settle(claim, load=load, decided=fate, on_commit=committed_now)
+
+
 def append_from_manifests(shard: Shard, desc: Description, slots: int, *, writer: str | None = None,
                           fate: Fate | None = None) -> AppendResult:
-    """Verify the ``slots`` manifests of ``desc`` and compare-and-append them.
-
-    ``fate``: the fate of ``desc`` the caller already decided from a state version, e.g.
-    :func:`next_in_chain` right after committing the description before it (that commit's
-    version is the evidence); None: decided here from one fresh read. Either way the fate is
-    decided at most once before the commit attempt, which is itself the check against newer
-    versions (a stale "still possible" costs a refused commit, never a wrong one).
-
-    Returns ``committed`` or ``already_committed`` (a retried task, or its twin still
-    running, landed it; no manifests needed then). If the description can never commit,
-    deletes everything it staged and raises LostRaceError carrying the shard's current
-    upper. UnknownOutcomeError and CorruptionError propagate with nothing deleted.
+    """:func:`settle_manifests` as a call that commits or raises: ``committed`` or
+    ``already_committed`` (a retried task, or its twin still running, landed it); LostRaceError
+    (its staged objects deleted; the shard's current upper) if it can never commit;
+    UpperMismatchError (nothing deleted) if its turn has not come. UnknownOutcomeError,
+    FateUnknownError and CorruptionError propagate with nothing deleted.
 
     SUBTLE (twin appends: Airflow retries this task while its first try still runs): every
-    decision comes from ONE state read (the fate), and every deletion re-derives it
-    (:func:`shardsink.core.fate.delete_staged`). A twin may commit at any moment between our
-    steps; then the next fate read says Committed and its parts are kept.
+    decision comes from ONE state read, and every deletion re-derives it
+    (:func:`shardsink.core.fate.delete_staged`); :mod:`shardsink.core.settle` says how.
     """
-    if fate is None:
-        fate = shard.fate(desc.desc_id, desc.lower)
-    if isinstance(fate, Unknown):  # nothing deleted, nothing claimed: the task fails, naming the window
-        raise unknown_fate_error(shard.url, desc.desc_id, desc.lower, desc.upper, fate)
-    if isinstance(fate, Committed):
-        return _landed(shard, desc, fate)
-    if isinstance(fate, CannotCommit):
-        # e.g. a re-run of an append whose description lost earlier and whose manifests are gone.
-        return _settle_loss(shard, desc, fate)
-    if fate.upper != desc.lower:
-        raise UpperMismatchError(
-            f"description {desc.desc_id} [{desc.lower}, {desc.upper}) starts above the upper {fate.upper} of "
-            f"{shard.url}: its turn has not come (an earlier interval is not committed yet); it was not "
-            "committed and nothing was deleted (it may still commit once the upper reaches its lower)",
-            expected=desc.lower, current=fate.upper,
-        )
-    try:
-        docs = verified_manifests(shard, desc, slots)
-    except CorruptionError:
-        # SUBTLE: a twin may have settled the description (committed it, or seen it lose to a
-        # rival) and deleted the manifests under our feet. Judge by a fresh fate read.
-        again = shard.fate(desc.desc_id, desc.lower)
-        if isinstance(again, Committed):
-            return _landed(shard, desc)
-        if isinstance(again, CannotCommit):
-            return _settle_loss(shard, desc)
-        if isinstance(again, Unknown):
-            raise unknown_fate_error(shard.url, desc.desc_id, desc.lower, desc.upper, again) from None
-        raise
-    # Each slot's parts are labelled with the schema id its manifest recorded (a schema change
-    # between staging and commit must not relabel them); an older writer's manifest without one
-    # is resolved from one extra head read, or refused (staged_schema_id).
-    header = shard.reader().head().header if any(d.schema_id is None for d in docs) else None
-    staged = [StagedBatch(desc.desc_id, desc.lower, desc.upper, doc.parts,
-                          staged_schema_id(doc, desc, header, url=shard.url)) for doc in docs]
-    # Slots that disagree on their props (none do today) record none: props are claims
-    # about the whole batch, and readers treat a missing one as "unknown".
-    props = docs[0].props if all(doc.props == docs[0].props for doc in docs) else {}
-    hooks.fire("append.before_commit", shard_url=shard.url, desc_id=desc.desc_id, attempt=desc.attempt)
-    try:
-        result = shard.compare_and_append(staged, expected_upper=desc.lower, new_upper=desc.upper,
-                                          desc_id=desc.desc_id, writer=writer, props=props, listing=desc.listing)
-    except UpperMismatchError:
-        return _settle_loss(shard, desc)
-    hooks.fire("append.committed", shard_url=shard.url, desc_id=desc.desc_id, attempt=desc.attempt,
-               seqno=result.seqno)
-    # Our own commit's version is the evidence: committed, with exactly the parts we staged
-    # (an "already committed" answer is a twin's batch, whose parts we do not know: re-read).
-    mine = Committed(result.seqno, frozenset(p.key for s in staged for p in s.parts), result.rows,
-                     desc.lower, desc.upper) if result.status == "committed" else None
-    cleanup(shard, desc, decided=mine)
-    return result
+    got = settle_manifests(shard, desc, slots, writer=writer, fate=fate)
+    if isinstance(got, AppendResult):
+        return got
+    raise missed_error(shard.url, desc, got)
+
+
+def missed_error(url: str, desc: Description, missed: Refused | NotYet) -> UpperMismatchError:
+    """The error that says why ``desc`` did not commit: LostRaceError once its staged objects were
+    deleted (a fresh description is needed), UpperMismatchError while it may still commit."""
+    what = f"description {desc.desc_id} [{desc.lower}, {desc.upper})"
+    if isinstance(missed, NotYet):
+        return UpperMismatchError(
+            f"{what} starts above the upper {missed.upper} of {url}: its turn has not come (an earlier interval "
+            "is not committed yet); it was not committed and nothing was deleted (it may still commit once the "
+            "upper reaches its lower)", expected=desc.lower, current=missed.upper)
+    return LostRaceError(
+        f"lost the race on {url}: shard upper is {missed.current}, not {desc.lower}; {what} was not committed; "
+        f"deleted its {missed.deleted} staged objects; a fresh description is needed (clear the whole DAG run, "
+        "not just this task)", expected=desc.lower, current=missed.current, deleted=missed.deleted)
 
 
 def append_chain(shard: Shard, chain: Sequence[Description], slots: int, *, writer: str | None = None,
-                 first: Fate | None = None) -> Iterator[tuple[Description, AppendResult | UpperMismatchError]]:
-    """Append a mint's chain in order (:func:`append_from_manifests`; a correcting description
-    has one manifest slot), yielding each description with its result or the UpperMismatchError
-    that lost it (a :class:`LostRaceError` once its staged objects were deleted); the next one
-    still commits if its lower is the upper. A description that follows one just committed takes
-    its fate from that commit's version (:func:`next_in_chain`): no read. ``first``: the first
-    description's fate as the caller already read it (e.g. to see whether its turn has come).
-    Other errors propagate.
+                 first: Fate | None = None) -> Iterator[tuple[Description, Settled]]:
+    """Settle a mint's chain in order (:func:`settle_manifests`; a correcting description has one
+    manifest slot), yielding each description with how it settled; the next one still commits if
+    its lower is the upper. A description that follows one just committed takes its fate from that
+    commit's version (:func:`next_in_chain`): no read. ``first``: the first description's fate as
+    the caller already read it. Errors propagate.
     """
     prev: AppendResult | None = None
     for i, d in enumerate(chain):
         fate = next_in_chain(prev, d) if prev is not None else (first if i == 0 else None)
-        try:
-            prev = append_from_manifests(shard, d, 1 if d.corrects else slots, writer=writer, fate=fate)
-        except UpperMismatchError as e:
-            prev = None
-            yield d, e
-            continue
-        yield d, prev
-
-
-def _landed(shard: Shard, desc: Description, fate: Committed | None = None) -> AppendResult:
-    """``desc`` is committed: delete its leftovers (the primitive keeps its batch) and report it.
-    ``fate``: the Committed fate already decided (final: no second read)."""
-    gone = shard.writer().delete_staged(desc.desc_id, desc.lower, decided=fate)
-    assert isinstance(gone.fate, Committed)
-    check_same_bounds(shard.url, desc.desc_id, gone.fate, desc.lower, desc.upper)
-    return AppendResult("already_committed", desc.desc_id, gone.fate.seqno, desc.lower, desc.upper, gone.fate.rows,
-                        gone.fate.writer, gone.fate.at)
-
-
-def _settle_loss(shard: Shard, desc: Description, fate: CannotCommit | None = None) -> AppendResult:
-    """Delete what ``desc`` staged if it can never commit and raise LostRaceError.
-
-    ``fate``: a CannotCommit already decided from a state version (final: reused, no read).
-    SUBTLE: without it (a refused commit) the primitive decides from a fresh read, which may
-    show a twin's commit of ``desc``: then this is no loss, and the twin's commit is reported
-    as already committed.
-    """
-    gone = shard.writer().delete_staged(desc.desc_id, desc.lower, decided=fate)
-    if isinstance(gone.fate, Committed):
-        check_same_bounds(shard.url, desc.desc_id, gone.fate, desc.lower, desc.upper)
-        return AppendResult("already_committed", desc.desc_id, gone.fate.seqno, desc.lower, desc.upper,
-                            gone.fate.rows, gone.fate.writer, gone.fate.at)
-    if isinstance(gone.fate, Unknown):  # GC passed it meanwhile: never "lost" on an unknown history
-        raise unknown_fate_error(shard.url, desc.desc_id, desc.lower, desc.upper, gone.fate)
-    current = gone.fate.upper
-    raise LostRaceError(
-        f"lost the race on {shard.url}: shard upper is {current}, not {desc.lower}; description "
-        f"{desc.desc_id} [{desc.lower}, {desc.upper}) was not committed; deleted its {gone.total} staged objects; "
-        "a fresh description is needed (clear the whole DAG run, not just this task)",
-        expected=desc.lower, current=current, deleted=gone.total,
-    )
+        got = settle_manifests(shard, d, 1 if d.corrects else slots, writer=writer, fate=fate)
+        prev = got if isinstance(got, AppendResult) else None
+        yield d, got
