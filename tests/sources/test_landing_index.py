@@ -280,7 +280,7 @@ class _SlowReads:
                 self.in_flight += 1
                 self.most = max(self.most, self.in_flight)
             try:
-                time.sleep(self._delay)
+                time.sleep(self._delay)  # a slow store's latency, so reads overlap: what the test counts
                 return real(*a, **kw)
             finally:
                 with self._lock:

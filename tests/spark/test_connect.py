@@ -95,7 +95,7 @@ def released(connect: Any, before: set[str], *, wait: float = 15.0) -> bool:
     while connect.open_sessions() != before:
         if time.monotonic() > deadline:
             return False
-        time.sleep(0.2)
+        time.sleep(0.2)  # the server's listener writes its event log a moment later: polled, bounded
     return True
 
 
@@ -138,7 +138,7 @@ def test_a_client_killed_mid_write_leaves_the_description_possible_and_the_retry
 
         def staged(**kw):
             print("STAGED", flush=True)
-            time.sleep(600)
+            time.sleep(600)  # the child holds here until the test SIGKILLs it (a killed task)
 
         hooks.register("write.staged", staged)
         req = decode_request(sys.stdin.read(), IngestWriteRequest)
