@@ -46,14 +46,37 @@ class RetryPolicy:
         return RetryPolicy(self.name, self.attempts, self.first_wait, self.max_wait, self.deadline, sleep)
 
     def call(self, fn: Callable[[], T], *, retry_on: Callable[[BaseException], bool]) -> T:
-        r = Retrying(
-            stop=stop_after_attempt(self.attempts) | stop_after_delay(self.deadline),
+        """``fn()``, retried by this policy (tenacity: at most ``attempts`` tries within
+        ``deadline`` seconds of the first, full-jitter exponential waits slept with ``sleep``)
+        while what it raises passes ``retry_on``; the last error is raised as is.
+
+        The first try runs directly: the tenacity loop is built only once a try failed
+        retryably (most requests succeed at once, and building it cost more than a request
+        to the in-memory store), and is handed that failure as its first attempt, so the
+        tries, waits and deadline are the same as a loop built up front."""
+        start = time.monotonic()
+        try:
+            return fn()
+        except BaseException as e:  # what tenacity's loop would judge: retry_on decides
+            if not retry_on(e):
+                raise
+            failed: list[BaseException] = [e]
+
+        def attempt() -> T:
+            if failed:
+                raise failed.pop()
+            return fn()
+
+        return self._retrying(retry_on, self.deadline - (time.monotonic() - start))(attempt)
+
+    def _retrying(self, retry_on: Callable[[BaseException], bool], deadline: float) -> Retrying:
+        return Retrying(
+            stop=stop_after_attempt(self.attempts) | stop_after_delay(deadline),
             wait=wait_random_exponential(multiplier=self.first_wait, max=self.max_wait),
             retry=retry_if_exception(retry_on),
             sleep=self.sleep,
             reraise=True,
         )
-        return r(fn)
 
     def backoff(self, attempt: int) -> float:
         """The jittered wait before try ``attempt`` (>= 2), as :meth:`call` waits: uniform in
