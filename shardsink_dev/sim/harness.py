@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from types import ModuleType
 from typing import Any, TypeVar
 
 import pyarrow as pa
@@ -74,13 +75,22 @@ class InlinePool:
         return map(fn, *iterables)
 
 
+#: The shardsink modules naming ThreadPoolExecutor, found when ``sys.modules`` had this many entries
+#: (looked for again only once more modules are imported: a schedule imports none after the first).
+_pool_users: tuple[int, list[ModuleType]] = (-1, [])
+
+
 def _inline_pools() -> list[tuple[Any, str, Any]]:
     """Every ThreadPoolExecutor the library can reach (``concurrent.futures``' own, for imports made
     inside functions, and every module global of shardsink naming it) made an InlinePool."""
+    global _pool_users
     undo: list[tuple[Any, str, Any]] = [(concurrent.futures, "ThreadPoolExecutor", _POOL)]
     concurrent.futures.ThreadPoolExecutor = InlinePool  # type: ignore[misc, assignment]
-    for name, mod in list(sys.modules.items()):
-        if name.startswith("shardsink") and mod is not None and getattr(mod, "ThreadPoolExecutor", None) is _POOL:
+    if _pool_users[0] != len(sys.modules):
+        _pool_users = (len(sys.modules), [mod for name, mod in list(sys.modules.items()) if name.startswith("shardsink")
+                                          and mod is not None and getattr(mod, "ThreadPoolExecutor", None) is _POOL])
+    for mod in _pool_users[1]:
+        if getattr(mod, "ThreadPoolExecutor", None) is _POOL:
             undo.append((mod, "ThreadPoolExecutor", _POOL))
             setattr(mod, "ThreadPoolExecutor", InlinePool)  # noqa: B010
     return undo

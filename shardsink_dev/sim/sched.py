@@ -1,9 +1,10 @@
-"""The baton scheduler: actors run the real library in threads, exactly one at a time.
+"""The baton scheduler: actors run the real library as coroutines, exactly one at a time.
 
 Each actor (an Airflow task try, a maintenance pass, the landing zone's producer) runs in its own
-thread and holds the *baton* while it runs. Every store request it makes passes
-:meth:`Scheduler.request` first (the world's gate, :mod:`shardsink_dev.sim.store`), which draws
-from the schedule's tape (:mod:`shardsink_dev.sim.tape`):
+greenlet (a stack of its own in the caller's thread, switched to explicitly: a hand-over is a
+stack switch, not two OS threads waking each other) and holds the *baton* while it runs. Every
+store request it makes passes :meth:`Scheduler.request` first (the world's gate,
+:mod:`shardsink_dev.sim.store`), which draws from the schedule's tape (:mod:`shardsink_dev.sim.tape`):
 
 1. how far the simulated clock moves (a tick);
 2. whether the caller crashes here (:class:`Crash`: the actor stops between two store calls, as a
@@ -24,10 +25,11 @@ what :meth:`Scheduler.run` reports.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from greenlet import GreenletExit, getcurrent, greenlet
 
 from shardsink_dev.sim.store import WRITES, Outcome, SimClock
 from shardsink_dev.sim.tape import Tape
@@ -66,15 +68,14 @@ class Rates:
 
 
 class Actor:
-    """One thread of the world: ``body`` runs holding the baton (its value kept as ``result``);
+    """One process of the world: ``body`` runs holding the baton (its value kept as ``result``);
     ``on_end(actor)`` after it."""
 
     def __init__(self, sched: Scheduler, name: str, body: Callable[[], Any], *, start_at: float, crashable: bool,
                  on_end: Callable[[Actor], None] | None) -> None:
         self.sched, self.name, self.body = sched, name, body
         self.start_at, self.crashable, self.on_end = start_at, crashable, on_end
-        self.go = threading.Event()
-        self.thread: threading.Thread | None = None
+        self.glet: greenlet | None = None  # its coroutine, once it first held the baton
         self.finished = False
         self.dead = False  # crashed: every later request raises Crash
         #: What the body raised (None: it returned); a Crash when it was killed.
@@ -84,16 +85,15 @@ class Actor:
         self.process: dict[str, Any] = {}
 
     def main(self) -> None:
-        self.go.wait()
-        self.go.clear()
         try:
             if self.sched.failure is not None:
                 raise Crash()
             self.result = self.body()
+        except GreenletExit:
+            raise  # never resumed (a run given up): nothing to judge
         except BaseException as e:  # the world's on_end judges what the body raised
             self.error = e
-        finally:
-            self.sched.ended(self)
+        self.sched.ended(self)
 
 
 class Scheduler:
@@ -109,7 +109,8 @@ class Scheduler:
         self.storm = 0  # requests of the current storm still to come
         #: Called with the actor about to hold the baton (the world swaps in its process's memory).
         self.on_resume: Callable[[Actor], None] | None = None
-        self._done = threading.Event()
+        self._then: Actor | None = None  # who holds the baton after the actor that just ended
+        self._loop: greenlet | None = None  # :meth:`run`'s coroutine, every actor's parent
 
     # --- actors -----------------------------------------------------------------------------
 
@@ -128,16 +129,15 @@ class Scheduler:
         return v
 
     def run(self) -> None:
-        """Run every actor (and those they spawn) to its end."""
-        first = self._next()
-        if first is None:
-            return
-        self._done.clear()
-        self._resume(first)
-        self._done.wait()
-        for a in self.actors:
-            if a.thread is not None:
-                a.thread.join()
+        """Run every actor (and those they spawn) to its end: each actor's coroutine returns here
+        when its body ends (its parent), and the baton goes to the one :meth:`ended` chose."""
+        self._loop = getcurrent()
+        nxt = self._next()
+        while nxt is not None:
+            self._then = None
+            self._resume(nxt)
+            nxt = self._then
+        self.current = None
 
     def _ready(self, but: Actor | None = None) -> list[Actor]:
         now = self.clock.now
@@ -155,16 +155,17 @@ class Scheduler:
         return ready[self.tape.draw(len(ready))]
 
     def _resume(self, a: Actor) -> None:
+        """Hand the baton to ``a``: returns when it is handed back to the caller (to the run's
+        loop: when an actor ended)."""
         self.current = a
         if self.on_resume is not None:
             self.on_resume(a)
-        if a.thread is None:
-            a.thread = threading.Thread(target=a.main, name=f"sim:{a.name}", daemon=True)
-            a.thread.start()
-        a.go.set()
+        if a.glet is None:
+            a.glet = greenlet(a.main, parent=self._loop)
+        a.glet.switch()
 
     def ended(self, a: Actor) -> None:
-        """Called in ``a``'s thread as its body ends: its ``on_end``, then the baton goes on."""
+        """Called in ``a``'s coroutine as its body ends: its ``on_end``, then who holds the baton next."""
         a.finished = True
         self.trace.append(f"{self.steps} {a.name} end {type(a.error).__name__ if a.error else 'ok'}")
         if a.on_end is not None and self.failure is None:
@@ -172,12 +173,7 @@ class Scheduler:
                 a.on_end(a)
             except Violation as v:
                 self.fail(v)
-        nxt = self._next() if self.failure is None else next((x for x in self.actors if not x.finished), None)
-        if nxt is None:
-            self.current = None
-            self._done.set()
-        else:
-            self._resume(nxt)
+        self._then = self._next() if self.failure is None else next((x for x in self.actors if not x.finished), None)
 
     # --- the gate ---------------------------------------------------------------------------
 
@@ -186,8 +182,8 @@ class Scheduler:
         a = self.current
         if a is None:
             return "ok"  # the world's own set-up and checks, outside every actor
-        if threading.current_thread() is not a.thread:
-            raise RuntimeError(f"store request from a thread that is not the running actor ({where})")
+        if getcurrent() is not a.glet:
+            raise RuntimeError(f"store request from outside the running actor (another thread?) ({where})")
         if a.dead or self.failure is not None:
             raise Crash()
         self.steps += 1
@@ -203,8 +199,6 @@ class Scheduler:
             others = self._ready(but=a)
             if others:
                 self._resume(others[t.draw(len(others))])
-                a.go.wait()
-                a.go.clear()
                 if a.dead or self.failure is not None:
                     raise Crash()
         out = self._outcome(method)
