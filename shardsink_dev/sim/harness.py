@@ -3,10 +3,10 @@
 * **the store**: ``s3://<bucket>/...`` of the world's buckets open the in-memory store
   (:func:`shardsink.storage.url.serve`), behind the same :class:`~shardsink.storage.retry.RetryingBlob`
   as every store, whose policy sleeps in simulated time (the clock advances by the wait);
-* **the clock**: commits are stamped by the simulated clock (``shardsink.core.machine.now_iso``, the
-  one place the commit machine reads the wall clock; tests already pin it the same way); every
-  other clock the paths under test read is a parameter the world passes (GC's, verify's, leases',
-  the append's turn, the sweep's ``now``);
+* **the clock**: commits are stamped by the simulated clock, installed in core's public wall-clock
+  hook (:data:`shardsink.core.clock.WALL`, the one clock the commit machine reads that no caller
+  passes); every other clock the paths under test read is a parameter the world passes (GC's,
+  verify's, leases', the append's turn, the sweep's ``now``);
 * **the randomness**: ``uuid.uuid4`` (part keys, nonces, description and compaction ids) and the
   ``random`` module (retry jitter) are seeded from the schedule's seed;
 * **concurrency**: the library's thread pools (parallel GETs of versions and parts, verify's
@@ -32,14 +32,13 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from types import ModuleType
 from typing import Any, TypeVar
 
 import pyarrow as pa
 
-import shardsink.core.machine as machine_mod
 import shardsink.iceberg.keeper as keeper_mod
+from shardsink.core.clock import WALL
 from shardsink.storage.retry import STORAGE, RetryingBlob
 from shardsink.storage.url import ShardUrl, serve
 from shardsink_dev.sim.store import MemBlob, World
@@ -117,7 +116,7 @@ def injected(world: World, seed: int, buckets: Iterable[str]) -> Iterator[None]:
     """Serve ``buckets`` from ``world`` and inject its clock and ``seed`` (see the module docstring)."""
     ids = random.Random(seed ^ 0x5EED)
     saved_random = random.getstate()
-    saved = (uuid.uuid4, machine_mod.now_iso, pa.cpu_count(), keeper_mod._views)
+    saved = (uuid.uuid4, pa.cpu_count(), keeper_mod._views)
     pools: list[tuple[Any, str, Any]] = []
     log = logging.getLogger("shardsink")
     level = log.level
@@ -125,21 +124,21 @@ def injected(world: World, seed: int, buckets: Iterable[str]) -> Iterator[None]:
     try:
         uuid.uuid4 = lambda: uuid.UUID(int=ids.getrandbits(128), version=4)
         random.seed(seed)
-        machine_mod.now_iso = lambda: datetime.fromtimestamp(world.clock.now, UTC).isoformat(timespec="milliseconds")
         pools = _inline_pools()
         per_process(None)
         pa.set_cpu_count(1)
         log.setLevel(logging.ERROR)
         for b in names:
             serve(b, lambda u: open_sim_blob(world, u))
-        yield
+        with WALL.using(world.clock.time):
+            yield
     finally:
         for b in names:
             serve(b, None)
-        uuid.uuid4, machine_mod.now_iso = saved[0], saved[1]
+        uuid.uuid4 = saved[0]
         for mod, attr, value in pools:
             setattr(mod, attr, value)
-        pa.set_cpu_count(saved[2])
-        keeper_mod._views = saved[3]
+        pa.set_cpu_count(saved[1])
+        keeper_mod._views = saved[2]
         random.setstate(saved_random)
         log.setLevel(level)

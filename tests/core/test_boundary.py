@@ -73,9 +73,6 @@ EXEMPT = {
                                                   "layout), not a shard; its executors read the zone's files"),
     "shardsink_dev.synthetic": (FORBIDDEN_NAME, "lands files in a landing zone, not a shard"),
     "bench.landing_history": (FORBIDDEN_NAME, "sizes a landing zone's files, not a shard's"),
-    "shardsink_dev.sim.harness": ("shardsink.core.machine", "the simulator stamps commits with its clock by "
-                                  "patching shardsink.core.machine.now_iso for a run and restoring it after, as "
-                                  "tests pin it; it calls nothing of the machine"),
 }
 
 

@@ -34,12 +34,12 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 from shardsink.core import after_commit
 from shardsink.core import state as st
 from shardsink.core import state_codec as sc
 from shardsink.core import transitions as tr
+from shardsink.core.clock import WALL
 from shardsink.core.commands import Command, CreateCommand, Stamp
 from shardsink.core.keys import LATEST, VERSIONS_PREFIX, rollup_key, version_key
 from shardsink.core.version_store import VersionStore
@@ -77,8 +77,9 @@ def default_writer() -> str:
 
 
 def now_iso() -> str:
-    """The wall-clock time a commit is stamped with (ISO 8601, UTC, milliseconds)."""
-    return datetime.now(UTC).isoformat(timespec="milliseconds")
+    """The wall-clock time a commit is stamped with (ISO 8601, UTC, milliseconds): the
+    :data:`shardsink.core.clock.WALL` hook's."""
+    return WALL.iso()
 
 
 @dataclass
