@@ -394,7 +394,8 @@ def measure(commit: str, verbose: bool) -> dict[str, Any]:
 def report(base: dict[str, Any], head: dict[str, Any]) -> str:
     def line(r: dict[str, Any]) -> str:
         return (f"{r['commit']}: {r['stays']} stays in {r['rooms']} rooms, {r['climbs']} climbs, {r['returns']} "
-                f"returns; {r['layer_stays']} stays in a layer; {r['calls']} functions entered ({r['call_climbs']} calls up a layer); call sites not "
+                f"returns; {r['layer_stays']} stays in a layer; {r['calls']} functions entered "
+                f"({r['call_climbs']} calls up a layer); call sites not "
                 f"followed: {r['unresolved']} unresolved, {r['external']} external, {r['again']} again")
 
     keys = ("stays", "rooms", "climbs", "returns", "layer_stays", "calls")

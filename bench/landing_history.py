@@ -81,7 +81,8 @@ def day_folder(day: int, layout: str | None) -> str:
 
 def one_day(spark: Any, shard_url: str, src: Any, day: int, slots: int = 2) -> tuple[float, str]:
     """Mint, every slot's write job, append; returns (the mint's seconds, the description's id)."""
-    from shardsink.sinks.ingest import append_from_manifests, mint_chain, open_or_create
+    from shardsink.sinks.append import append_from_manifests
+    from shardsink.sinks.ingest import mint_chain, open_or_create
     from shardsink.sinks.seals import seals
     from shardsink.sinks.staging import write_manifest
     from shardsink.spark.stage import stage_dataframe

@@ -40,8 +40,9 @@ import _path  # noqa: F401  (repo root on sys.path)
 from proc_cpu import tree_cpu
 
 from shardsink import Shard
+from shardsink.sinks.append import append_from_manifests
 from shardsink.sinks.description import Description
-from shardsink.sinks.ingest import append_from_manifests, mint_chain, open_or_create
+from shardsink.sinks.ingest import mint_chain, open_or_create
 from shardsink.sources import source_spec
 from shardsink.sources.landing import LandingSource
 from shardsink.spark.request import IngestWriteRequest, encode_request

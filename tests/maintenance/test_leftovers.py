@@ -21,8 +21,8 @@ from shardsink import Shard
 from shardsink.cli import main
 from shardsink.maintenance.leftovers import leftovers
 from shardsink.maintenance.verify import verify
+from shardsink.sinks.append import cleanup
 from shardsink.sinks.description import Description
-from shardsink.sinks.ingest import cleanup
 from shardsink.sinks.staging import write_manifest
 
 TEMP = "parts/running/spark-0a1b/_temporary/0/task_1/part-00000.parquet"

@@ -17,7 +17,7 @@ from airflow.sdk.exceptions import AirflowSkipException
 
 from shardsink.provider import metrics
 from shardsink.provider.operators import ShardTaskMixin
-from shardsink.sinks.ingest import LostRaceError
+from shardsink.sinks.append import LostRaceError
 
 
 @pytest.fixture

@@ -24,8 +24,8 @@ from typing import Any
 from rc_helpers import mint_desc
 
 from shardsink import Shard, hooks
+from shardsink.sinks.append import LostRaceError, append_from_manifests
 from shardsink.sinks.description import Description, to_builtins
-from shardsink.sinks.ingest import LostRaceError, append_from_manifests
 from shardsink.sinks.seals import seals
 from shardsink.sinks.staging import write_manifest
 from shardsink.sources.kafka import KafkaSource

@@ -24,8 +24,8 @@ from typing import Any
 from rc_helpers import mint_desc, write_slots
 
 from shardsink import Shard
+from shardsink.sinks.append import LostRaceError, append_from_manifests
 from shardsink.sinks.description import Description, NoOp
-from shardsink.sinks.ingest import LostRaceError, append_from_manifests
 from shardsink.sources.base import source_from_spec
 from shardsink.sources.publish import after_commit
 

@@ -25,8 +25,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from shardsink import Shard
+from shardsink.sinks.append import append_from_manifests
 from shardsink.sinks.description import Description, NoOp
-from shardsink.sinks.ingest import append_from_manifests, mint_chain, open_or_create
+from shardsink.sinks.ingest import mint_chain, open_or_create
 from shardsink.sinks.seals import seals
 from shardsink.sinks.staging import write_manifest
 from shardsink.sources.base import Source

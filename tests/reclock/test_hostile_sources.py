@@ -28,8 +28,8 @@ from shardsink.errors import InvalidUsageError
 from shardsink.outcome import error_from_record, record_of
 from shardsink.reclock.health import read, read_sidecar
 from shardsink.reclock.remap import RemapShard
+from shardsink.sinks.append import append_from_manifests
 from shardsink.sinks.description import Description
-from shardsink.sinks.ingest import append_from_manifests
 from shardsink.sources.files import FileArrivals
 from shardsink.sources.kafka import KafkaSource
 from shardsink.sources.landing import MalformedInputError, read_data_file

@@ -36,8 +36,8 @@ from support.faultproxy import FaultProxy, fault_proxy
 from shardsink import Shard
 from shardsink.core.fate import DeleteRefusedError, delete_staged
 from shardsink.reclock.remap import RemapShard
+from shardsink.sinks.append import LostRaceError, append_from_manifests
 from shardsink.sinks.description import Description
-from shardsink.sinks.ingest import LostRaceError, append_from_manifests
 from shardsink.sources.files import FileArrivals
 from shardsink_dev.testing import MotoServer
 

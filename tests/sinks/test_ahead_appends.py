@@ -36,8 +36,8 @@ from shardsink.maintenance.gc import collect
 from shardsink.maintenance.gc_types import GcOptions
 from shardsink.maintenance.schedule import ScheduleOptions
 from shardsink.maintenance.verify import verify
+from shardsink.sinks.append import append_from_manifests
 from shardsink.sinks.description import Description, to_builtins
-from shardsink.sinks.ingest import append_from_manifests
 from shardsink.sinks.staging import write_manifest
 from shardsink.sinks.waiting import ahead_of, at_upper, staged_descriptions
 
@@ -74,7 +74,7 @@ def _append_worker(url: str, env: dict[str, str], job: dict[str, Any], kill_at: 
     os.environ.update(env)
     from shardsink import hooks
     from shardsink.errors import UpperMismatchError
-    from shardsink.sinks.ingest import LostRaceError
+    from shardsink.sinks.append import LostRaceError
 
     if kill_at is not None:
         hooks.register(kill_at, lambda **_: os._exit(9))  # type: ignore[arg-type]

@@ -13,9 +13,10 @@ from support.fake_source import FakeSource, rows
 
 from shardsink import Shard
 from shardsink.core.schema import SchemaChange
+from shardsink.sinks.append import append_from_manifests
 from shardsink.sinks.description import Description
 from shardsink.sinks.evolve import evolve_for_source, evolve_to
-from shardsink.sinks.ingest import append_from_manifests, mint_chain
+from shardsink.sinks.ingest import mint_chain
 from shardsink.sinks.staging import write_manifest
 from shardsink.sources import LandingSource
 from shardsink.sources.evolution import SchemaMismatchError

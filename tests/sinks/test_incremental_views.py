@@ -186,8 +186,8 @@ def test_a_retried_write_with_another_definition_commits_its_own_fingerprint(spa
     """Two write attempts of one description (a task retried after its DAG file changed):
     the commit pairs the last manifest's parts with that manifest's props, so the next
     run builds on the definition whose rows were committed, never the other one."""
+    from shardsink.sinks.append import append_from_manifests
     from shardsink.sinks.description import Description
-    from shardsink.sinks.ingest import append_from_manifests
     from shardsink.sinks.materialize import mint_view
     from shardsink.spark.view import write_view
 

@@ -9,8 +9,9 @@ from support.inject.faultpoints import install
 from shardsink import Shard
 from shardsink.core.shard import StagedBatch
 from shardsink.errors import CorruptionError, UnknownOutcomeError
+from shardsink.sinks.append import LostRaceError, append_from_manifests
 from shardsink.sinks.description import Description, NoOp, make_desc_id
-from shardsink.sinks.ingest import LostRaceError, append_from_manifests, committed, mint_chain
+from shardsink.sinks.ingest import committed, mint_chain
 from shardsink.sinks.seals import seals
 from shardsink.sinks.staging import write_manifest
 from shardsink_dev.synthetic import SCHEMA, publish_watermark

@@ -21,8 +21,8 @@ import pytest
 from shardsink import InvalidUsageError, Shard
 from shardsink.core.shard import AppendResult
 from shardsink.errors import ReadFrontierError, ShardNotFoundError
+from shardsink.sinks.append import LostRaceError, append_from_manifests
 from shardsink.sinks.description import NoOp
-from shardsink.sinks.ingest import LostRaceError, append_from_manifests
 from shardsink.sinks.materialize import View, mint_view, view
 from shardsink.spark.view import refresh_view, write_view
 

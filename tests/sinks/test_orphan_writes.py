@@ -60,8 +60,9 @@ from shardsink.core.updates import TIME
 from shardsink.maintenance.gc import collect
 from shardsink.maintenance.gc_types import GcOptions
 from shardsink.maintenance.verify import verify
+from shardsink.sinks.append import append_from_manifests
 from shardsink.sinks.description import Description, to_builtins
-from shardsink.sinks.ingest import append_from_manifests, mint_chain
+from shardsink.sinks.ingest import mint_chain
 from shardsink.sinks.seals import seals
 from shardsink.sinks.staging import write_manifest
 from shardsink.sources.base import source_from_spec

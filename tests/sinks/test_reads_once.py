@@ -21,8 +21,9 @@ import pytest
 
 from shardsink import hooks
 from shardsink.core.shard import Shard
+from shardsink.sinks.append import append_chain
 from shardsink.sinks.description import Description
-from shardsink.sinks.ingest import Seen, append_chain, committed, mint_chain, open_with_info, read_watermark
+from shardsink.sinks.ingest import Seen, committed, mint_chain, open_with_info, read_watermark
 from shardsink.sinks.staging import write_manifest
 from shardsink.sources.landing import WATERMARK_KEY, LandingSource
 from shardsink.storage.base import Blob

@@ -12,8 +12,9 @@ from support.fake_source import rows as _rows
 from shardsink import Shard
 from shardsink.core.schema import SchemaChange
 from shardsink.errors import InvalidUsageError
+from shardsink.sinks.append import append_from_manifests
 from shardsink.sinks.description import Description
-from shardsink.sinks.ingest import append_from_manifests, committed, mint_chain
+from shardsink.sinks.ingest import committed, mint_chain
 from shardsink.sinks.staging import read_manifests, write_manifest
 from shardsink_dev.synthetic import SCHEMA
 

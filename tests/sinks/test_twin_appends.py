@@ -27,8 +27,8 @@ from support import SCHEMA, Row, audit, rows_for, table_of
 
 from shardsink import Shard
 from shardsink.core.fate import CannotCommit, Committed
+from shardsink.sinks.append import LostRaceError, append_from_manifests
 from shardsink.sinks.description import Description, to_builtins
-from shardsink.sinks.ingest import LostRaceError, append_from_manifests
 from shardsink.sinks.staging import write_manifest
 from shardsink.storage.base import Blob, Fetched, ObjectInfo
 from shardsink.storage.url import open_blob, parse_url

@@ -33,8 +33,8 @@ from shardsink.airflow.view import ViewWriteOperator
 from shardsink.core import leases as ls
 from shardsink.core import shard as core_shard
 from shardsink.core.shard import Shard
+from shardsink.sinks.append import append_chain
 from shardsink.sinks.description import Description, to_builtins
-from shardsink.sinks.ingest import append_chain
 from shardsink.sinks.materialize import View, input_frontiers, mint_view, view
 from shardsink.spark.request import ViewWriteRequest, decode_request
 from shardsink.spark.view import write_view

@@ -34,8 +34,9 @@ from support import SCHEMA, Row, audit
 from shardsink import Shard
 from shardsink.core.fate import StillPossible
 from shardsink.errors import InvalidConfigurationError, InvalidUsageError
+from shardsink.sinks.append import append_from_manifests
 from shardsink.sinks.description import Description
-from shardsink.sinks.ingest import append_from_manifests, mint_chain
+from shardsink.sinks.ingest import mint_chain
 from shardsink.sources import source_spec
 from shardsink.sources.landing import LandingSource, slot_of
 from shardsink.spark.connect import connect_session, redacted, run_over_connect

@@ -11,8 +11,9 @@ from pathlib import Path
 
 from shardsink import Shard
 from shardsink.core.schema import SchemaChange
+from shardsink.sinks.append import append_from_manifests
 from shardsink.sinks.description import Description
-from shardsink.sinks.ingest import append_from_manifests, mint_chain, open_or_create
+from shardsink.sinks.ingest import mint_chain, open_or_create
 from shardsink.sources import source_spec
 from shardsink.sources.landing import LandingSource
 from shardsink.spark import build_pyfiles_zip, job_path

@@ -18,9 +18,10 @@ from shardsink import Shard
 from shardsink.core.roots import RootObjects
 from shardsink.maintenance.gc import collect
 from shardsink.maintenance.gc_types import GcOptions
+from shardsink.sinks.append import append_from_manifests
 from shardsink.sinks.description import Description
 from shardsink.sinks.evolve import evolve_for_source
-from shardsink.sinks.ingest import append_from_manifests, mint_chain, open_or_create
+from shardsink.sinks.ingest import mint_chain, open_or_create
 from shardsink.sinks.seals import seals
 from shardsink.sinks.staging import write_manifest
 from shardsink.sources import LandingSource, LateDataError, MalformedInputError

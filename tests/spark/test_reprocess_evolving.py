@@ -20,9 +20,9 @@ import pytest
 
 from shardsink import Shard
 from shardsink.core.schema import current as current_schema
+from shardsink.sinks.append import append_from_manifests
 from shardsink.sinks.description import Description
 from shardsink.sinks.evolve import evolve_for_source
-from shardsink.sinks.ingest import append_from_manifests
 from shardsink.sinks.staging import write_manifest
 from shardsink.sources.evolution import SchemaMode
 from shardsink.sources.landing import LandingSource, read_landing_file

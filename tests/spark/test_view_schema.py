@@ -19,8 +19,8 @@ from shardsink import InvalidUsageError, Shard
 from shardsink.core.schema import SchemaChange, current
 from shardsink.core.shard import AppendResult
 from shardsink.errors import ShardNotFoundError
+from shardsink.sinks.append import append_from_manifests
 from shardsink.sinks.description import Description
-from shardsink.sinks.ingest import append_from_manifests
 from shardsink.sinks.materialize import mint_view, view
 from shardsink.spark.incremental import BASIS, FINGERPRINT, output_fingerprint
 from shardsink.spark.linear import row_wise_view

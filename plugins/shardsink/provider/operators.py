@@ -44,7 +44,7 @@ def _pushed(context: Any, task_id: str) -> Any:
 
 
 def _lost_race(e: BaseException) -> bool:
-    from shardsink.sinks.ingest import LostRaceError
+    from shardsink.sinks.append import LostRaceError
 
     return isinstance(e.__cause__, LostRaceError)
 

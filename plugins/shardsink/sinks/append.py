@@ -28,21 +28,42 @@ primitive, and retries are the store's named policies: the caller (the Airflow t
 trigger, the CLI) maps the outcome to succeed, defer or fail and does nothing else.
 UnknownOutcomeError and FateUnknownError propagate (the caller retries the whole call, which
 re-reads).
+
+One description at a time (:func:`append_chain`, :func:`settle_manifests`, :func:`append_from_manifests`,
+:func:`cleanup`): core settles it (:meth:`shardsink.core.shard.Shard.settle`); this module hands core
+the description's claim and its verified manifests. Objects a description owns, all under the shard root:
+
+* ``parts/<desc_id>/<uuid>.parquet``: staged parts (written by the Spark executors);
+* ``staging/<desc_id>/slot-<i>.json``: the manifest of slot ``i``: the parts its
+  successful write attempt staged, its row count and the source inputs it read
+  (:class:`shardsink.core.manifests.ManifestDoc`, :mod:`shardsink.sinks.staging`).
+
+Description ids are unique per attempt (a fresh one after every lost race), so a
+prefix never mixes two descriptions, and whatever is under ``parts/<desc_id>/`` that
+the committed batch does not reference is a leftover of a killed or retried write
+attempt. Every deletion goes through :func:`shardsink.core.fate.delete_staged`, which
+re-derives the description's fate from one state read before deleting anything.
+
+SUBTLE (never delete on an unknown outcome): an UnknownOutcomeError propagates
+untouched; the retry re-reads the state. A description that may still commit is never
+cleaned up.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from shardsink.core.settle import NotYet, Refused
-from shardsink.core.shard import AppendResult, Shard
-from shardsink.errors import CorruptionError, InvalidUsageError, ShardClosedError, ShardsinkError
+from shardsink import hooks
+from shardsink.core.fate import CannotCommit, Committed, Fate, StillPossible, Unknown
+from shardsink.core.settle import Claim, NotYet, Refused, Settled, Staged
+from shardsink.core.shard import AppendResult, Shard, StagedBatch
+from shardsink.errors import CorruptionError, InvalidUsageError, ShardClosedError, ShardsinkError, UpperMismatchError
 from shardsink.sinks.description import Description
-from shardsink.sinks.ingest import append_chain, cleanup
+from shardsink.sinks.staging import staged_schema_id, verified_manifests
 from shardsink.sinks.waiting import at_upper, staged_descriptions, waits_behind
 
 log = logging.getLogger("shardsink.sinks")
@@ -201,3 +222,113 @@ def _settle_superseded(shard: Shard, superseded: Sequence[Description]) -> None:
             continue
         log.info("description %s (its turn given up) can never commit: deleted its %d staged objects", d.desc_id,
                  gone)
+
+
+# --- one description at a time ---------------------------------------------------------
+
+
+class LostRaceError(UpperMismatchError):
+    """The description lost compare-and-append; its staged objects were already deleted."""
+
+    def __init__(self, message: str, *, expected: int, current: int | None, deleted: int) -> None:
+        super().__init__(message, expected=expected, current=current)
+        self.deleted = deleted
+
+
+def next_in_chain(prev: AppendResult, desc: Description) -> Fate | None:
+    """The fate of ``desc`` as of the version that committed ``prev``, the description before it in
+    its chain: ``desc`` was minted to start where ``prev`` ends, and the version that committed
+    ``prev`` sealed nothing past it, so ``desc`` may still commit there (no read). None if
+    ``prev`` does not end at ``desc``'s lower (read the fate then)."""
+    return StillPossible(prev.upper) if prev.upper == desc.lower else None
+
+
+def cleanup(shard: Shard, desc: Description, *, decided: Committed | CannotCommit | Unknown | None = None) -> int:
+    """Delete what ``desc`` staged and its fate lets go (:func:`shardsink.core.fate.delete_staged`):
+    its manifests, and its parts unless its committed batch references them. Returns objects deleted.
+    ``decided``: a final fate already decided from a state version (no second read).
+    A description id (a ``str``) is refused: the lower the fate is decided at comes with the description.
+    """
+    if not isinstance(desc, Description):
+        raise InvalidUsageError(f"cleanup takes the Description (its id and lower), not {type(desc).__name__} "
+                                f"{desc!r:.120}; nothing deleted", value=repr(desc)[:120])
+    return shard.writer().delete_staged(desc.desc_id, desc.lower, decided=decided).total
+
+
+def settle_manifests(shard: Shard, desc: Description, slots: int, *, writer: str | None = None,
+                     fate: Fate | None = None) -> Settled:
+    """Commit ``desc`` from its ``slots`` verified manifests, or say why not: :meth:`Shard.settle`
+    (committed or already committed, Refused with its staged objects deleted, NotYet), with the
+    manifests read only when it may commit now. ``fate``: as decided by the caller from a version
+    it holds (:func:`next_in_chain`), else one fresh read. Hooks ``append.before_commit`` and
+    ``append.committed`` fire around the conditional put."""
+
+    def load() -> Staged:
+        docs = verified_manifests(shard, desc, slots)
+        # Each slot's parts are labelled with the schema id its manifest recorded (a schema change
+        # between staging and commit must not relabel them); an older writer's manifest without one
+        # is resolved from one extra head read, or refused (staged_schema_id).
+        header = shard.reader().head().header if any(d.schema_id is None for d in docs) else None
+        staged = [StagedBatch(desc.desc_id, desc.lower, desc.upper, doc.parts,
+                              staged_schema_id(doc, desc, header, url=shard.url)) for doc in docs]
+        # Slots that disagree on their props (none do today) record none: props are claims
+        # about the whole batch, and readers treat a missing one as "unknown".
+        props = docs[0].props if all(doc.props == docs[0].props for doc in docs) else {}
+        hooks.fire("append.before_commit", shard_url=shard.url, desc_id=desc.desc_id, attempt=desc.attempt)
+        return staged, props
+
+    def committed_now(result: AppendResult) -> None:
+        hooks.fire("append.committed", shard_url=shard.url, desc_id=desc.desc_id, attempt=desc.attempt,
+                   seqno=result.seqno)
+
+    claim = Claim(desc_id=desc.desc_id, lower=desc.lower, upper=desc.upper, writer=writer, listing=desc.listing)
+    return shard.settle(claim, load=load, decided=fate, on_commit=committed_now)
+
+
+def append_from_manifests(shard: Shard, desc: Description, slots: int, *, writer: str | None = None,
+                          fate: Fate | None = None) -> AppendResult:
+    """:func:`settle_manifests` as a call that commits or raises: ``committed`` or
+    ``already_committed`` (a retried task, or its twin still running, landed it); LostRaceError
+    (its staged objects deleted; the shard's current upper) if it can never commit;
+    UpperMismatchError (nothing deleted) if its turn has not come. UnknownOutcomeError,
+    FateUnknownError and CorruptionError propagate with nothing deleted.
+
+    SUBTLE (twin appends: Airflow retries this task while its first try still runs): every
+    decision comes from ONE state read, and every deletion re-derives it
+    (:func:`shardsink.core.fate.delete_staged`); :mod:`shardsink.core.settle` says how.
+    """
+    got = settle_manifests(shard, desc, slots, writer=writer, fate=fate)
+    if isinstance(got, AppendResult):
+        return got
+    raise missed_error(shard.url, desc, got)
+
+
+def missed_error(url: str, desc: Description, missed: Refused | NotYet) -> UpperMismatchError:
+    """The error that says why ``desc`` did not commit: LostRaceError once its staged objects were
+    deleted (a fresh description is needed), UpperMismatchError while it may still commit."""
+    what = f"description {desc.desc_id} [{desc.lower}, {desc.upper})"
+    if isinstance(missed, NotYet):
+        return UpperMismatchError(
+            f"{what} starts above the upper {missed.upper} of {url}: its turn has not come (an earlier interval "
+            "is not committed yet); it was not committed and nothing was deleted (it may still commit once the "
+            "upper reaches its lower)", expected=desc.lower, current=missed.upper)
+    return LostRaceError(
+        f"lost the race on {url}: shard upper is {missed.current}, not {desc.lower}; {what} was not committed; "
+        f"deleted its {missed.deleted} staged objects; a fresh description is needed (clear the whole DAG run, "
+        "not just this task)", expected=desc.lower, current=missed.current, deleted=missed.deleted)
+
+
+def append_chain(shard: Shard, chain: Sequence[Description], slots: int, *, writer: str | None = None,
+                 first: Fate | None = None) -> Iterator[tuple[Description, Settled]]:
+    """Settle a mint's chain in order (:func:`settle_manifests`; a correcting description has one
+    manifest slot), yielding each description with how it settled; the next one still commits if
+    its lower is the upper. A description that follows one just committed takes its fate from that
+    commit's version (:func:`next_in_chain`): no read. ``first``: the first description's fate as
+    the caller already read it. Errors propagate.
+    """
+    prev: AppendResult | None = None
+    for i, d in enumerate(chain):
+        fate = next_in_chain(prev, d) if prev is not None else (first if i == 0 else None)
+        got = settle_manifests(shard, d, 1 if d.corrects else slots, writer=writer, fate=fate)
+        prev = got if isinstance(got, AppendResult) else None
+        yield d, got

@@ -6,7 +6,7 @@ stored in an output shard, one batch per run::
 
     mint_view(view, output_url, ...)  -> Description | NoOp        (no JVM)
     shardsink.spark.view.write_view(spark, view, output_url, desc) (spark-submit, 1 job)
-    shardsink.sinks.ingest.append_from_manifests(shard, desc, 1)   (same as the ingest sink)
+    shardsink.sinks.append.append_from_manifests(shard, desc, 1)   (same as the ingest sink)
 
 mint: ``lower`` = the output shard's upper (``initial_upper`` before the first run);
 ``upper`` = min(every input's upper, the run's interval end, ``lower + max_span``): the

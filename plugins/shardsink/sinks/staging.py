@@ -46,7 +46,7 @@ def write_manifest(
     change can have landed since the description was minted (:func:`staged_schema_id`).
 
     ``props`` are recorded in the commit info if every slot of ``desc`` publishes the same
-    ones (:func:`shardsink.sinks.ingest.append_from_manifests`). SUBTLE: they travel in the same document as the
+    ones (:func:`shardsink.sinks.append.append_from_manifests`). SUBTLE: they travel in the same document as the
     parts, so a commit never pairs one attempt's parts with another attempt's props.
     """
     if schema_id is not None and (isinstance(schema_id, bool) or not isinstance(schema_id, int)

@@ -351,7 +351,7 @@ def refresh_view(spark: SparkSession, v: View, *, output_url: str, initial_upper
     For notebooks, scripts, tests and benchmarks; the Airflow DAG runs the same three steps.
     Lost races back off by :data:`REFRESH` (full jitter) before the next fresh mint.
     """
-    from shardsink.sinks.ingest import LostRaceError, append_from_manifests
+    from shardsink.sinks.append import LostRaceError, append_from_manifests
     from shardsink.sinks.materialize import mint_view
 
     attempts = itertools.count(1)
