@@ -6,7 +6,9 @@ Settings come from the environment with embedded defaults, so this one file serv
     SHARDSINK_DEMO_ROOT     base folder of the defaults below (default: <repo>/.demo)
     SHARDSINK_LANDING       landing zone (path, file:// or s3:// URL)  [<root>/landing]
     SHARDSINK_SHARD         shard URL                                   [<root>/shards/events]
-    SHARDSINK_WRITERS       spark-submit writer slots                   [2]
+    SHARDSINK_WRITERS       writer slots (a Spark job or session each)  [2]
+    SHARDSINK_ENGINE        submit: each slot a spark-submit; connect: each slot a client session
+                            of the Spark Connect server of connection ``spark_connect_default``  [submit]
     SHARDSINK_MAX_SPAN_H    max hours per batch                         [24]
     SHARDSINK_START         first day (ISO date; also the shard's initial upper) [2024-01-01]
     SHARDSINK_MAX_ATTEMPTS  fresh descriptions after lost races         [5]
@@ -43,5 +45,6 @@ dag = ingest_dag(
         aws_conn_id=env("SHARDSINK_AWS_CONN_ID") or None,
     ),
     attempts=AttemptOptions.from_env(),  # SHARDSINK_MAX_ATTEMPTS, SHARDSINK_RETRY_BACKOFF, ... (ATTEMPT_ENV)
-    spark=SparkOptions(conf={"spark.sql.shuffle.partitions": "2"}),
+    spark=SparkOptions(conf={"spark.sql.shuffle.partitions": "2"},
+                       engine=env("SHARDSINK_ENGINE", "submit")),  # type: ignore[arg-type]  # checked there
 )

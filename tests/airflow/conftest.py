@@ -7,6 +7,7 @@ scheduler) in subprocesses, with real spark-submit at local[2].
 
 from __future__ import annotations
 
+import json
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,6 +33,18 @@ def af(tmp_path: Path, airflow_template: Path) -> Iterator[Env]:
     yield make_env(tmp_path, airflow_template)
 
 
+@pytest.fixture(scope="session")
+def connect_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """The environment that makes the example DAG's write slots client sessions of one Spark Connect
+    server (``SHARDSINK_ENGINE=connect`` and its ``spark_connect_default`` connection), the server
+    started once for the test process (``local[2]``, shardsink_dev.connect) and stopped with it:
+    a write slot then costs a session, not a spark-submit's JVMs."""
+    from shardsink_dev.connect import connect_server
+
+    with connect_server(folder=tmp_path_factory.mktemp("connect")) as server:
+        host, port = server.url.removeprefix("sc://").rsplit(":", 1)
+        conn = {"conn_type": "spark_connect", "host": host, "port": int(port)}
+        yield {"SHARDSINK_ENGINE": "connect", "AIRFLOW_CONN_SPARK_CONNECT_DEFAULT": json.dumps(conn)}
 
 
 @pytest.fixture(autouse=True)

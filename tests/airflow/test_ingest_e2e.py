@@ -1,4 +1,4 @@
-"""End to end with real Airflow (`airflow dags test`) and real spark-submit at local[2]."""
+"""End to end with real Airflow (`airflow dags test`): real spark-submit at local[2], and Spark Connect."""
 
 from __future__ import annotations
 
@@ -38,12 +38,16 @@ def test_every_dag_file_imports_cleanly(af: Env) -> None:
     assert "example_ingest" in out and "TEMPLATE my_dataset_ingest" in out
 
 
-def test_runs_ingest_exactly_once_and_rerun_changes_nothing(af: Env) -> None:
+def test_runs_ingest_exactly_once_and_rerun_changes_nothing(af: Env, connect_engine: dict[str, str]) -> None:
     """The first run writes with two slots (the DAG's default; multi-slot ingest is proved here),
-    the second with one: what it adds is the next interval after a committed one, and a second
-    slot would only be another spark-submit."""
+    the second with one: what it adds is the next interval after a committed one. Both write over
+    Spark Connect (``SHARDSINK_ENGINE=connect``): each slot a client session of the test process's
+    one server, no spark-submit; the spark-submit engine runs in the other DAG tests."""
+    af.env.update(connect_engine)
     generate(af.landing, start=START, days=2, files_per_day=2, rows_per_file=150)
-    ok(af.dags_test("2024-01-02"))  # covers [Jan 1, Jan 2)
+    first = ok(af.dags_test("2024-01-02"))  # covers [Jan 1, Jan 2)
+    assert first.count("over Spark Connect (connection 'spark_connect_default')") == 2
+    assert "Spark-Submit cmd" not in first
     shard = Shard.open(af.shard_url)
     assert shard.info().upper == START + DAY
     ok(af.dags_test("2024-01-03", extra={"SHARDSINK_WRITERS": "1"}))

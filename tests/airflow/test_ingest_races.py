@@ -25,14 +25,15 @@ def _wait_for(pred: object, timeout: float, what: str) -> None:
 
 @pytest.mark.timeout(1800)  # run A stages two descriptions (two spark-submits) before B runs
 def test_two_runs_race_loser_deletes_its_parts_and_its_next_description_still_commits(
-        af: Env, tmp_path: Path, airflow_template: Path) -> None:
+        af: Env, tmp_path: Path, airflow_template: Path, connect_engine: dict[str, str]) -> None:
     """Run A (interval Jan 2, catching up at once) mints the chain [Jan 1, Jan 2), [Jan 2, Jan 3);
     run B (interval Jan 1) mints [Jan 1, Jan 2). A's appends are held until B has committed, so
     A's first description loses (its parts go) and its second, whose lower is now the shard's
     upper, commits in the same attempt. Both runs end green with their intervals covered.
 
-    One writer slot per run: the race is between descriptions, not slots, and each slot of each
-    description is a spark-submit (a killed slot among two is the next test)."""
+    One writer slot per run: the race is between descriptions, not slots. The slots write over
+    Spark Connect (a session each, no spark-submit; a killed spark-submit slot is the next test)."""
+    af.env.update(connect_engine)
     generate(af.landing, start=START, days=2, files_per_day=2, rows_per_file=100)
     go = tmp_path / "go"
     faults = {"append_wait": {"attempt": 1, "until": str(go), "timeout": 600}}

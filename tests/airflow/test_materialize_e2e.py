@@ -82,17 +82,18 @@ def test_view_dag_file_is_scheduled_on_the_ingest_shards_asset(af: Env) -> None:
     assert f"ASSETS ['{shard}']" in out, out[-2000:]
 
 
-def test_one_view_run_covers_coalesced_ingest_batches_reports_lineage_and_rerun_is_a_noop(af: Env) -> None:
+def test_one_view_run_covers_coalesced_ingest_batches_reports_lineage_and_rerun_is_a_noop(
+        af: Env, connect_engine: dict[str, str]) -> None:
     """Two ingest batches then ONE view run: it processes everything available and reports its
     lineage (OpenLineage file transport on the view run).
 
-    Day 1 is a real ingest run (the view reads parts the Spark ingest wrote); day 2 is a plain
-    append of the landing's rows: what the view must coalesce is batches, and a second ingest
-    ``dags test`` only adds an Airflow process and a JVM."""
+    Day 1 is a real ingest run (the view reads parts the Spark ingest wrote, over Spark Connect:
+    the view's own job is a spark-submit); day 2 is a plain append of the landing's rows: what the
+    view must coalesce is batches, and a second ingest ``dags test`` only adds an Airflow process."""
     _with_view(af)
     af.env["SHARDSINK_WRITERS"] = "1"
     generate(af.landing, start=START, days=2, files_per_day=2, rows_per_file=120)
-    ok(af.dags_test("2024-01-02"))
+    ok(af.dags_test("2024-01-02", extra=connect_engine))
     assert len(af.asset_events()) == 1
     _append_landing(af, START + DAY, START + 2 * DAY)
     assert Shard.open(af.shard_url).info().seqno == 2
