@@ -10,7 +10,7 @@
 * **the randomness**: ``uuid.uuid4`` (part keys, nonces, description and compaction ids) and the
   ``random`` module (retry jitter) are seeded from the schedule's seed;
 * **concurrency**: the library's thread pools (parallel GETs of versions and parts, verify's
-  checks) run their maps inline in the calling actor's thread, so every request is one the
+  checks) run their maps inline in the calling actor (its greenlet), so every request is one the
   scheduler orders (a pool thread would race the baton and break replay);
 * **memory**: each actor is a process of its own, so what the library keeps in a process's memory
   (the Iceberg view's last written view, :mod:`shardsink.iceberg.keeper`) is the actor's own:

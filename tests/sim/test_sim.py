@@ -27,10 +27,11 @@ from shardsink_dev.sim.planted import DEFECTS, planted
 from shardsink_dev.sim.world import run_schedule
 
 #: Schedules per CI run (``SIM_SEEDS`` overrides; ``make sim SEEDS=...`` for a long soak). What fits
-#: the 3 CPU-minutes this file may take: about 63 ms of CPU a schedule (15 a second), more at
-#: the suite's load, nearly all of it the library's own work (Parquet parts written and read,
-#: state encoded, a tenacity retry loop per request), see the issue 43 notes.
-CI_SEEDS = 2500
+#: the 3 CPU-minutes this file may take, the CPU 2,500 schedules took before issue 43's work: 30-40 ms
+#: of CPU a schedule (more at higher load; it was 57-67 ms), nearly all of it the library's own work
+#: (Parquet parts written and read, state encoded and decoded, the final GC and verify). 10,000 would
+#: take about 5-7 CPU-minutes (bench/sim_cost.py, bench/RESULTS.md "sim_cost").
+CI_SEEDS = 4000
 #: Schedules a planted defect must be found within.
 DEFECT_BUDGET = 1500
 #: The first seed from 0 at which each planted defect is found (``make sim PLANT=name`` finds them).
