@@ -89,11 +89,10 @@ class Actor:
             if self.sched.failure is not None:
                 raise Crash()
             self.result = self.body()
-        except GreenletExit:
-            raise  # never resumed (a run given up): nothing to judge
         except BaseException as e:  # the world's on_end judges what the body raised
             self.error = e
-        self.sched.ended(self)
+        if not self.sched.stopping:
+            self.sched.ended(self)
 
 
 class Scheduler:
@@ -111,6 +110,8 @@ class Scheduler:
         self.on_resume: Callable[[Actor], None] | None = None
         self._then: Actor | None = None  # who holds the baton after the actor that just ended
         self._loop: greenlet | None = None  # :meth:`run`'s coroutine, every actor's parent
+        #: An error escaped the run: the actors left suspended are being unwound (:meth:`_unwind`).
+        self.stopping = False
 
     # --- actors -----------------------------------------------------------------------------
 
@@ -132,12 +133,26 @@ class Scheduler:
         """Run every actor (and those they spawn) to its end: each actor's coroutine returns here
         when its body ends (its parent), and the baton goes to the one :meth:`ended` chose."""
         self._loop = getcurrent()
-        nxt = self._next()
-        while nxt is not None:
-            self._then = None
-            self._resume(nxt)
-            nxt = self._then
-        self.current = None
+        try:
+            nxt = self._next()
+            while nxt is not None:
+                self._then = None
+                self._resume(nxt)
+                nxt = self._then
+        finally:
+            self._unwind()
+            self.current = None
+
+    def _unwind(self) -> None:
+        """Stop the actors an error escaping the run left suspended, now, while the world is still
+        this schedule's: each is killed (its ``finally`` blocks' requests raise Crash), never judged.
+        A suspended coroutine left to the garbage collector would run them later, in whatever
+        schedule is running then, drawing from its identifiers and jitter."""
+        self.stopping = True
+        for a in self.actors:
+            if a.glet is not None and not a.glet.dead:
+                a.dead, self.current = True, a
+                a.glet.throw(GreenletExit)
 
     def _ready(self, but: Actor | None = None) -> list[Actor]:
         now = self.clock.now

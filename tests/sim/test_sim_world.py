@@ -105,3 +105,31 @@ def test_the_checker_stops_the_schedule_at_the_step_that_breaks_an_invariant(
         for seqno, upper in versions:
             b.create(f"state/v/{seqno:020d}.json", _version(seqno, upper))
     assert v.value.kind == kind and sched.failure is v.value
+
+
+def test_an_error_escaping_the_run_unwinds_the_suspended_actors_at_once() -> None:
+    """A harness bug (an ``on_end`` raising) stops the run; the actor it left mid-request is killed
+    there and then (its ``finally`` reaches no store), not later by the garbage collector."""
+    w = World(SimClock(0.0))
+    sched = Scheduler(Tape(0, replay=[]), w.clock, Rates(switch=1000))  # plain choices: the holder first
+    w.gate = sched
+    b = blob(w)
+    unwound: list[str] = []
+
+    def holder() -> None:
+        try:
+            b.get("state/LATEST.json")  # hands the baton to the other actor, which ends the run
+            b.get("state/LATEST.json")
+        finally:
+            unwound.append("finally")
+            b.put("parts/d/x.parquet", b"x")  # raises Crash: never performed
+
+    def broken(_: object) -> None:
+        raise RuntimeError("a bug in the world's on_end")
+
+    sched.spawn("holder", holder)
+    sched.spawn("other", lambda: None, on_end=broken)
+    with pytest.raises(RuntimeError, match="on_end"):
+        sched.run()
+    assert unwound == ["finally"] and w.objects("b") == {}
+    assert all(a.glet is None or a.glet.dead for a in sched.actors)
