@@ -5,10 +5,13 @@ Started from the venv's pip ``pyspark`` (which ships the server jar but no
 on ``local[N]``, its Python workers on this interpreter with the ``plugins`` folder on their
 ``PYTHONPATH`` (so they import this checkout's shardsink). Settings that make a client session cheap:
 
-* ``spark.sql.artifact.isolation.enabled=false`` (sessions add no artifacts): sessions share
-  one Python worker daemon; with isolation every session starts its own (5-8 s here);
+* ``spark.sql.artifact.isolation.enabled=false`` (sessions add no artifacts). Sessions still do
+  not share a Python worker daemon: each session's jobs carry their own artifact id, and the
+  server starts one daemon per session;
 * ``spark.python.daemon.module=shardsink.spark.daemon``: each session's Python worker daemon
-  imports pyarrow and shardsink once, before it forks that session's workers;
+  imports pyarrow and shardsink once, before it forks that session's workers, and imports the
+  venv's pyspark (bytecode cached) instead of Spark's ``pyspark.zip`` (compiled from source by
+  every daemon: about 1.5 CPU-s of each write session here);
 * Python's compiled bytecode is cached under ``PYCACHE`` (``PYTHONPYCACHEPREFIX``), also when
   the caller's environment sets ``PYTHONDONTWRITEBYTECODE``: a worker that compiles pyarrow
   and pyspark from source costs seconds of CPU.
