@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
@@ -33,18 +34,31 @@ def af(tmp_path: Path, airflow_template: Path) -> Iterator[Env]:
     yield make_env(tmp_path, airflow_template)
 
 
+_connect = ExitStack()
+
+
 @pytest.fixture(scope="session")
 def connect_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """The environment that makes the example DAG's write slots client sessions of one Spark Connect
     server (``SHARDSINK_ENGINE=connect`` and its ``spark_connect_default`` connection), the server
-    started once for the test process (``local[2]``, shardsink_dev.connect) and stopped with it:
-    a write slot then costs a session, not a spark-submit's JVMs."""
+    started once for the test process (``local[2]``, shardsink_dev.connect): a write slot then costs
+    a session, not a spark-submit's JVMs. It stops after the last test that uses it
+    (:func:`pytest_runtest_teardown`), not with the session: an idle server burns CPU."""
     from shardsink_dev.connect import connect_server
 
-    with connect_server(folder=tmp_path_factory.mktemp("connect")) as server:
+    with _connect:
+        server = _connect.enter_context(connect_server(folder=tmp_path_factory.mktemp("connect")))
         host, port = server.url.removeprefix("sc://").rsplit(":", 1)
         conn = {"conn_type": "spark_connect", "host": host, "port": int(port)}
         yield {"SHARDSINK_ENGINE": "connect", "AIRFLOW_CONN_SPARK_CONNECT_DEFAULT": json.dumps(conn)}
+
+
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """After the last test of the run that uses :func:`connect_engine`: stop its server."""
+    items = item.session.items
+    later = items[items.index(item) + 1:] if item in items else []
+    if not any("connect_engine" in getattr(i, "fixturenames", ()) for i in later):
+        _connect.close()
 
 
 @pytest.fixture(autouse=True)

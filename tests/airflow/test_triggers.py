@@ -12,8 +12,7 @@ import asyncio
 import json
 import math
 import time
-from collections.abc import Callable
-from datetime import UTC, datetime
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,7 @@ from support import SCHEMA, rows_for, table_of
 
 from shardsink import Shard, hooks
 from shardsink.airflow.triggers import EarlierIntervalsTrigger
-from shardsink.core import machine
+from shardsink.core.clock import WALL
 from shardsink.errors import InvalidUsageError
 
 
@@ -31,11 +30,9 @@ class SimClock:
     advances it at once, commits are stamped by it, and each step runs at the first poke at or
     after its time (the ``trigger.poked`` hook, in the trigger's thread): no sleeps, no wall clock."""
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+    def __init__(self) -> None:
         self.start = self.now = time.time()  # epoch: run_started and commit times are epoch seconds
         self.steps: list[tuple[float, Callable[[], Any]]] = []
-        monkeypatch.setattr(machine, "now_iso",
-                            lambda: datetime.fromtimestamp(self.now, UTC).isoformat(timespec="milliseconds"))
 
     def time(self) -> float:
         return self.now
@@ -71,8 +68,10 @@ def _run(trigger: EarlierIntervalsTrigger, sim: SimClock) -> tuple[list[dict[str
 
 
 @pytest.fixture
-def sim(monkeypatch: pytest.MonkeyPatch) -> SimClock:
-    return SimClock(monkeypatch)
+def sim() -> Iterator[SimClock]:
+    clock = SimClock()
+    with WALL.using(clock.time):  # commits are stamped by the simulated clock (core's public hook)
+        yield clock
 
 
 def _append(shard: Shard, lower: int, upper: int) -> Callable[[], Any]:
