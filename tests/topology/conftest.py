@@ -10,6 +10,7 @@ fixture would not do: this folder is no package, and pytest then tears it down a
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -21,6 +22,7 @@ from shardsink_dev.testing import MotoServer
 
 HERE = Path(__file__).resolve().parent
 _stack = ExitStack()
+_connect = ExitStack()
 
 
 @pytest.fixture(scope="session")
@@ -31,7 +33,31 @@ def topology(moto: MotoServer, tmp_path_factory: pytest.TempPathFactory) -> Iter
         yield _stack.enter_context(topology_stack(tmp_path_factory.mktemp("topology")))
 
 
+@pytest.fixture(scope="session")
+def connect_conn(topology: Topology, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A Spark Connect server beside the stack for the write slots of DAGs with
+    ``SparkOptions(engine="connect")`` (``local[2]``, shardsink_dev.connect; its Python workers reach
+    the moto store as the stack does), registered as the Airflow connection ``spark_connect_default``
+    in the stack's metadata database (the Celery workers read it there). Stopped after the last test
+    that uses it, or with the stack."""
+    from shardsink_dev.connect import connect_server
+
+    with _connect:
+        server = _connect.enter_context(connect_server(folder=tmp_path_factory.mktemp("connect")))
+        host, port = server.url.removeprefix("sc://").rsplit(":", 1)
+        conn = json.dumps({"conn_type": "spark_connect", "host": host, "port": int(port)})
+        r = topology.airflow("connections", "add", "spark_connect_default", "--conn-json", conn)
+        assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+        yield server.url
+
+
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
-    """After the last test here (the next one is elsewhere, or none): stop the stack."""
+    """After the last test using :func:`connect_conn`: stop its server. After the last test here
+    (the next one is elsewhere, or none): stop the stack."""
+    items = item.session.items
+    later = items[items.index(item) + 1:] if item in items else []
+    if not any("connect_conn" in getattr(i, "fixturenames", ()) for i in later):
+        _connect.close()
     if nextitem is None or Path(nextitem.path).resolve().parent != HERE:
+        _connect.close()
         _stack.close()

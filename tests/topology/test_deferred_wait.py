@@ -3,8 +3,10 @@
 active run, with ``SHARDSINK_POKE_S=5`` and ``SHARDSINK_CATCH_UP_AFTER_S=30`` (see
 :data:`SCENARIOS`), on the production topology (PostgreSQL, CeleryExecutor with two workers,
 triggerer, S3; the ``topology`` fixture, tests/topology/topo_stack.py). The Spark jobs run
-in local mode on the Celery workers (connection ``spark_local``: one JVM per job, no
-executors): nothing here is about where Spark runs (test_production_shape.py is).
+over Spark Connect: each write slot is a client session, from the Celery worker's task process,
+of one Connect server beside the stack (conftest's ``connect_conn``; no JVM per job): nothing here is
+about where Spark runs (test_production_shape.py is), and the sessions are the engine a user with
+many small runs would pick.
 
 One DAG (and shard) per scenario, all three backfills at once, each over as few days as show
 its case: two (backwards, the newest day's run mints ahead and its append waits for the older
@@ -71,7 +73,7 @@ for dag_id, (shard, landing, days, catch_up_s) in {scenarios!r}.items():
         dag_id=dag_id, shard_url=shard, source=LandingSource(landing, time_column="event_time"), writers=1,
         schedule="@daily", start_date=START, end_date=START + timedelta(days=days),  # no run of its own
         shard=ShardOptions(max_span=timedelta(days=1)), attempts=attempts,
-        spark=SparkOptions(conn_id="spark_local"),  # local[1] on the Celery worker (tests/topology/topo_stack.py)
+        spark=SparkOptions(engine="connect"),  # connection spark_connect_default: conftest's connect_conn
         max_active_runs=2 if dag_id == {turn!r} else 1,  # the turn's two manual runs at once
     )
 '''
@@ -82,7 +84,8 @@ def _log(topology: Topology, dag_id: str, run_id: str, task_id: str = "attempt_1
 
 
 @pytest.mark.timeout(1500)
-def test_backfills_in_both_orders_at_any_concurrency_defer_and_cover_every_interval(topology: Topology) -> None:
+def test_backfills_in_both_orders_at_any_concurrency_defer_and_cover_every_interval(topology: Topology,
+                                                                                    connect_conn: str) -> None:
     prefix = f"s3://shardsink-test/deferred-{uuid.uuid4().hex[:10]}"
     spec: dict[str, tuple[str, str, int, int]] = {}
     for i, (dag_id, (days, catch_up_s, _)) in enumerate(SCENARIOS.items()):
@@ -141,10 +144,12 @@ def test_backfills_in_both_orders_at_any_concurrency_defer_and_cover_every_inter
     assert writers == {f"airflow:dw_bwd_one/{newest}"}
     mint = _ti(topology.task_instances("dw_bwd_one"), newest, "attempt_1.mint")
     assert (mint["state"], mint["try_number"]) == ("success", 1)
-    # The write jobs ran in local mode (the spark_local connection's host became --master).
-    masters = {a["properties"].get("spark.master") for a in topology.spark_apps().values()
-               if any(f"-{dag_id}-" in str(a["properties"].get("spark.app.name")) for dag_id in SCENARIOS)}
-    assert masters == {"local[1]"}, masters
+    # Every write slot was a Connect session (no spark-submit): its task logs say so.
+    logs = Path(topology.env["AIRFLOW_HOME"]) / "logs"
+    writes = [p for dag_id in SCENARIOS for p in (logs / f"dag_id={dag_id}").rglob("task_id=attempt_*.write/**/*.log")]
+    texts = [t for p in writes if "writing slot" in (t := p.read_text(errors="replace"))]
+    assert texts and all("over Spark Connect (connection 'spark_connect_default')" in t for t in texts), writes
+    assert not any("Spark-Submit cmd" in t for t in texts), writes
 
     _assert_reprocessing_covered_days_ends_at_the_mint(topology, runs["dw_fwd_one"], spec["dw_fwd_one"][0])
 

@@ -1,7 +1,9 @@
 """Partitioned runs (Airflow 3.2+ asset partitions) under the production topology (the
-``topology`` fixture: PostgreSQL, CeleryExecutor, scheduler, triggerer, moto S3). The Spark jobs
-run in local mode on the Celery workers (connection ``spark_local``: one JVM per job, no
-executors): nothing here is about where Spark runs (test_production_shape.py is).
+``topology`` fixture: PostgreSQL, CeleryExecutor, scheduler, triggerer, moto S3). The ingest
+writes are sessions of the stack's Spark Connect server (conftest's ``connect_conn``), the view
+jobs run in local mode on the Celery workers (connection ``spark_local``: one JVM per job, no
+executors; views stay on spark-submit): nothing here is about where Spark runs
+(test_production_shape.py is).
 
 ONE scenario, kept small (3 daily partitions): the ingest DAG is scheduled by
 ``daily_partitions()`` and the view DAG per partition of its input (``InputPartitions``).
@@ -21,6 +23,7 @@ import time
 import uuid
 from collections import Counter
 from datetime import UTC, date, datetime
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -53,7 +56,7 @@ START = datetime(2024, 1, 1, tzinfo=UTC)
 ingest = ingest_dag(
     dag_id="{ingest}", shard_url="{shard}", source=LandingSource("{landing}", time_column="event_time"),
     writers=1, schedule=daily_partitions(), start_date=START, end_date=START + timedelta(days={days}),
-    shard=ShardOptions(max_span=timedelta(days=1)), attempts=ATTEMPTS, spark=SPARK,
+    shard=ShardOptions(max_span=timedelta(days=1)), attempts=ATTEMPTS, spark=SparkOptions(engine="connect"),
 )
 per_day = view_dag(
     dag_id="{view}", output_url="{view_url}", start_date=START, attempts=ATTEMPTS, spark=SPARK,
@@ -91,7 +94,8 @@ def _events(topology: Topology, dag_id: str) -> list[dict[str, Any]]:
 
 
 @pytest.mark.timeout(1500)
-def test_a_backfill_over_partitions_covers_each_once_and_views_run_per_partition(topology: Topology) -> None:
+def test_a_backfill_over_partitions_covers_each_once_and_views_run_per_partition(topology: Topology,
+                                                                              connect_conn: str) -> None:
     prefix = f"s3://shardsink-test/pt-{uuid.uuid4().hex[:10]}"
     landing, shard_url, view_url = f"{prefix}/landing", f"{prefix}/events", f"{prefix}/per_user_day"
     generate(landing, start=START, days=DAYS, files_per_day=2, rows_per_file=30)
@@ -146,10 +150,14 @@ def test_a_backfill_over_partitions_covers_each_once_and_views_run_per_partition
     view_events = _events(topology, VIEW_DAG)
     assert {e["partition_key"] for e in view_events} <= set(KEYS)
     assert all((e["extra"]["lower"], e["extra"]["upper"]) == _day_of(e["partition_key"]) for e in view_events)
-    # The Spark jobs ran in local mode (the spark_local connection's host became --master).
-    masters = {a["properties"].get("spark.master") for a in topology.spark_apps().values()
-               if any(f"-{dag_id}-" in str(a["properties"].get("spark.app.name")) for dag_id in (INGEST_DAG, VIEW_DAG))}
-    assert masters == {"local[1]"}, masters
+    # The view jobs ran in local mode (the spark_local connection's host became --master); the
+    # ingest writes were sessions of the Connect server (their task logs say so), no application.
+    apps = [a["properties"] for a in topology.spark_apps().values()]
+    assert {a.get("spark.master") for a in apps if f"-{VIEW_DAG}-" in str(a.get("spark.app.name"))} == {"local[1]"}
+    assert not [a for a in apps if f"-{INGEST_DAG}-" in str(a.get("spark.app.name"))]
+    logs = Path(topology.env["AIRFLOW_HOME"]) / "logs" / f"dag_id={INGEST_DAG}"
+    writes = [t for p in logs.rglob("task_id=attempt_*.write/**/*.log") if "writing slot" in (t := p.read_text())]
+    assert len(writes) >= DAYS and all("over Spark Connect" in t for t in writes), len(writes)
 
 
 def _assert_bad_key_refused(topology: Topology) -> None:
