@@ -67,6 +67,11 @@ class ConnectServer:
     def url(self) -> str:
         return f"sc://127.0.0.1:{self.port}"
 
+    def airflow_connection(self) -> str:
+        """The server as an Airflow ``spark_connect`` connection (JSON: ``AIRFLOW_CONN_*`` or
+        ``airflow connections add --conn-json``)."""
+        return json.dumps({"conn_type": "spark_connect", "host": "127.0.0.1", "port": self.port})
+
     def start(self, *, timeout: float = 180.0) -> None:
         """Start the server and wait until it accepts sessions (its log says so)."""
         (self.folder / "events").mkdir(parents=True, exist_ok=True)

@@ -7,7 +7,6 @@ scheduler) in subprocesses, with real spark-submit at local[2].
 
 from __future__ import annotations
 
-import json
 import subprocess
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -48,9 +47,7 @@ def connect_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[st
 
     with _connect:
         server = _connect.enter_context(connect_server(folder=tmp_path_factory.mktemp("connect")))
-        host, port = server.url.removeprefix("sc://").rsplit(":", 1)
-        conn = {"conn_type": "spark_connect", "host": host, "port": int(port)}
-        yield {"SHARDSINK_ENGINE": "connect", "AIRFLOW_CONN_SPARK_CONNECT_DEFAULT": json.dumps(conn)}
+        yield {"SHARDSINK_ENGINE": "connect", "AIRFLOW_CONN_SPARK_CONNECT_DEFAULT": server.airflow_connection()}
 
 
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:

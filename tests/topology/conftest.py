@@ -10,7 +10,6 @@ fixture would not do: this folder is no package, and pytest then tears it down a
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -44,9 +43,8 @@ def connect_conn(topology: Topology, tmp_path_factory: pytest.TempPathFactory) -
 
     with _connect:
         server = _connect.enter_context(connect_server(folder=tmp_path_factory.mktemp("connect")))
-        host, port = server.url.removeprefix("sc://").rsplit(":", 1)
-        conn = json.dumps({"conn_type": "spark_connect", "host": host, "port": int(port)})
-        r = topology.airflow("connections", "add", "spark_connect_default", "--conn-json", conn)
+        r = topology.airflow("connections", "add", "spark_connect_default", "--conn-json",
+                             server.airflow_connection())
         assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
         yield server.url
 

@@ -116,24 +116,27 @@ def settle(handle: WriteHandle, claim: Claim, *, load: Callable[[], Staged], dec
 
 
 def _final(handle: WriteHandle, claim: Claim, fate: ft.Fate) -> AppendResult | Refused | None:
-    """Act on a final fate (Committed, CannotCommit); None while it may still commit. Unknown raises."""
+    """Act on a final fate (Committed, CannotCommit); None while it may still commit. Unknown raises
+    before anything is deleted."""
     if isinstance(fate, ft.Unknown):  # nothing deleted, nothing claimed
         raise vd.unknown_fate_error(handle.url, claim.desc_id, claim.lower, claim.upper, fate)
-    if isinstance(fate, ft.Committed):
-        handle.delete_staged(claim.desc_id, claim.lower, decided=fate)
-        return handle.already_committed(fate, claim.desc_id, claim.lower, claim.upper)
-    if isinstance(fate, ft.CannotCommit):
-        gone = handle.delete_staged(claim.desc_id, claim.lower, decided=fate)
-        return Refused(claim.desc_id, fate.upper, gone.total)
+    if isinstance(fate, ft.Committed | ft.CannotCommit):
+        return _outcome(handle, claim, handle.delete_staged(claim.desc_id, claim.lower, decided=fate))
     return None
 
 
 def _refused(handle: WriteHandle, claim: Claim) -> AppendResult | Refused:
     """After a refused put: the primitive decides from a fresh read before deleting. SUBTLE: it may
     show a twin's commit of this description: then this is no loss."""
-    gone = handle.delete_staged(claim.desc_id, claim.lower)
+    return _outcome(handle, claim, handle.delete_staged(claim.desc_id, claim.lower))
+
+
+def _outcome(handle: WriteHandle, claim: Claim, gone: ft.Deleted) -> AppendResult | Refused:
+    """What the deletion's fate says of ``claim``: ``already_committed`` (bounds checked), or Refused
+    with the objects deleted; Unknown (GC passed it meanwhile) raises: never "lost" on an unknown
+    history."""
     if isinstance(gone.fate, ft.Committed):
         return handle.already_committed(gone.fate, claim.desc_id, claim.lower, claim.upper)
-    if isinstance(gone.fate, ft.Unknown):  # GC passed it meanwhile: never "lost" on an unknown history
+    if isinstance(gone.fate, ft.Unknown):
         raise vd.unknown_fate_error(handle.url, claim.desc_id, claim.lower, claim.upper, gone.fate)
     return Refused(claim.desc_id, gone.fate.upper, gone.total)
