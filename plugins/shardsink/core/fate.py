@@ -57,13 +57,12 @@ from shardsink.core import keys
 from shardsink.core import state as st
 from shardsink.core import transitions as tr
 from shardsink.core.evidence import Evidence, gather, gather_compaction, passed
-from shardsink.errors import InvalidUsageError
+from shardsink.errors import DescriptionConflictError, FateUnknownError, InvalidUsageError
 
 if TYPE_CHECKING:
     from shardsink.core.machine import Machine
 
 log = logging.getLogger(__name__)
-
 
 
 @dataclass(frozen=True)
@@ -118,7 +117,7 @@ class DeleteRefusedError(InvalidUsageError):
 def decide(ev: Evidence, desc_id: str, lower: int) -> Fate:
     """The pure fate rule (module docstring). Consistent with ``transitions.compare_and_append``:
     a ``desc_id`` in the idempotency window is committed whatever its bounds (the caller
-    compares :attr:`Committed.lower`/``upper`` with its own: :mod:`shardsink.core.verdicts`)."""
+    compares :attr:`Committed.lower`/``upper`` with its own: :func:`check_same_bounds`)."""
     c = ev.crossing
     crossed = c.commit.batch() if c is not None else None
     if c is not None and crossed is not None and crossed[0] == desc_id:
@@ -156,6 +155,32 @@ def _beyond_horizon(ev: Evidence, desc_id: str, lower: int) -> Fate:
     if any(m.lower <= lower and passed(m.upper, lower) for m in records):
         return CannotCommit(ev.head.upper)
     return Unknown(ev.head.upper, ev.crossing.seqno)
+
+
+# --- what a caller says of a fate that is not plain success ----------------------------------
+
+
+def check_same_bounds(url: str, desc_id: str, fate: Committed, lower: int, upper: int | None) -> None:
+    """DescriptionConflictError unless ``desc_id`` committed exactly ``[lower, upper)``.
+
+    An id names one description: a request reusing a committed id with other bounds is
+    refused (its rows would otherwise be dropped as "already committed").
+    """
+    if fate.lower is not None and (fate.lower, fate.upper) != (lower, upper):
+        raise DescriptionConflictError(
+            f"description id {desc_id!r} was committed on {url} as [{fate.lower}, {fate.upper}) at seqno "
+            f"{fate.seqno}; this request is [{lower}, {upper}): an id names one description, use a fresh id "
+            "for other bounds (nothing was written for this request)", value=desc_id)
+
+
+def unknown_fate_error(url: str, desc_id: str, lower: int, upper: int | None, fate: Unknown) -> FateUnknownError:
+    """The error that says so when a caller asks "did it commit?" and the fate is Unknown."""
+    return FateUnknownError(
+        f"whether description {desc_id} [{lower}, {upper}) was committed on {url} is unknown: the evidence is "
+        f"older than the retained history (oldest retained state version {fate.oldest}; GC removed the version "
+        f"that sealed time {lower}, and no retained batch or compaction lineage names it). It can no longer "
+        f"commit. Do not re-send its rows under a fresh description before checking the shard's changes over "
+        f"[{lower}, {upper}) (shard upper {fate.upper})", value=desc_id)
 
 
 # --- reading the evidence (gathered by :mod:`shardsink.core.evidence`) ------------------------

@@ -40,7 +40,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from shardsink.core import fate as ft
-from shardsink.core import verdicts as vd
 from shardsink.core.commits import Listing
 from shardsink.core.write import AppendResult, StagedBatch, WriteHandle
 from shardsink.errors import CorruptionError, UpperMismatchError
@@ -119,7 +118,7 @@ def _final(handle: WriteHandle, claim: Claim, fate: ft.Fate) -> AppendResult | R
     """Act on a final fate (Committed, CannotCommit); None while it may still commit. Unknown raises
     before anything is deleted."""
     if isinstance(fate, ft.Unknown):  # nothing deleted, nothing claimed
-        raise vd.unknown_fate_error(handle.url, claim.desc_id, claim.lower, claim.upper, fate)
+        raise ft.unknown_fate_error(handle.url, claim.desc_id, claim.lower, claim.upper, fate)
     if isinstance(fate, ft.Committed | ft.CannotCommit):
         return _outcome(handle, claim, handle.delete_staged(claim.desc_id, claim.lower, decided=fate))
     return None
@@ -138,5 +137,5 @@ def _outcome(handle: WriteHandle, claim: Claim, gone: ft.Deleted) -> AppendResul
     if isinstance(gone.fate, ft.Committed):
         return handle.already_committed(gone.fate, claim.desc_id, claim.lower, claim.upper)
     if isinstance(gone.fate, ft.Unknown):
-        raise vd.unknown_fate_error(handle.url, claim.desc_id, claim.lower, claim.upper, gone.fate)
+        raise ft.unknown_fate_error(handle.url, claim.desc_id, claim.lower, claim.upper, gone.fate)
     return Refused(claim.desc_id, gone.fate.upper, gone.total)

@@ -31,7 +31,6 @@ from shardsink.core import manifests as mf
 from shardsink.core import schema as sch
 from shardsink.core import state as st
 from shardsink.core import transitions as tr
-from shardsink.core import verdicts as vd
 from shardsink.core.builder import DEFAULT_PART_OPTIONS, BatchBuilder, PartOptions, PartWriterSpec, check_label
 from shardsink.core.commands import AppendCommand
 from shardsink.core.commits import Listing
@@ -253,7 +252,7 @@ class WriteHandle:
         if isinstance(fate, ft.Committed):
             return self.already_committed(fate, desc_id, expected_upper, new_upper)
         if isinstance(fate, ft.Unknown):
-            raise vd.unknown_fate_error(self.url, desc_id, expected_upper, new_upper, fate)
+            raise ft.unknown_fate_error(self.url, desc_id, expected_upper, new_upper, fate)
         if not isinstance(out, tr.UpperMismatch):  # window said committed, the fate cannot disagree
             raise AssertionError(f"description {desc_id} is in the idempotency window but its fate is {fate}")
         if out.current is None:
@@ -268,7 +267,7 @@ class WriteHandle:
     def already_committed(self, fate: ft.Committed, desc_id: str, lower: int, upper: int | None) -> AppendResult:
         """The ``already_committed`` result of ``desc_id`` from its Committed fate, if it committed these
         bounds; DescriptionConflictError if others (an id names one description)."""
-        vd.check_same_bounds(self.url, desc_id, fate, lower, upper)
+        ft.check_same_bounds(self.url, desc_id, fate, lower, upper)
         return AppendResult("already_committed", desc_id, fate.seqno, lower, upper, fate.rows, fate.writer, fate.at)
 
     def append(self, table: pa.Table, *, lower: int, upper: int | None, desc_id: str | None = None,
@@ -300,7 +299,7 @@ class WriteHandle:
         if isinstance(fate, ft.Committed):
             return self.already_committed(fate, desc_id, lower, upper)
         if isinstance(fate, ft.Unknown):
-            raise vd.unknown_fate_error(self.url, desc_id, lower, upper, fate)
+            raise ft.unknown_fate_error(self.url, desc_id, lower, upper, fate)
         if head.upper is None:
             raise ShardClosedError(f"shard {self.url} is closed; it accepts no appends")
         if head.upper != lower:

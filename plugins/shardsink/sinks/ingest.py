@@ -16,10 +16,9 @@ from dataclasses import dataclass
 import msgspec
 
 from shardsink.core import checks as ck
-from shardsink.core.fate import Committed, Unknown
+from shardsink.core.fate import Committed, Unknown, unknown_fate_error
 from shardsink.core.shard import Shard, ShardInfo
 from shardsink.core.state import Version
-from shardsink.core.verdicts import unknown_fate_error
 from shardsink.errors import InvalidUsageError, ShardNotFoundError
 from shardsink.reclock.source import Reclocked, reclocked_upper
 from shardsink.sinks.description import Description, NoOp, make_desc_id
