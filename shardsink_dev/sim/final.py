@@ -82,7 +82,8 @@ def _raw_rows(sim: Sim) -> Counter[tuple[str, int]]:
             o = objs.get(f"{prefix}/{key}")
             if o is None:
                 raise sim.violation("referenced-part-missing", key)
-            t = pq.ParquetFile(pa.BufferReader(o.data)).read()  # the file's own reader: no dataset layer
+            # the file's own reader (no dataset layer), in this thread (a tiny part: no hand-off to a pool)
+            t = pq.ParquetFile(pa.BufferReader(o.data)).read(use_threads=False)
             diffs = t["_diff"].to_pylist() if "_diff" in t.column_names else [1] * t.num_rows
             for k, n, d in zip(t["k"].to_pylist(), t["n"].to_pylist(), diffs, strict=True):
                 out[(k, n)] += d

@@ -21,6 +21,7 @@ the world's ``observers`` (the invariant checker) in the order they took effect.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -108,10 +109,23 @@ class World:
     gate: Gate = field(default_factory=OpenGate)
     buckets: dict[str, dict[str, Obj]] = field(default_factory=dict)
     observers: list[Callable[[Event], None]] = field(default_factory=list)
+    #: Every bucket's keys, sorted (kept by :meth:`write`): a listing is a bisected range of them.
+    sorted_keys: dict[str, list[str]] = field(default_factory=dict)
 
     def objects(self, bucket: str) -> dict[str, Obj]:
         """The objects of ``bucket`` by full key (created empty on first use)."""
         return self.buckets.setdefault(bucket, {})
+
+    def listing(self, bucket: str, prefix: str) -> list[tuple[str, Obj]]:
+        """The objects of ``bucket`` whose key starts with ``prefix``, sorted by key."""
+        keys, objs = self.sorted_keys.get(bucket, []), self.objects(bucket)
+        out = []
+        for i in range(bisect.bisect_left(keys, prefix), len(keys)):
+            k = keys[i]
+            if not k.startswith(prefix):
+                break
+            out.append((k, objs[k]))
+        return out
 
     def stamp(self) -> float:
         """``LastModified`` of a write now: whole seconds."""
@@ -122,9 +136,13 @@ class World:
         objs = self.objects(bucket)
         before = objs.get(key)
         after = None if data is None else Obj(data, etag_of(data), self.stamp())
+        keys = self.sorted_keys.setdefault(bucket, [])
         if after is None:
-            objs.pop(key, None)
+            if objs.pop(key, None) is not None:
+                del keys[bisect.bisect_left(keys, key)]
         else:
+            if before is None:
+                bisect.insort(keys, key)
             objs[key] = after
         if before is not None or after is not None:
             ev = Event(method, bucket, key, before, after)
@@ -153,6 +171,8 @@ class MemBlob:
     def _enter(self, method: Method, key: str) -> Outcome:
         """The gate's verdict; raises for the outcomes that perform nothing."""
         out = self.world.gate.request(method, f"{self.url}/{key}")
+        if out == "ok":
+            return out
         where = f"{method.upper()} {key} on {self.url} (simulated)"
         if out == "failed":
             raise StorageError(f"{where}: 503 SlowDown")
@@ -198,8 +218,8 @@ class MemBlob:
         self._enter("list", prefix)
         full = self._full(prefix) if prefix else (self.prefix + "/" if self.prefix else "")
         strip = len(self.prefix) + 1 if self.prefix else 0
-        found = [(k, o) for k, o in self._objs().items() if k.startswith(full)]
-        return iter([ObjectInfo(k[strip:], len(o.data), o.modified, o.etag) for k, o in sorted(found)])
+        found = self.world.listing(self.bucket, full)
+        return iter([ObjectInfo(k[strip:], len(o.data), o.modified, o.etag) for k, o in found])
 
     def clock(self) -> float:
         """A request's ``Date`` (whole seconds) less one second."""

@@ -24,15 +24,21 @@ class Tape:
 
     def __init__(self, seed: int, replay: list[int] | None = None) -> None:
         self._rng = random.Random(seed)
+        self._bits = self._rng.getrandbits
         self._replay = replay
         self.choices: list[int] = []
 
     def draw(self, n: int) -> int:
-        """An integer in ``[0, n)`` (``n >= 1``)."""
+        """An integer in ``[0, n)`` (``n >= 1``): ``Random.randrange(n)``'s value, drawn as it draws
+        it (``_randbelow_with_getrandbits``: ``n.bit_length()`` bits until one is below ``n``),
+        without its argument checks (a draw per request adds up over thousands of schedules)."""
         if n <= 1:
             v = 0
         elif self._replay is None:
-            v = self._rng.randrange(n)
+            k = n.bit_length()
+            v = self._bits(k)
+            while v >= n:
+                v = self._bits(k)
         else:
             i = len(self.choices)
             v = min(self._replay[i], n - 1) if i < len(self._replay) else 0

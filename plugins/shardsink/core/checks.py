@@ -22,6 +22,7 @@ description id      1 to 128 ASCII letters, digits or ``-_.=+``; not ``.`` or ``
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +42,8 @@ COUNT_MAX = 2**31 - 1
 WRITER_MAX = 1024
 #: The longest description id (it becomes an object key segment).
 DESC_ID_MAX = 128
+#: A valid description id (every id but ``.`` and ``..`` it matches passes the checks below).
+_DESC_ID = re.compile(rf"[A-Za-z0-9_.=+-]{{1,{DESC_ID_MAX}}}")
 
 
 def is_int(x: object) -> bool:
@@ -133,6 +136,8 @@ def check_desc_id(desc_id: object) -> str:
     """
     if not isinstance(desc_id, str):
         raise InvalidUsageError(f"description id {desc_id!r} is not a string", value=desc_id)
+    if _DESC_ID.fullmatch(desc_id) and desc_id not in (".", ".."):
+        return desc_id
     if (not desc_id or len(desc_id) > DESC_ID_MAX
             or not all((c.isascii() and c.isalnum()) or c in "-_.=+" for c in desc_id)):
         raise InvalidUsageError(

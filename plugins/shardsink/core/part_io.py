@@ -40,6 +40,9 @@ TARGET_PART_BYTES = 128 * 1024 * 1024
 PARALLEL_STAGE_ROWS = 1 << 18
 #: ``(column name, Parquet field id)`` of the columns a part is written with (:func:`with_field_ids`).
 FieldIds = Sequence[tuple[str, int]]
+#: Parts at least this large are decoded on Arrow's CPU pool (its columns in parallel); a smaller
+#: part decodes in the reading thread, where handing it to the pool costs more than the decode.
+THREADED_READ_BYTES = 1 << 20
 #: How parts are encoded (see :func:`write_parts`).
 PartEncoding = Literal["default", "compact"]
 
@@ -291,7 +294,7 @@ def read_parts(blob: Blob, parts: Sequence[PartMeta], schema: pa.Schema, *,
         src, proj = sources[i] if sources is not None else (schema, None)
         f = open_part(blob, p)
         try:
-            t = f.read()
+            t = f.read(use_threads=p.bytes >= THREADED_READ_BYTES)
         except Exception as e:
             raise CorruptionError(f"part {blob.url}/{p.key} is unreadable: {type(e).__name__}: {e}") from e
         written = _with_meta(src)

@@ -34,7 +34,7 @@ from shardsink.core import schema as sch
 from shardsink.core import state as st
 from shardsink.core.commits import Commit
 from shardsink.core.consolidate import consolidate
-from shardsink.core.diff_sums import group_sums
+from shardsink.core.diff_sums import THREADED_ROWS, group_sums
 from shardsink.core.machine import Machine, default_writer
 from shardsink.core.plan import ReadPlan, SchemaChoice
 from shardsink.core.updates import COUNT, TIME
@@ -196,7 +196,8 @@ class ReadHandle:
         """
         plan = self.plan(as_of, schema=schema)
         data = self.read_plan(plan)
-        summed = group_sums(data, list(plan.columns), name=COUNT, where=f"shard {self.url} as of {plan.as_of}")
+        summed = group_sums(data, list(plan.columns), name=COUNT, where=f"shard {self.url} as of {plan.as_of}",
+                            use_threads=data.num_rows >= THREADED_ROWS)
         lowest = pc.min(summed[COUNT]).as_py()
         if lowest is not None and lowest < 0:
             negative = summed.filter(pc.less(summed[COUNT], 0))

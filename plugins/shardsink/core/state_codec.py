@@ -186,7 +186,29 @@ def encode_version(v: Version) -> bytes:
 
 
 def decode_version(data: bytes, *, where: str) -> Version:
-    """Parse a state version, raising CorruptionError naming ``where`` if it is unreadable."""
+    """Parse a state version, raising CorruptionError naming ``where`` if it is unreadable.
+
+    Pure, and a Version is immutable: the same bytes decode once per process (the newest
+    :data:`DECODED_VERSIONS` distinct documents are kept), however many handles read them
+    (each opens its own cache) or whether through the hint or the version itself."""
+    if type(data) is bytes:
+        try:
+            return _decoded(data)
+        except CorruptionError:
+            pass  # decoded again below, so the error names ``where``
+    return _decode_version(data, where=where)
+
+
+#: How many distinct state version documents :func:`decode_version` keeps decoded.
+DECODED_VERSIONS = 256
+
+
+@functools.lru_cache(maxsize=DECODED_VERSIONS)
+def _decoded(data: bytes) -> Version:
+    return _decode_version(data, where="")
+
+
+def _decode_version(data: bytes, *, where: str) -> Version:
     d = _decode_doc(data, VersionDoc, what="state version", where=where)
     h = d.header
     try:

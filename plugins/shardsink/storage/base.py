@@ -24,6 +24,8 @@ from typing import Protocol
 from shardsink.errors import InvalidUsageError
 
 _SEGMENT = re.compile(r"^[A-Za-z0-9._=+-]+$")
+#: A whole key of such segments, none ``.`` or ``..``: one match instead of one per segment.
+_VALID_KEY = re.compile(r"(?:(?!\.\.?/)[A-Za-z0-9._=+-]+/)*(?!\.\.?\Z)[A-Za-z0-9._=+-]+")
 
 
 @dataclass(frozen=True)
@@ -140,6 +142,8 @@ def check_source_key(key: str) -> str:
 
 def check_key(key: str) -> str:
     """Return ``key`` if it stays inside the shard root, else raise InvalidUsageError."""
+    if _VALID_KEY.fullmatch(key):
+        return key
     segments = key.split("/")
     for seg in segments:
         if seg in ("", ".", "..") or not _SEGMENT.match(seg):

@@ -127,7 +127,12 @@ def not_applied(e: BaseException) -> bool:
 def key_class(key: str) -> str:
     """What requests are counted by: the key's folder, at most two segments deep
     (``state/v``, ``state/rollup``, ``state`` for ``state/LATEST.json``, ``parts/<desc_id>``)."""
-    return "/".join(key.split("/")[:-1][:2])
+    last = key.rfind("/")
+    if last < 0:
+        return ""
+    first = key.find("/")
+    second = key.find("/", first + 1, last)
+    return key[:last] if second < 0 else key[:second]
 
 
 class RequestCounter:
