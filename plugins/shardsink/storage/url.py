@@ -8,6 +8,7 @@ opens retries.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Callable
@@ -57,6 +58,17 @@ def _refuse_dotdot(url: str, path: str, *, allow_dot: bool = False) -> None:
 
 def parse_url(url: str) -> ShardUrl:
     """Parse and validate a shard URL, raising InvalidUsageError naming what is wrong."""
+    if isinstance(url, str) and "://" in url:
+        return _parse_full(url)  # no relative path: a pure function of the text
+    return _parse(url)
+
+
+@functools.lru_cache(maxsize=256)
+def _parse_full(url: str) -> ShardUrl:
+    return _parse(url)
+
+
+def _parse(url: str) -> ShardUrl:
     if not isinstance(url, str):
         raise InvalidUsageError(f"shard URL {url!r} is not a string; expected file:///abs/path/name or "
                                 "s3://bucket/prefix/name")
