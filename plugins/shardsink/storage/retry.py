@@ -148,9 +148,10 @@ class RequestCounter:
         self._lock = threading.Lock()  # fetch_many sends GETs from a thread pool
 
     def count(self, method: str, key: str) -> None:
+        kind = (method, key_class(key))  # outside the lock: pure
         with self._lock:
             self.total += 1
-            self.by_kind[(method, key_class(key))] += 1
+            self.by_kind[kind] += 1
 
 
 class RetryingBlob:
