@@ -189,9 +189,10 @@ def decode_version(data: bytes, *, where: str) -> Version:
     """Parse a state version, raising CorruptionError naming ``where`` if it is unreadable.
 
     Pure, and a Version is immutable: the same bytes decode once per process (the newest
-    :data:`DECODED_VERSIONS` distinct documents are kept), however many handles read them
-    (each opens its own cache) or whether through the hint or the version itself."""
-    if type(data) is bytes:
+    :data:`DECODED_VERSIONS` distinct documents of at most :data:`DECODED_MAX_BYTES` each are
+    kept, so the cache holds a bounded size whatever the shard's history), however many handles
+    read them (each opens its own cache) or whether through the hint or the version itself."""
+    if type(data) is bytes and len(data) <= DECODED_MAX_BYTES:
         try:
             return _decoded(data)
         except CorruptionError:
@@ -201,6 +202,8 @@ def decode_version(data: bytes, *, where: str) -> Version:
 
 #: How many distinct state version documents :func:`decode_version` keeps decoded.
 DECODED_VERSIONS = 256
+#: The largest document :func:`decode_version` keeps decoded (256 of them: at most 16 MiB of bytes).
+DECODED_MAX_BYTES = 64 * 1024
 
 
 @functools.lru_cache(maxsize=DECODED_VERSIONS)
