@@ -3,6 +3,7 @@ spark-submit defaults, and the master with two workers."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -12,6 +13,21 @@ from tests.airflow.af_helpers import JVM_OPTS, VENV_BIN
 
 #: Starts a named daemon (``topo_stack.Daemons.start``).
 Start = Callable[[str, list[str], dict[str, str]], object]
+#: Polls a probe until it returns a value (``topo_stack.wait_for``).
+Wait = Callable[[str, Callable[[], tuple[str, str] | None], Path], tuple[str, str]]
+
+_MASTER_AT = re.compile(r"Starting Spark master at (spark://[\d.]+:\d+)")
+_MASTER_UI_AT = re.compile(r"Bound MasterWebUI to [\d.]+, and started at http://[^:/]+:(\d+)")
+
+
+def bound_master(log: Path) -> tuple[str, str] | None:
+    """(master URL, master UI) as the master logged them once bound, or None before then.
+
+    SUBTLE: the ports asked for are only hints: a port ``free_port`` saw free can be taken by
+    another process before the master binds it, and the master then binds the next one."""
+    text = log.read_text(errors="replace") if log.exists() else ""
+    url, ui = _MASTER_AT.search(text), _MASTER_UI_AT.search(text)
+    return (url.group(1), f"http://127.0.0.1:{ui.group(1)}") if url and ui else None
 
 def spark_defaults(root: Path) -> str:
     """The Celery workers' spark-submit defaults, as ``-Dspark.*`` options for ``SPARK_SUBMIT_OPTS``.
@@ -31,18 +47,20 @@ def spark_defaults(root: Path) -> str:
     return " ".join(f"-D{k}={v}" for k, v in props.items())
 
 
-def start_spark(start: Start, root: Path, env: dict[str, str], *, cores: int = 2
-                ) -> tuple[str, str, tuple[str, ...]]:
+def start_spark(start: Start, wait: Wait, root: Path, env: dict[str, str], *, cores: int = 2
+                ) -> tuple[str, str]:
     """The master and two workers of ``cores`` cores each (512 MiB of executor memory per core),
-    started by ``start``; returns (master URL, master UI, worker UIs)."""
+    started by ``start``; returns (master URL, master UI). The workers start once the master has
+    logged the ports it bound (``bound_master``); their UIs are in the master's JSON
+    (``webuiaddress``), as they bound them."""
     port, ui = free_port(), free_port()
     spark_env = {**env, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_DAEMON_JAVA_OPTS": JVM_OPTS,
                  "SPARK_DAEMON_MEMORY": "256m", "SPARK_LOG_DIR": str(root / "logs")}
     cls = str(VENV_BIN / "spark-class")
     start("spark-master", [cls, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
                            "--port", str(port), "--webui-port", str(ui)], spark_env)
-    master = f"spark://127.0.0.1:{port}"
-    worker_uis = []
+    log = root / "logs" / "spark-master.log"
+    master, master_ui = wait("the Spark master bound", lambda: bound_master(log), log)
     for i in (1, 2):
         wui = free_port()
         work = root / f"spark-worker-{i}"
@@ -52,5 +70,4 @@ def start_spark(start: Start, root: Path, env: dict[str, str], *, cores: int = 2
                                             "--webui-port", str(wui), "--cores", str(cores),
                                             "--memory", f"{512 * cores}m",
                                             "--work-dir", str(work), master], spark_env)
-        worker_uis.append(f"http://127.0.0.1:{wui}")
-    return master, f"http://127.0.0.1:{ui}", tuple(worker_uis)
+    return master, master_ui

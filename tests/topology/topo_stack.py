@@ -345,7 +345,12 @@ def topology_stack(root: Path, *, slots: int = 2) -> Iterator[Topology]:
         redis_port, api_port = free_port(), free_port()
         daemons.start("redis", ["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "",
                                 "--appendonly", "no", "--daemonize", "no"], dict(os.environ))
-        master, master_ui, worker_uis = start_spark(daemons.start, root, base_env(root), cores=slots)
+        def wait_master(what: str, probe: Callable[[], tuple[str, str] | None], log: Path) -> tuple[str, str]:
+            def checked() -> tuple[str, str] | None:
+                daemons.check()
+                return probe()
+            return wait_for(what, checked, timeout=120, every=0.5, log=log)
+        master, master_ui = start_spark(daemons.start, wait_master, root, base_env(root), cores=slots)
         pg = stack.enter_context(postgres())
         stack.callback(daemons.stop)  # again (idempotent): Airflow's processes stop before PostgreSQL does
         env = _airflow_env(root, pg, redis_port, master, api_port, slots)
@@ -363,14 +368,15 @@ def topology_stack(root: Path, *, slots: int = 2) -> Iterator[Topology]:
             daemons.start(f"celery-worker-{i}", [af, "celery", "worker", "--celery-hostname", f"worker{i}@{host}",
                                                  "--concurrency", str(slots), "--without-mingle", "--without-gossip"],
                           worker_env)
+
+        def alive_worker_uis() -> tuple[str, ...] | None:
+            daemons.check()
+            alive = [w["webuiaddress"] for w in get_json(f"{master_ui}/json/")["workers"] if w["state"] == "ALIVE"]
+            return tuple(sorted(alive)) if len(alive) == 2 else None
+        worker_uis = wait_for("two Spark workers registered", alive_worker_uis, timeout=180,
+                              log=logs / "spark-master.log")
         topo = Topology(root=root, env=env, api_url=f"http://127.0.0.1:{api_port}", spark_master_ui=master_ui,
                         spark_worker_uis=worker_uis, spark_events=root / "spark-events", daemons=daemons)
-
-        def alive_workers() -> int | None:
-            daemons.check()
-            n = sum(w["state"] == "ALIVE" for w in get_json(f"{master_ui}/json/")["workers"])
-            return n if n == 2 else None
-        wait_for("two Spark workers registered", alive_workers, timeout=180, log=logs / "spark-master.log")
 
         def api_up() -> bool:
             daemons.check()
