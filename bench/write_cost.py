@@ -33,8 +33,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlparse
 
 import _path  # noqa: F401  (repo root on sys.path)
 from proc_cpu import tree_cpu
@@ -74,12 +75,42 @@ print(json.dumps(json.load(open(out))["summary"]))
 """
 
 CONNECT_TASK = """
-import json, sys
+import json, sys, time
+T0, C0 = time.monotonic(), time.process_time()
+import pyspark.sql.connect.session  # what the task's session needs: timed with the imports
 from shardsink.spark.connect import run_over_connect
 from shardsink.spark.request import IngestWriteRequest, decode_request
+PHASES = {}
+if len(sys.argv) > 2:  # per-phase timers (wall, task CPU, server tree CPU; nested phases included)
+    sys.path.insert(0, sys.argv[3])
+    from proc_cpu import tree_cpu
+    import shardsink.sinks.staging as staging, shardsink.spark.connect as engine, shardsink.spark.stage as stage
+    from shardsink.sources.landing import LandingSource
+    def mark():
+        return time.monotonic(), time.process_time(), tree_cpu(int(sys.argv[2]))
+    def timed(owner, attr, phase):
+        real = getattr(owner, attr)
+        def run(*a, **k):
+            t = mark()
+            try:
+                return real(*a, **k)
+            finally:
+                PHASES[phase] = [x + y - z for x, y, z in zip(PHASES.get(phase, [0, 0, 0]), mark(), t)]
+        setattr(owner, attr, run)
+    for owner, attr, phase in [(engine, "_open", "open"), (engine, "probe", "probe"),
+                               (LandingSource, "read_slot", "read_slot"), (stage, "stage_dataframe", "stage"),
+                               (staging, "write_manifest", "manifest"), (engine, "stop_quietly", "stop")]:
+        timed(owner, attr, phase)
+    PHASES["imports"] = [time.monotonic() - T0, time.process_time() - C0, 0.0]
 req = decode_request(sys.stdin.read(), IngestWriteRequest)
-print(json.dumps(run_over_connect(req, url=sys.argv[1])))
+out = run_over_connect(req, url=sys.argv[1])
+if PHASES:
+    print("PHASES " + json.dumps(PHASES))
+print(json.dumps(out))
 """
+
+#: The task phases the Connect arm's ``--phases`` reports, in order.
+PHASE_NAMES = ("imports", "open", "probe", "read_slot", "stage", "manifest", "stop")
 
 
 @dataclass
@@ -90,6 +121,7 @@ class Arm:
     task_cpu: float
     server_cpu: float
     note: str = ""
+    phases: list[dict[str, list[float]]] = field(default_factory=list)
 
     @property
     def cpu_per_task(self) -> float:
@@ -115,22 +147,33 @@ def minted(url: str, source: LandingSource, tasks: int) -> list[Description]:
     return chain
 
 
+def task_file(folder: Path, script: str) -> str:
+    """``script`` as a file to run: a task process runs a file, as Airflow's does (under ``python -c``,
+    pyspark's Connect client takes ``__main__`` for a doctest run and imports its test helpers)."""
+    path = folder / f"task-{abs(hash(script))}.py"
+    path.write_text(script)
+    return str(path)
+
+
 def run_tasks(script: str, args: list[str], url: str, source: LandingSource, descs: list[Description],
-              env: dict[str, str]) -> tuple[list[float], list[float]]:
+              env: dict[str, str]) -> tuple[list[float], list[float], list[dict[str, list[float]]]]:
     import json
 
-    walls, staged = [], []
+    walls, staged, phases = [], [], []
+    path = task_file(Path(urlparse(url).path).parent, script)
     for d in descs:
         req = IngestWriteRequest(shard_url=url, source=source_spec(source), desc=d, slot=0, slots=1,
                                  part_order="unordered")
         t0 = time.monotonic()
-        r = subprocess.run([sys.executable, "-c", script, *args], input=encode_request(req), text=True,
+        r = subprocess.run([sys.executable, path, *args], input=encode_request(req), text=True,
                            capture_output=True, env=env)
         walls.append(time.monotonic() - t0)
         if r.returncode != 0:
             raise SystemExit(f"a write task failed:\n{r.stderr[-4000:]}")
-        staged.append(float(json.loads(r.stdout.strip().splitlines()[-1])["seconds"]))
-    return walls, staged
+        lines = r.stdout.strip().splitlines()
+        staged.append(float(json.loads(lines[-1])["seconds"]))
+        phases += [json.loads(x[len("PHASES "):]) for x in lines if x.startswith("PHASES ")]
+    return walls, staged, phases
 
 
 def check(url: str, descs: list[Description], rows: int) -> None:
@@ -146,13 +189,14 @@ def arm_submit(folder: Path, source: LandingSource, tasks: int, rows: int, env: 
     url = (folder / "submit").as_uri()
     descs = minted(url, source, tasks)
     before = children_cpu()
-    walls, staged = run_tasks(SUBMIT_TASK, [], url, source, descs, env)
+    walls, staged, _ = run_tasks(SUBMIT_TASK, [], url, source, descs, env)
     arm = Arm("submit", walls, staged, children_cpu() - before, 0.0)
     check(url, descs, rows)
     return arm
 
 
-def arm_connect(folder: Path, source: LandingSource, tasks: int, rows: int, env: dict[str, str]) -> Arm:
+def arm_connect(folder: Path, source: LandingSource, tasks: int, rows: int, env: dict[str, str], *,
+                phases: bool = False) -> Arm:
     url = (folder / "connect").as_uri()
     descs = minted(url, source, tasks)
     t0 = time.monotonic()
@@ -162,20 +206,34 @@ def arm_connect(folder: Path, source: LandingSource, tasks: int, rows: int, env:
         # One unmeasured session warms the server (its first Python worker, the JIT).
         warm = IngestWriteRequest(shard_url=url, source=source_spec(source), desc=descs[0], slot=0, slots=1,
                                   part_order="unordered")
-        r = subprocess.run([sys.executable, "-c", CONNECT_TASK, server.url], input=encode_request(warm), text=True,
-                           capture_output=True, env=env)
+        r = subprocess.run([sys.executable, task_file(folder, CONNECT_TASK), server.url],
+                           input=encode_request(warm), text=True, capture_output=True, env=env)
         if r.returncode != 0:
             raise SystemExit(f"the warm-up write failed:\n{r.stderr[-4000:]}")
         s0, before = tree_cpu(server.proc.pid), children_cpu()
-        walls, staged = run_tasks(CONNECT_TASK, [server.url], url, source, descs, env)
+        extra = [str(server.proc.pid), str(Path(__file__).parent)] if phases else []
+        walls, staged, by_phase = run_tasks(CONNECT_TASK, [server.url, *extra], url, source, descs, env)
         task_cpu, server_cpu = children_cpu() - before, tree_cpu(server.proc.pid) - s0
         time.sleep(1)
         left = server.open_sessions()
     arm = Arm("connect", walls, staged, task_cpu, server_cpu,
-              note=f"server start {started:.1f} s (not charged), open sessions after: {len(left)}")
+              note=f"server start {started:.1f} s (not charged), open sessions after: {len(left)}",
+              phases=by_phase)
     assert not left, left
     check(url, descs, rows)
     return arm
+
+
+def phase_table(arm: Arm) -> str:
+    """Per task, each phase's mean wall, task CPU and server CPU (nested phases are included in
+    their callers': ``read_slot`` holds the probe when it runs there)."""
+    n = max(len(arm.phases), 1)
+    lines = ["| phase | wall s | task CPU-s | server CPU-s |", "|---|---|---|---|"]
+    for name in PHASE_NAMES:
+        got = [p[name] for p in arm.phases if name in p]
+        w, c, sv = (sum(x[i] for x in got) / n for i in range(3))
+        lines.append(f"| {name} | {w:.3f} | {c:.3f} | {sv:.3f} |")
+    return "\n".join(lines)
 
 
 def table(arms: list[Arm], tasks: int, rows: int) -> str:
@@ -195,6 +253,8 @@ def main() -> int:
     p.add_argument("--rows", type=int, default=300)
     p.add_argument("--record", action="store_true", help="append the figures to bench/RESULTS.md")
     p.add_argument("--connect-only", action="store_true", help="the Connect arm only (development)")
+    p.add_argument("--phases", action="store_true",
+                   help="the Connect arm's per-phase wall, task CPU and server CPU (timers add a little)")
     p.add_argument("--submit-tasks", type=int, default=None,
                    help="run the first N tasks only in the submit arm (a loaded machine: ~2 min each)")
     a = p.parse_args()
@@ -206,7 +266,9 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="shardsink-write-cost-") as tmp:
         folder = Path(tmp)
         source, _ = prepare(folder, a.tasks, a.rows)
-        arms = [arm_connect(folder, source, a.tasks, a.rows, env)]
+        arms = [arm_connect(folder, source, a.tasks, a.rows, env, phases=a.phases)]
+        if a.phases:
+            print(phase_table(arms[0]), flush=True)
         print(table(arms, a.tasks, a.rows), flush=True)  # each arm as it ends: a long run keeps its figures
         if not a.connect_only:
             arms.append(arm_submit(folder, source, a.submit_tasks or a.tasks, a.rows, env))

@@ -313,3 +313,35 @@ def test_spark_options_name_the_engine_and_refuse_an_unknown_one() -> None:
                       AttemptOptions(), default_conf={})
     assert (args["engine"], args["connect_conn_id"]) == ("connect", "sc")
     assert SparkOptions().engine == "submit"
+
+
+@pytest.mark.parametrize("backend", ["s3"], indirect=True)
+def test_a_write_slot_checks_the_servers_python_only_before_its_first_python_task(
+        connect: Any, tmp_path: Path, shard_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A write session probes the server's Python workers (:func:`probe`) just before its first
+    Python task there, not at its start (starting a session's worker daemon is most of a small
+    write's cost). Seen through a client claiming shardsink 9.9: a small slot of a local-folder
+    shard (read by the client, written by Spark's own writer) runs no Python on the server and
+    stages; the same slot read on the executors, or staged to S3 by the executors, is refused."""
+    import shardsink
+    from shardsink.sources.landing import read as landing_read
+
+    local = (tmp_path / "shard").as_uri()
+    source, d, model = minted(tmp_path, local, slots=1)
+    monkeypatch.setattr(shardsink, "__version__", "9.9")
+    out = run_over_connect(request(local, source, d, 0, 1), url=connect.url)
+    assert out["status"] == "staged" and out["rows"] == len(model)
+    refused = r"runs shardsink 0.1.0, this worker runs 9.9.*restart"
+    with monkeypatch.context() as m:
+        m.setattr(landing_read, "IN_CLIENT_BYTES", 0)  # the files are read on the executors
+        with pytest.raises(InvalidConfigurationError, match=refused):
+            run_over_connect(request(local, source, d, 0, 1), url=connect.url)
+    shard = Shard.create(shard_url, SCHEMA, upper=START)
+    chain = mint_chain(shard, source, interval_end=START + SPAN, max_span=None, max_chain=1, dag_id="d",
+                       run_id="r", attempt=1)
+    assert isinstance(chain, list)
+    with pytest.raises(InvalidConfigurationError, match=refused):  # parts staged to S3 by the executors
+        run_over_connect(request(shard_url, source, chain[0], 0, 1), url=connect.url)
+    monkeypatch.undo()
+    res = append_from_manifests(Shard(local), d, 1)
+    assert res.status == "committed" and res.rows == len(model)

@@ -150,7 +150,25 @@ def map_on_executors(df: DataFrame, read: Callable[[Iterator[pa.RecordBatch]], I
     """
     from shardsink.outcome import carry_errors
 
+    before_python_tasks(df.sparkSession)
     return df.mapInArrow(carry_errors(read), schema)
+
+
+#: The attribute of a session holding what must run before its first Python task on the
+#: executors (a Spark Connect write session's check of the server's Python: the probe of
+#: :func:`shardsink.spark.connect.connect_session`, deferred until a job needs those workers).
+BEFORE_PYTHON = "_shardsink_before_python"
+
+
+def before_python_tasks(spark: Any) -> None:
+    """Run (once) the check ``spark`` holds for its first Python task, if any (:data:`BEFORE_PYTHON`).
+
+    Every plan that runs Python on the executors calls it first (:func:`map_on_executors`, the
+    Python staging path); a session whose work runs none never pays for starting those workers."""
+    check = getattr(spark, BEFORE_PYTHON, None)
+    if check is not None:
+        setattr(spark, BEFORE_PYTHON, None)
+        check()
 
 
 def spread_rows(spark: SparkSession, rows: Sequence[tuple[Any, ...]], ddl: str) -> DataFrame:

@@ -13,10 +13,14 @@ Contracts of :func:`connect_session`:
   idle timeout, and too many cached sessions evict running ones, SPARK-45738);
 * named after its description and slot: the client's ``user_agent`` and an operation tag
   ``shardsink-write-<desc_id>-slot<n>`` (the server's logs and UI show both);
-* checked before any work (:func:`probe`): an unreachable server, a server whose Python workers
-  run another minor version of Python (``PYTHON_VERSION_MISMATCH``) and a server whose Python
-  cannot import shardsink (or runs another version of it) raise
-  :class:`~shardsink.errors.InvalidConfigurationError` naming the fix; retrying cannot help.
+* checked before any work: an unreachable server raises
+  :class:`~shardsink.errors.InvalidConfigurationError` naming the fix; so do (:func:`probe`) a
+  server whose Python workers run another minor version of Python (``PYTHON_VERSION_MISMATCH``)
+  and one whose Python cannot import shardsink (or runs another version of it), checked at the
+  start (``check="start"``) or, for a write slot (:func:`run_over_connect`), just before the
+  session's first Python task on the server (``check="python"``): starting a session's Python
+  worker daemon costs the server ~1.5 CPU-s, and a small slot of a local-folder shard runs no
+  Python there at all (bench/RESULTS.md, issue 45). Retrying cannot help.
 
 HAZARDS. pyspark's ``create()`` marks the whole process as a Connect client (it sets
 ``SPARK_CONNECT_MODE_ENABLED``, which every later classic ``getOrCreate`` in the process refuses
@@ -38,7 +42,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import quote
 
 import pyarrow as pa
@@ -73,14 +77,20 @@ def _with_user_agent(url: str, name: str) -> str:
     return base + ";" + ";".join([*kept, f"user_agent={quote(name)}"])
 
 
+#: When a session checks the server's Python workers (:func:`probe`): at its start, or before its
+#: first Python task on the server (:func:`shardsink.sources.base.before_python_tasks`).
+ProbeAt = Literal["start", "python"]
+
+
 @contextmanager
 def connect_session(url: str, *, name: str, timezone: str | None = None,
-                    on_session: Callable[[Any], None] | None = None) -> Iterator[SparkSession]:
-    """A fresh Spark Connect session on ``url``, named ``name``, probed (:func:`probe`), and
-    stopped on the way out whatever happens (module docstring). ``timezone`` sets the session's
-    ``spark.sql.session.timeZone`` (views run in UTC). ``on_session(spark)`` is called once the
-    session is probed (who may interrupt it from another thread) and ``on_session(None)`` once
-    it is released."""
+                    on_session: Callable[[Any], None] | None = None,
+                    check: ProbeAt = "start") -> Iterator[SparkSession]:
+    """A fresh Spark Connect session on ``url``, named ``name``, probed (:func:`probe`, when
+    ``check`` says), and stopped on the way out whatever happens (module docstring).
+    ``timezone`` sets the session's ``spark.sql.session.timeZone`` (views run in UTC).
+    ``on_session(spark)`` is called once the session is open (who may interrupt it from another
+    thread) and ``on_session(None)`` once it is released."""
     from pyspark.sql import SparkSession
 
     name = safe_name(name)
@@ -93,7 +103,7 @@ def connect_session(url: str, *, name: str, timezone: str | None = None,
         except Exception as e:
             raise connect_error(e, url=url, starting=True) from e
         with _released(spark, on_session):
-            _open(spark, name, url=url, timezone=timezone)
+            _open(spark, name, url=url, timezone=timezone, check=check)
             if on_session is not None:
                 on_session(spark)
             yield spark
@@ -138,14 +148,20 @@ def _released(spark: Any, on_session: Callable[[Any], None] | None) -> Iterator[
             on_session(None)
 
 
-def _open(spark: Any, name: str, *, url: str, timezone: str | None) -> None:
-    """Set up and probe a new session; failures are refusals (:func:`connect_error`)."""
+def _open(spark: Any, name: str, *, url: str, timezone: str | None, check: ProbeAt) -> None:
+    """Set up and (``check="start"``) probe a new session; failures are refusals (:func:`connect_error`)."""
+    from shardsink.sources.base import BEFORE_PYTHON
+
     try:
         _retries(spark, PROBE_RETRIES)  # an unreachable server fails in about a second
         spark.addTag(name)
         if timezone is not None:
             spark.conf.set("spark.sql.session.timeZone", timezone)
-        probe(spark)
+        if check == "start":
+            probe(spark)
+        else:  # one round trip now: an unreachable server is refused here, and the session is bound
+            spark.conf.get("spark.sql.session.timeZone")  # to this server (a restart is SESSION_CHANGED)
+            setattr(spark, BEFORE_PYTHON, lambda: _probe_deferred(spark, url))
         _retries(spark, WORK_RETRIES)
     except InvalidConfigurationError:
         raise
@@ -203,6 +219,17 @@ def probe(spark: SparkSession) -> None:
             f"the Spark Connect server's Python runs shardsink {server}, this worker runs {mine}: install the "
             "same shardsink in the server's Python (PYSPARK_PYTHON of the spark-connect service) and restart "
             "the server", value=server)
+
+
+def _probe_deferred(spark: Any, url: str) -> None:
+    """:func:`probe` before a session's first Python task: its refusals as at the start, a server
+    lost meanwhile as one lost mid-write (:func:`connect_error`)."""
+    try:
+        probe(spark)
+    except InvalidConfigurationError:
+        raise
+    except Exception as e:
+        raise connect_error(e, url=url, starting=False) from e
 
 
 def connect_error(e: BaseException, *, url: str, starting: bool) -> BaseException:
@@ -277,7 +304,8 @@ def run_over_connect(req: Any, *, url: str, on_session: Callable[[Any], None] | 
             "SparkOptions(engine='submit') (views and corrections use the JVM's query plans)",
             value=type(req).__struct_config__.tag)
     try:
-        return write_slot(req, open_session=lambda name: connect_session(url, name=name, on_session=on_session))
+        return write_slot(req, open_session=lambda name: connect_session(url, name=name, on_session=on_session,
+                                                                         check="python"))
     except ShardsinkError:
         raise
     except Exception as e:

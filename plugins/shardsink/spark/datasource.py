@@ -284,5 +284,9 @@ class ShardDataSource(DataSource):
 
 
 def register(spark: SparkSession) -> None:
-    """Make ``format("shardsink")`` available in ``spark`` (idempotent)."""
+    """Make ``format("shardsink")`` available in ``spark`` (idempotent). Its reads run Python on
+    the executors: a Connect session's deferred check of the server's Python runs first."""
+    from shardsink.sources.base import before_python_tasks
+
+    before_python_tasks(spark)
     spark.dataSource.register(ShardDataSource)

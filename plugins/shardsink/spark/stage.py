@@ -142,6 +142,9 @@ def stage_dataframe(
 
     from pyspark.sql.pandas.types import from_arrow_schema
 
+    from shardsink.sources.base import before_python_tasks
+
+    before_python_tasks(df.sparkSession)  # a Connect session's deferred check of the server's Python
     with _arrow_batch_rows(df.sparkSession, ARROW_BATCH_ROWS):
         out = src.mapInArrow(stage, from_arrow_schema(_META)).collect()
     parts = [PartMeta(r["key"], r["rows"], r["bytes"], r["min_time"], r["max_time"], r["order"]) for r in out]

@@ -15,7 +15,7 @@ or deleted since the mint's listing is refused (MalformedInputError), never half
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -25,7 +25,7 @@ import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from shardsink.core.updates import TIME
-from shardsink.sources.base import Seal, map_on_executors, spread_rows
+from shardsink.sources.base import Seal, is_connect, map_on_executors, spread_rows
 from shardsink.sources.evolution import SchemaMode
 from shardsink.sources.landing.files import (
     LandingFile,
@@ -108,7 +108,7 @@ def read_planned(spark: SparkSession, plan: FilePlan, *, slot: int, slots: int, 
     module docstring): the plan names the landing root and event-time column. ``partitions``: the
     declared day-folder layout, whose files must hold only their day's times
     (:func:`shardsink.sources.landing.partitions.check_in_day`, from the index: no read)."""
-    lower, upper, root, time_column = plan.lower, plan.upper, plan.root, plan.time_column
+    lower, root = plan.lower, plan.root
     read = [e for e in plan.read if slot_of(e.key, slots) == slot]
     unindexed = [u for u in plan.unindexed if slot_of(u.key, slots) == slot]
     for e in read:
@@ -126,25 +126,52 @@ def read_planned(spark: SparkSession, plan: FilePlan, *, slot: int, slots: int, 
     listing = [{"key": k, "size": size, "modified": m} for k, size, m, _, _ in rows]
     if not rows:
         return spark.createDataFrame([], spark_schema), listing
-    seal_list = list(seals)
-    schema_bytes = schema.serialize().to_pybytes()
+    read_rows = _file_reader(plan, schema=schema, seals=seals, schema_mode=schema_mode)
+    if is_connect(spark) and sum(r[1] for r in rows) <= IN_CLIENT_BYTES:
+        got = [b for r in rows for b in read_rows([dict(zip(_WORK, r, strict=True))])]
+        out = pa.schema([*schema, pa.field(TIME, pa.int64())])
+        table = pa.Table.from_batches(got).cast(out) if got else out.empty_table()
+        return spark.createDataFrame(table, spark_schema), listing
 
     def read_files(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        blob = open_blob(parse_url(root))
-        user = pa.ipc.read_schema(pa.py_buffer(schema_bytes))
         for b in batches:
-            for row in b.to_pylist():
-                f = LandingFile(row["key"], row["size"], row["modified"], row["identity"])
-                if row["indexed"]:
-                    for t in stream_rows(blob, f, user, time_column, root=root, schema_mode=schema_mode,
-                                         window=(lower, upper)):
-                        yield from t.to_batches()
-                    continue
-                t = read_landing_file(blob, f, user, time_column, root=root, schema_mode=schema_mode,
-                                      window=(lower, upper))
-                check_late(t, f, lower=lower, seals=seal_list, root=root)
-                keep = pc.and_(pc.greater_equal(t[TIME], lower), pc.less(t[TIME], upper))
-                yield from t.filter(keep).to_batches()
+            yield from read_rows(b.to_pylist())
 
     files_df = spread_rows(spark, rows, "key string, size long, modified double, identity string, indexed boolean")
     return map_on_executors(files_df, read_files, spark_schema), listing
+
+
+#: A Spark Connect write slot whose files hold at most this many bytes in all is read by the client
+#: (the write task's process, with the same code as the executors) and sent to the server in the
+#: plan (an Arrow local relation; the server caches one past 64 MiB): the server then runs no Python
+#: for the slot (starting a session's Python worker daemon costs it ~1.5 CPU-s; issue 45).
+IN_CLIENT_BYTES = 4 << 20
+_WORK = ("key", "size", "modified", "identity", "indexed")
+
+
+def _file_reader(plan: FilePlan, *, schema: pa.Schema, seals: Sequence[Seal], schema_mode: SchemaMode
+                 ) -> Callable[[Iterable[dict[str, Any]]], Iterator[pa.RecordBatch]]:
+    """The rows of the work list's files (dicts of :data:`_WORK`) inside the plan's window, as
+    batches of user columns + ``_time``: indexed files streamed (:func:`stream_rows`), the others
+    read whole and checked for late rows. Runs on the executors or in the client: plain values only."""
+    lower, upper, root, time_column = plan.lower, plan.upper, plan.root, plan.time_column
+    seal_list = list(seals)
+    schema_bytes = schema.serialize().to_pybytes()
+
+    def read_rows(rows: Iterable[dict[str, Any]]) -> Iterator[pa.RecordBatch]:
+        blob = open_blob(parse_url(root))
+        user = pa.ipc.read_schema(pa.py_buffer(schema_bytes))
+        for row in rows:
+            f = LandingFile(row["key"], row["size"], row["modified"], row["identity"])
+            if row["indexed"]:
+                for t in stream_rows(blob, f, user, time_column, root=root, schema_mode=schema_mode,
+                                     window=(lower, upper)):
+                    yield from t.to_batches()
+                continue
+            t = read_landing_file(blob, f, user, time_column, root=root, schema_mode=schema_mode,
+                                  window=(lower, upper))
+            check_late(t, f, lower=lower, seals=seal_list, root=root)
+            keep = pc.and_(pc.greater_equal(t[TIME], lower), pc.less(t[TIME], upper))
+            yield from t.filter(keep).to_batches()
+
+    return read_rows
