@@ -178,6 +178,26 @@ def connect_server(*, port: int | None = None, cores: int = 2, folder: str | os.
         server.stop()
 
 
+def warm_up(server: ConnectServer) -> float:
+    """One session as a write slot's: the Python check (the session's worker daemon) and a
+    few rows written by Spark's Parquet writer into the server's folder; returns its seconds.
+
+    A freshly started server's first write loads and compiles the writer's classes: 7.7 s for
+    the demo's first 900-row slot against 0.3-2.2 s for the next ones (README, write engines).
+    Runs in a child process: a Connect client marks its whole process as one (connect.py)."""
+    code = ("import sys, pyarrow as pa\n"
+            "from shardsink.spark.connect import connect_session\n"
+            "with connect_session(sys.argv[1], name='shardsink-warm-up') as spark:\n"
+            "    t = pa.table({'k': list(range(100)), 'v': [str(i) for i in range(100)]})\n"
+            "    spark.createDataFrame(t).write.mode('overwrite').parquet(sys.argv[2])\n")
+    t0 = time.monotonic()
+    env = server_env()
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "plugins"), str(ROOT), env.get("PYTHONPATH", "")])
+    subprocess.run([sys.executable, "-c", code, server.url, str(server.folder / "warm-up")], env=env,
+                   check=True, capture_output=True, timeout=300)
+    return time.monotonic() - t0
+
+
 def main() -> int:
     """``make connect``: run a local server in the foreground until interrupted."""
     import argparse
@@ -186,7 +206,12 @@ def main() -> int:
     p.add_argument("--port", type=int, default=15002)
     p.add_argument("--cores", type=int, default=2)
     a = p.parse_args()
+
+    def interrupted(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt  # SIGTERM too stops the server (its own session outlives this process)
+    signal.signal(signal.SIGTERM, interrupted)
     with connect_server(port=a.port, cores=a.cores) as server:
+        print(f"warming up (one small write session): {warm_up(server):.1f} s", flush=True)
         print(f"Spark Connect server at {server.url} (log {server.log_path}); Ctrl-C stops it", flush=True)
         try:
             while server.proc is not None and server.proc.poll() is None:

@@ -58,6 +58,9 @@ def _env(repo: Path, home: Path, demo: Path) -> dict[str, str]:
         "SHARDSINK_START": START.date().isoformat(),  # the example DAGs' start_date: the synthetic data's first day
     })
     env.setdefault("AIRFLOW_CONN_SPARK_DEFAULT", '{"conn_type":"spark","host":"local[2]"}')
+    # ``SHARDSINK_ENGINE=connect make run``: the write slots go to ``make connect``'s server
+    env.setdefault("AIRFLOW_CONN_SPARK_CONNECT_DEFAULT",
+                   '{"conn_type":"spark_connect","host":"127.0.0.1","port":15002}')
     return env
 
 
