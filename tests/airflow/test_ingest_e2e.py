@@ -67,12 +67,13 @@ def test_runs_ingest_exactly_once_and_rerun_changes_nothing(af: Env, connect_eng
     assert_exactly_once(af.shard_url, af.landing, START, START + 2 * DAY)
 
 
-def test_watermark_that_does_not_move_skips_without_a_jvm(af: Env, tmp_path: Path) -> None:
+def test_watermark_that_does_not_move_skips_without_a_jvm(af: Env, tmp_path: Path,
+                                                         connect_engine: dict[str, str]) -> None:
     """Two no-op runs (their own interval, then a later one) start no spark-submit; once half a day
-    completes, the next run takes just that.
+    completes, the next run takes just that (its one write slot a Spark Connect session).
 
-    One writer slot: the day has one file, so a second slot would stage nothing and only start a
-    second JVM (most of this test's time). Multi-slot ingest is covered by the exactly-once test."""
+    One writer slot: the day has one file, so a second slot would stage nothing. Multi-slot ingest
+    is covered by the exactly-once test."""
     af.env["SHARDSINK_WRITERS"] = "1"
     generate(af.landing, start=START, days=1, files_per_day=1, rows_per_file=10, watermark=START)
     fake = tmp_path / "fakebin"
@@ -88,6 +89,6 @@ def test_watermark_that_does_not_move_skips_without_a_jvm(af: Env, tmp_path: Pat
     assert not marker.exists(), "a no-op run started spark-submit"
     assert Shard.open(af.shard_url).info().seqno == 0
     publish_watermark(af.landing, START + DAY // 2)  # half a day completes: the next run takes just that
-    ok(af.dags_test("2024-01-02"))
+    ok(af.dags_test("2024-01-02", extra=connect_engine))
     assert Shard.open(af.shard_url).info().upper == START + DAY // 2
     assert_exactly_once(af.shard_url, af.landing, START, START + DAY // 2)

@@ -82,9 +82,13 @@ class Stack:
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory, airflow_template: Path) -> Iterator[Stack]:
+def stack(tmp_path_factory: pytest.TempPathFactory, airflow_template: Path,
+          connect_engine: dict[str, str]) -> Iterator[Stack]:
+    """The demo shard written by one run of the example DAG (its write slot a Spark Connect session:
+    the page reads shards, whichever engine wrote them), then the api-server on its Airflow home."""
     tmp = tmp_path_factory.mktemp("shards-page")
     af = make_env(tmp, airflow_template)
+    af.env.update(connect_engine)
     generate(af.landing, start=START, days=1, files_per_day=2, rows_per_file=60)
     (af.home / "passwords.json").write_text(json.dumps(PASSWORDS))
     listener = UdpListener()

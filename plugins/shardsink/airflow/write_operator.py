@@ -170,7 +170,8 @@ class ShardWriteOperator(ShardTaskMixin, SparkSubmitOperator):
             self._secret_env = access.spark_env(explicit=self.env_vars or {}) if access is not None else {}
         if self.engine == "connect" and self.application.endswith("ingest_write.py"):
             self._secret_env = {}
-            self._execute_connect(d, context, cancels)
+            with self.timed():  # no spark-submit: the mixin's execute, which times it, is not called
+                self._execute_connect(d, context, cancels)
             return
         env = dict(self.env_vars or {})
         env.setdefault("PYSPARK_PYTHON", sys.executable)

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any, ClassVar
 
 from airflow.providers.standard.decorators.python import _PythonDecoratedOperator
@@ -73,9 +74,9 @@ class ShardTaskMixin:
     def execute(self, context: Any) -> Any:
         from airflow.sdk.exceptions import DownstreamTasksSkipped
 
-        t0 = time.monotonic()
         try:
-            result = super().execute(context)  # type: ignore[misc]
+            with self.timed():
+                result = super().execute(context)  # type: ignore[misc]
         except DownstreamTasksSkipped:
             # SUBTLE: append succeeds by raising this (it skips the later attempts) after pushing
             # its result as XCom; read it back so the metrics and lineage still see the commit.
@@ -88,11 +89,20 @@ class ShardTaskMixin:
                 else:  # e.g. every description of the attempt lost: skipped after pushing its result
                     self._record(_pushed(context, self.task_id))  # type: ignore[attr-defined]
             raise
+        self._record(result)
+        return result
+
+    @contextmanager
+    def timed(self) -> Iterator[None]:
+        """Send ``task.<shard_role>.duration`` for the block, however it ends: :meth:`execute` wraps
+        the operator's own work in it, and a subclass whose work bypasses that (a Spark Connect
+        write slot, which starts no spark-submit) wraps its own."""
+        t0 = time.monotonic()
+        try:
+            yield
         finally:
             metrics.timing(f"task.{self.shard_role}.duration", (time.monotonic() - t0) * 1000, dag_id=self.dag_id,
                            shard=self.shard_url)
-        self._record(result)
-        return result
 
     def _record(self, result: Any) -> None:
         """Keep the task's result for lineage; count an append's commits and settled lost races,
