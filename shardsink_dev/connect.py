@@ -168,10 +168,17 @@ def connect_server(*, port: int | None = None, cores: int = 2, folder: str | os.
     ``env``: the environment to start from (default: this process's; set ``AWS_ENDPOINT_URL``
     etc. first, the server's workers inherit it)."""
     where = Path(tempfile.mkdtemp(prefix="shardsink-connect-")) if folder is None else Path(folder)
-    port = port or free_port()
-    server = ConnectServer(port=port, folder=where, argv=server_argv(port, where, cores=cores),
-                           env=server_env(env))
-    server.start()
+    for tries_left in (2, 1, 0):
+        at = port or free_port()
+        server = ConnectServer(port=at, folder=where, argv=server_argv(at, where, cores=cores), env=server_env(env))
+        try:
+            server.start()
+            break
+        except RuntimeError:
+            # SUBTLE: a port free_port saw free can be taken before the server binds it (the
+            # service does not move to another port): pick another, unless the caller chose it.
+            if port is not None or not tries_left or "BindException" not in server.log_path.read_text(errors="replace"):
+                raise
     try:
         yield server
     finally:
