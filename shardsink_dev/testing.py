@@ -7,14 +7,17 @@ clients measured against it do not share its interpreter lock.
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 #: Credentials moto accepts; fake by construction.
@@ -55,27 +58,33 @@ class MotoServer:
 
 @contextmanager
 def moto_server(port: int | None = None) -> Iterator[MotoServer]:
-    """Start ``moto_server`` on 127.0.0.1 in a child process; stop it on exit."""
-    port = port or free_port()
+    """Start ``moto_server`` on 127.0.0.1 in a child process; stop it on exit.
+
+    SUBTLE: with no ``port`` the child binds one the system picks (``-p 0``) and the endpoint
+    is the port it logs: a port seen free beforehand can be taken by another process (another
+    test process's moto, even) before the child binds it, and a probe would then find the
+    other server answering."""
     exe = os.path.join(os.path.dirname(sys.executable), "moto_server")
     cmd = [exe] if os.path.exists(exe) else [sys.executable, "-m", "moto.server"]
-    proc = subprocess.Popen(
-        [*cmd, "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env={**os.environ, **FAKE_ENV},
-    )
-    endpoint = f"http://127.0.0.1:{port}"
+    log = tempfile.NamedTemporaryFile(prefix="shardsink-moto-", suffix=".log", delete=False)  # noqa: SIM115
+    proc = subprocess.Popen([*cmd, "-H", "127.0.0.1", "-p", str(port or 0)], stdout=log, stderr=subprocess.STDOUT,
+                            env={**os.environ, **FAKE_ENV})
+    log.close()
     deadline = time.monotonic() + 30
     while True:
-        try:
-            urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=1).read()
-            break
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                raise RuntimeError(f"moto server did not start on {endpoint}") from None
-            time.sleep(0.1)
+        bound = re.search(r"Running on http://127\.0\.0\.1:(\d+)", Path(log.name).read_text(errors="replace"))
+        if bound is not None:
+            endpoint = f"http://127.0.0.1:{bound.group(1)}"
+            try:
+                urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=1).read()
+                break
+            except OSError:
+                pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            tail = Path(log.name).read_text(errors="replace")[-2000:]
+            raise RuntimeError(f"moto server did not start on port {port or 0}: {tail}") from None
+        time.sleep(0.1)
     try:
         yield MotoServer(endpoint, proc)
     finally:
@@ -84,6 +93,7 @@ def moto_server(port: int | None = None) -> Iterator[MotoServer]:
             proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             proc.kill()
+        os.unlink(log.name)
 
 
 @contextmanager
