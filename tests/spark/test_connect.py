@@ -345,3 +345,21 @@ def test_a_write_slot_checks_the_servers_python_only_before_its_first_python_tas
     monkeypatch.undo()
     res = append_from_manifests(Shard(local), d, 1)
     assert res.status == "committed" and res.rows == len(model)
+
+
+def test_a_file_changed_since_the_mint_is_refused_alike_read_by_the_client_or_the_executors(
+        connect: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A small slot over Connect is read in the task process, a larger one on the server's
+    executors: either way a landing file rewritten since the mint's listing fails the slot as
+    invalid input (not retried), naming the file, and stages nothing."""
+    from shardsink.sources.landing import read as landing_read
+
+    url = (tmp_path / "shard").as_uri()
+    source, d, _ = minted(tmp_path, url, slots=1)
+    [changed] = sorted((tmp_path / "landing" / "day").iterdir())
+    changed.write_bytes(changed.read_bytes() + b"\0")  # another size than the mint listed
+    for in_client in (4 << 20, 0):
+        monkeypatch.setattr(landing_read, "IN_CLIENT_BYTES", in_client)
+        with pytest.raises(InvalidUsageError, match=r"file-\d+\.parquet changed or disappeared since it was listed"):
+            run_over_connect(request(url, source, d, 0, 1), url=connect.url)
+    assert not (tmp_path / "shard" / "staging").exists() or not any((tmp_path / "shard" / "staging").rglob("*.json"))

@@ -130,7 +130,7 @@ def read_planned(spark: SparkSession, plan: FilePlan, *, slot: int, slots: int, 
     if is_connect(spark) and sum(r[1] for r in rows) <= IN_CLIENT_BYTES:
         got = [b for r in rows for b in read_rows([dict(zip(_WORK, r, strict=True))])]
         out = pa.schema([*schema, pa.field(TIME, pa.int64())])
-        table = pa.Table.from_batches(got).cast(out) if got else out.empty_table()
+        table = pa.Table.from_batches([b.cast(out) for b in got], schema=out)  # each file's batches as read
         return spark.createDataFrame(table, spark_schema), listing
 
     def read_files(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
