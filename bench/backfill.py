@@ -2,45 +2,52 @@
 10 and at 1, in one run, on the production shape (tests/topology/topo_stack.py: PostgreSQL, Redis,
 the CeleryExecutor with two workers, a Spark standalone cluster with two workers, S3 on moto).
 
-Two arms, each at both concurrencies, each on its own landing zone and shard:
+Two arms, each at both concurrencies, each on its own landing zone and shard, per engine
+(``--engine``, issue 45): ``connect`` (default: the DAGs' ``SparkOptions(engine="connect")``, a
+day's two write slots are sessions of one Spark Connect server beside the stack,
+``local[--connect-cores]``, started by this process and so counted in its CPU, reaching S3 through
+the same ``AWS_ENDPOINT_URL`` as the stack), ``submit`` (two spark-submits on the cluster) or
+``both`` (each engine at both concurrencies, in the same run, on the same landing zones):
 
 * **cpu-bound**: synthetic days (``--files`` Parquet files of ``--rows`` rows in each day's
-  folder); a day's write is two spark-submits on the cluster;
+  folder);
 * **io-bound**: the same days, but every GET of a landing-zone data file (not the shard's
   objects) waits 2 s in an HTTP proxy in front of moto (tests/support/faultproxy.py; the whole
   stack reaches S3 through it via ``AWS_ENDPOINT_URL``), so a day's mint and write mostly wait:
   a small file is one GET, and the mint indexes a day's new files in turn, as each write slot
   reads its files in turn (16 files a day: 32 s in the mint, 16 s in each of the two slots).
 
-A 1-interval warm-up backfill runs first, unmeasured. Measured per backfill: wall (``airflow
+A 1-interval warm-up backfill per engine runs first, unmeasured. Measured per backfill: wall (``airflow
 backfill create`` to the last run's end), CPU seconds of
-this process tree (every daemon of the stack, their tasks and JVMs, moto and the proxy;
+this process tree (every daemon of the stack, their tasks and JVMs, the Connect server and its
+Python workers, moto and the proxy;
 PostgreSQL left out: it daemonizes) and, from Airflow's task-instance records, the critical
 path (the chain of writes and appends that ended last) and "appends after the last write":
 the last append's end minus the last write's end, per append that ended after the last write.
 The floor: no order beats the first write's start plus the CPU spent after it over the cores
 (sampled every second, with how busy the machine's cores were while writing). Every backfill is checked:
 every run green, the shard equals the source exactly once, ``shardsink verify`` exits 0, and
-after ``shardsink gc`` no part leaked. Targets: wall(10) <= 0.6 x wall(1) cpu-bound, <= 0.3 x
-io-bound; appends after the last write <= 2 s per interval.
+after ``shardsink gc`` no part leaked. Targets: wall(10) <= 0.6 x wall(1) cpu-bound with
+spark-submit, <= 0.8 x with Connect (on 2 cores), <= 0.3 x io-bound; appends after the last write
+<= 2 s per interval. The table and figures: bench/backfill_report.py.
 
 The landing zone uses the declared day-folder layout (``dt=YYYY-MM-DD``, lateness 0d), so each
 mint lists and indexes its own day's files. ``--slots``: task slots per Celery worker and cores
 per Spark worker (default 6: 12 task slots and 12 executor cores, most of ten runs' writes at
 once, as on a cluster sized for the backfill; the tests use 2). Ends with
-``FIGURE backfill cpu-bound <ratio> io-bound <ratio>`` and appends the figures to
-bench/RESULTS.md (not with ``--quick``: 3 intervals, for development).
+``FIGURE backfill cpu-bound <ratio> io-bound <ratio> engine <engine>`` per engine (Connect's
+first) and appends the figures, a row per arm and engine, to bench/RESULTS.md (not with
+``--quick``: 3 intervals, for development).
 
-    python bench/backfill.py [--quick] [--days N] [--files F] [--slots S]
+    python bench/backfill.py [--engine connect|submit|both] [--quick] [--days N] [--files F] [--slots S]
+                             [--connect-cores N]
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import os
-import platform
 import signal
 import subprocess
 import sys
@@ -54,17 +61,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from backfill_report import CORES, DELAY_S, critical_path, report, timeline
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "tests" / "topology"), str(REPO / "plugins"),
                 str(Path(__file__).resolve().parent)]
-RESULTS = Path(__file__).resolve().parent / "results"
 DAY = 86_400_000
 START = int(datetime(2024, 1, 1, tzinfo=UTC).timestamp() * 1000)
 BUCKET = "shardsink-bench"
-DELAY_S = 2.0
-TARGETS = {"cpu": 0.6, "io": 0.3}
-APPEND_TARGET_S = 2.0
-CORES = os.cpu_count() or 1
+ENGINES = {"connect": ("connect",), "submit": ("submit",), "both": ("connect", "submit")}
+SPARK = {"submit": 'SparkOptions(conf={"spark.sql.shuffle.partitions": "2"})',
+         "connect": 'SparkOptions(engine="connect")'}  # connection spark_connect_default: start_connect
 
 DAG_FILE = '''
 """bench/backfill.py's ingest DAG for one arm."""
@@ -77,7 +84,7 @@ ingest = ingest_dag(
     dag_id="{dag_id}", shard_url="{shard}", writers=2, schedule="@daily", start_date=START,
     end_date=START + timedelta(days={days}),
     source=LandingSource("{landing}", time_column="event_time", partitions="dt=YYYY-MM-DD", lateness="0d"),
-    shard=ShardOptions(max_span=timedelta(days=1)), spark=SparkOptions(conf={{"spark.sql.shuffle.partitions": "2"}}),
+    shard=ShardOptions(max_span=timedelta(days=1)), spark={spark},
     attempts=AttemptOptions(backoff=0.5, task_retries=2, task_retry_delay=timedelta(seconds=2),
                             catch_up_after=timedelta(minutes=30), poke_interval=timedelta(seconds=1)),
 )
@@ -86,9 +93,10 @@ ingest = ingest_dag(
 
 @dataclass(frozen=True)
 class Arm:
-    """One arm: its landing zone and, per ``max_active_runs``, its DAG id and shard URL."""
+    """One arm of one engine: its landing zone and, per ``max_active_runs``, its DAG id and shard URL."""
 
     name: str
+    engine: str
     landing: str
     dags: dict[int, tuple[str, str]]
     delay: Any = None  #: the proxy's delay rule (io-bound): its ``fired`` counts the delayed GETs
@@ -105,43 +113,6 @@ def land(landing: str, days: int, files: int, rows: int) -> None:
             t = landing_table(START + d * DAY, START + (d + 1) * DAY, rows, seed=7000 + d * 31 + i)
             land_file(landing, f"dt={day}/events-{i}.parquet", t)
     publish_watermark(landing, START + days * DAY)
-
-
-def _ts(value: str | None) -> float | None:
-    return None if not value else datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-
-
-def timeline(tis: list[dict[str, Any]], runs: list[dict[str, Any]], t0: float) -> list[dict[str, Any]]:
-    """Per run in day order: the mint's, writes' and committing append's start and end (s after t0)."""
-    out = []
-    for r in sorted(runs, key=lambda r: r["logical_date"]):
-        mine = [ti for ti in tis if ti["dag_run_id"] == r["dag_run_id"] and ti["start_date"] and ti["end_date"]
-                and ti["state"] != "skipped"]  # a green run skips its later attempts' tasks
-
-        def span(suffix: str, *, ok: bool = False, mine: list[dict[str, Any]] = mine) -> list[float]:
-            got = [ti for ti in mine if ti["task_id"].endswith(suffix) and (not ok or ti["state"] == "success")]
-            if not got:
-                return [float("nan"), float("nan")]
-            return [min(_ts(ti["start_date"]) or 0 for ti in got) - t0,
-                    max(_ts(ti["end_date"]) or 0 for ti in got) - t0]
-
-        out.append({"day": r["logical_date"][:10], "mint": span(".mint"), "write": span(".write"),
-                    "append": span(".append", ok=True), "end": (_ts(r["end_date"]) or t0) - t0})
-    return out
-
-
-def critical_path(tl: list[dict[str, Any]]) -> str:
-    """Walk back from the last commit: a day's append waited for its own writes or for the day before's."""
-    chain, i = [], len(tl) - 1
-    while i >= 0:
-        d = tl[i]
-        chain.append(f"{d['day']} append {d['append'][0]:.0f}-{d['append'][1]:.0f}s")
-        if i == 0 or d["write"][1] >= tl[i - 1]["append"][1]:
-            chain.append(f"{d['day']} writes {d['write'][0]:.0f}-{d['write'][1]:.0f}s")
-            chain.append(f"{d['day']} mint {d['mint'][0]:.0f}-{d['mint'][1]:.0f}s")
-            break
-        i -= 1
-    return " <- ".join(chain)
 
 
 class Sampler(threading.Thread):
@@ -213,14 +184,14 @@ def run_backfill(topo: Any, arm: Arm, mar: int, days: int) -> dict[str, Any]:
     busy_share = (busy1 - busy0) / max((last_write - first_write) * CORES, 1e-9)
     # The appends still to come once the last write is done: those that ended after it.
     after = sum(d["append"][1] > last_write for d in tl)
-    got = {"arm": arm.name, "max_active_runs": mar, "days": days, "wall_s": wall, "cpu_s": cpu,
+    got = {"engine": arm.engine, "arm": arm.name, "max_active_runs": mar, "days": days, "wall_s": wall, "cpu_s": cpu,
            "appends_after_last_write_s": last_append - last_write, "appends_after_last_write": after,
            "per_interval_s": (last_append - last_write) / max(after, 1), "critical_path": critical_path(tl),
            "delayed_gets": delayed, "first_write_s": first_write, "cpu_after_first_write_s": cpu_after,
            "floor_s": first_write + cpu_after / CORES, "busy_share_writing": busy_share,
            "overlapped": sum(later["write"][0] < earlier["append"][1] for earlier, later in itertools.pairwise(tl)),
            "load_start_end": [load0, os.getloadavg()[0]], "timeline": tl}
-    print(f"[{arm.name} x{mar}] wall {wall:.0f} s, CPU {cpu:.0f} s, appends after the last write "
+    print(f"[{arm.engine} {arm.name} x{mar}] wall {wall:.0f} s, CPU {cpu:.0f} s, appends after the last write "
           f"{got['appends_after_last_write_s']:.1f} s for {after} intervals ({got['per_interval_s']:.2f} s each), "
           f"{delayed} landing GETs delayed {DELAY_S:.0f} s, "
           f"load {load0:.1f} -> {os.getloadavg()[0]:.1f}; first write at {first_write:.0f} s, {cpu_after:.0f} CPU-s "
@@ -232,55 +203,59 @@ def run_backfill(topo: Any, arm: Arm, mar: int, days: int) -> dict[str, Any]:
     return got
 
 
-def report(results: list[dict[str, Any]], *, days: int, files: int, rows: int, slots: int, quick: bool) -> None:
-    load = os.getloadavg()
-    by = {(r["arm"], r["max_active_runs"]): r for r in results}
-    ratios = {arm: by[(arm, 10)]["wall_s"] / by[(arm, 1)]["wall_s"] for arm in ("cpu", "io")}
-    lines = []
-    for arm in ("cpu", "io"):
-        par, seq = by[(arm, 10)], by[(arm, 1)]
-        worst = max(par["per_interval_s"], seq["per_interval_s"])
-        lines.append(
-            f"| {arm}-bound, {days} intervals x {files} files x {rows} rows | wall(10)/wall(1) **{ratios[arm]:.2f}** "
-            f"(target <= {TARGETS[arm]}; {par['wall_s']:.0f} s vs {seq['wall_s']:.0f} s) | CPU {par['cpu_s']:.0f} s "
-            f"vs {seq['cpu_s']:.0f} s (CPU over the cores: {par['cpu_s'] / CORES:.0f} s = "
-            f"{par['cpu_s'] / CORES / seq['wall_s']:.2f} x wall(1)) | floor at 10 (first write at "
-            f"{par['first_write_s']:.0f} s + {par['cpu_after_first_write_s']:.0f} CPU-s after it over {CORES} cores): "
-            f"{par['floor_s']:.0f} s = **{par['floor_s'] / seq['wall_s']:.2f}** x wall(1); cores "
-            f"{par['busy_share_writing']:.0%} busy while writing | appends after the last write "
-            f"{par['appends_after_last_write_s']:.1f} s for {par['appends_after_last_write']} intervals / "
-            f"{seq['appends_after_last_write_s']:.1f} s for {seq['appends_after_last_write']} "
-            f"(worst {worst:.2f} s per interval, target <= "
-            f"{APPEND_TARGET_S}) | days written before the day before committed: {par['overlapped']} of {days - 1} | "
-            f"landing GETs delayed: {par['delayed_gets']} / {seq['delayed_gets']} | load during: "
-            f"{'{:.1f}->{:.1f}'.format(*par['load_start_end'])} / {'{:.1f}->{:.1f}'.format(*seq['load_start_end'])} |")
-        lines.append(f"| {arm}-bound critical path at 10 | {par['critical_path']} |")
-    stamp = time.strftime("%Y-%m-%d %H:%M")
-    text = (f"\n## backfill{' (--quick)' if quick else ''} ({stamp}, load {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}, "
-            f"{platform.machine()}, {CORES} cpus; {slots} slots per Celery worker and Spark worker; "
-            f"io-bound: {DELAY_S:.0f} s per landing GET)\n\n" + "\n".join(lines) + "\n\n"
-            "Exactly once against the source, `shardsink verify` exit 0 and no leaked part after `shardsink gc`: "
-            "checked for every backfill.\n")
-    print(text)
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"backfill{'-quick' if quick else ''}.json").write_text(json.dumps(results, indent=2))
-    if not quick:  # a development run's figures stay out of the history
-        with (Path(__file__).resolve().parent / "RESULTS.md").open("a") as fh:
-            fh.write(text)
-    print(f"FIGURE backfill cpu-bound {ratios['cpu']:.2f} io-bound {ratios['io']:.2f}")
+def start_connect(stack: ExitStack, topo: Any, root: Path, cores: int) -> Any:
+    """The Connect engine's server beside the stack (tests/topology/conftest.py's ``connect_conn``):
+    ``local[cores]``, reaching S3 as the stack does (through the fault proxy: the same
+    ``AWS_ENDPOINT_URL``), registered as the Airflow connection ``spark_connect_default``. A child
+    of this process, so that its CPU (JVM and Python workers) counts in every backfill's and the floor's."""
+    from proc_cpu import tree_cpu
+
+    from shardsink_dev.connect import connect_server
+
+    env = dict(os.environ)
+    assert env["AWS_ENDPOINT_URL"] == topo.env["AWS_ENDPOINT_URL"], "the server must reach S3 as the stack does"
+    server = stack.enter_context(connect_server(folder=root / "connect", cores=cores, env=env))
+    assert server.proc is not None
+    pid = server.proc.pid  # spark-submit execs the server's JVM: this pid is the JVM
+    ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    assert ppid == os.getpid(), f"the Connect server ({pid}) is no child of the bench: its CPU is not counted"
+    assert tree_cpu(pid) > 0  # its JVM has run: counted under this process from now on
+    r = topo.airflow("connections", "add", "spark_connect_default", "--conn-json", server.airflow_connection())
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    print(f"Spark Connect server at {server.url} (local[{cores}], log {server.log_path})", flush=True)
+    return server
+
+
+def make_arms(proxy: Any, engines: tuple[str, ...], days: int, files: int, rows: int) -> list[Arm]:
+    """The arms, per engine (its own DAGs and shards) and per kind; an arm's landing zone is its
+    kind's in every engine (only read)."""
+    arms = []
+    for name in ("cpu", "io"):
+        prefix = f"s3://{BUCKET}/backfill-{name}-{uuid.uuid4().hex[:8]}"
+        land(f"{prefix}/landing", days, files, rows)
+        delay = None if name == "cpu" else proxy.add(  # after landing: only reads wait
+            "delay", method="GET", key=rf"{prefix[len(f's3://{BUCKET}/'):]}/landing/.*\.parquet",
+            seconds=DELAY_S, phase="before", times=None)
+        for engine in engines:
+            arms.append(Arm(name, engine, f"{prefix}/landing", {
+                mar: (f"backfill_{engine}_{name}_{mar}", f"{prefix}/shard-{engine}-{mar}") for mar in (10, 1)}, delay))
+    return arms
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="3 intervals (development)")
+    ap.add_argument("--engine", choices=tuple(ENGINES), default="connect",
+                    help="the write tasks' Spark engine (both: each at both concurrencies, in the same run)")
     ap.add_argument("--days", type=int, default=10)
     ap.add_argument("--files", type=int, default=16, help="landing files per day (Parquet)")
     ap.add_argument("--rows", type=int, default=40, help="rows per landing file")
     ap.add_argument("--slots", type=int, default=6)
+    ap.add_argument("--connect-cores", type=int, default=2, help="the Connect server's local[N]")
     a = ap.parse_args()
-    days = 3 if a.quick else a.days
+    days, engines = (3 if a.quick else a.days), ENGINES[a.engine]
     for name, v, hi in (("--days", days, 28), ("--files", a.files, 50), ("--rows", a.rows, 1_000_000),
-                        ("--slots", a.slots, 16)):
+                        ("--slots", a.slots, 16), ("--connect-cores", a.connect_cores, 16)):
         if not 1 <= v <= hi:
             ap.error(f"{name} {v}: expected 1..{hi}")
 
@@ -301,30 +276,30 @@ def main() -> None:
         os.environ.update(moto.env())
         proxy = stack.enter_context(fault_proxy(moto.endpoint))
         os.environ["AWS_ENDPOINT_URL"] = proxy.url
-        arms = []
-        for name in ("cpu", "io"):
-            prefix = f"s3://{BUCKET}/backfill-{name}-{uuid.uuid4().hex[:8]}"
-            land(f"{prefix}/landing", days, a.files, a.rows)
-            delay = None if name == "cpu" else proxy.add(  # after landing: only reads wait
-                "delay", method="GET", key=rf"{prefix[len(f's3://{BUCKET}/'):]}/landing/.*\.parquet",
-                seconds=DELAY_S, phase="before", times=None)
-            arms.append(Arm(name, f"{prefix}/landing",
-                            {mar: (f"backfill_{name}_{mar}", f"{prefix}/shard-{mar}") for mar in (10, 1)}, delay))
+        arms = make_arms(proxy, engines, days, a.files, a.rows)
         print(f"starting the production shape ({a.slots} slots), load {os.getloadavg()[0]:.1f}", flush=True)
-        topo = stack.enter_context(topology_stack(Path(tempfile.mkdtemp(prefix="bench-backfill-")), slots=a.slots))
-        # A 1-interval warm-up first, not measured: the stack's first tasks (Celery workers' and
-        # the triggerer's first imports, the cluster's first applications) cost every arm alike.
-        warm = Arm("warm-up", arms[0].landing, {1: ("backfill_warmup", f"{arms[0].landing}-warmup-shard")})
-        for arm in (warm, *arms):
+        root = Path(tempfile.mkdtemp(prefix="bench-backfill-"))
+        topo = stack.enter_context(topology_stack(root, slots=a.slots))
+        if "connect" in engines:
+            start_connect(stack, topo, root, a.connect_cores)
+        # A 1-interval warm-up per engine first, not measured: the stack's first tasks (Celery
+        # workers' and the triggerer's first imports, the cluster's first applications, the
+        # Connect server's first write) cost every arm alike.
+        warm = [Arm("warm-up", e, arms[0].landing, {1: (f"backfill_warmup_{e}", f"{arms[0].landing}-warmup-{e}")})
+                for e in engines]
+        for arm in (*warm, *arms):
             for dag_id, shard in arm.dags.values():
-                topo.add_dag_file(f"{dag_id}.py", DAG_FILE.format(dag_id=dag_id, shard=shard, landing=arm.landing,
-                                                                  days=1 if arm is warm else days))
-        topo.wait_for_dags(*(d for arm in (warm, *arms) for d, _ in arm.dags.values()))
-        run_backfill(topo, warm, 1, 1)
+                topo.add_dag_file(f"{dag_id}.py", DAG_FILE.format(
+                    dag_id=dag_id, shard=shard, landing=arm.landing, days=1 if arm in warm else days,
+                    spark=SPARK[arm.engine]))
+        topo.wait_for_dags(*(d for arm in (*warm, *arms) for d, _ in arm.dags.values()))
+        for arm in warm:
+            run_backfill(topo, arm, 1, 1)
         for arm in arms:
             for mar in (10, 1):
                 results.append(run_backfill(topo, arm, mar, days))
-    report(results, days=days, files=a.files, rows=a.rows, slots=a.slots, quick=a.quick)
+    report(results, engines=engines, days=days, files=a.files, rows=a.rows, slots=a.slots,
+           connect_cores=a.connect_cores, quick=a.quick)
 
 
 if __name__ == "__main__":
