@@ -128,7 +128,7 @@ def read_planned(spark: SparkSession, plan: FilePlan, *, slot: int, slots: int, 
         return spark.createDataFrame([], spark_schema), listing
     read_rows = _file_reader(plan, schema=schema, seals=seals, schema_mode=schema_mode)
     if is_connect(spark) and sum(r[1] for r in rows) <= IN_CLIENT_BYTES:
-        got = [b for r in rows for b in read_rows([dict(zip(_WORK, r, strict=True))])]
+        got = list(read_rows([dict(zip(_WORK, r, strict=True)) for r in rows]))
         out = pa.schema([*schema, pa.field(TIME, pa.int64())])
         table = pa.Table.from_batches([b.cast(out) for b in got], schema=out)  # each file's batches as read
         return spark.createDataFrame(table, spark_schema), listing
@@ -137,7 +137,7 @@ def read_planned(spark: SparkSession, plan: FilePlan, *, slot: int, slots: int, 
         for b in batches:
             yield from read_rows(b.to_pylist())
 
-    files_df = spread_rows(spark, rows, "key string, size long, modified double, identity string, indexed boolean")
+    files_df = spread_rows(spark, rows, _WORK_DDL)
     return map_on_executors(files_df, read_files, spark_schema), listing
 
 
@@ -146,7 +146,9 @@ def read_planned(spark: SparkSession, plan: FilePlan, *, slot: int, slots: int, 
 #: plan (an Arrow local relation; the server caches one past 64 MiB): the server then runs no Python
 #: for the slot (starting a session's Python worker daemon costs it ~1.5 CPU-s; issue 45).
 IN_CLIENT_BYTES = 4 << 20
-_WORK = ("key", "size", "modified", "identity", "indexed")
+#: The work list's columns: one row per file (:func:`read_planned`), read by :func:`_file_reader`.
+_WORK_DDL = "key string, size long, modified double, identity string, indexed boolean"
+_WORK = tuple(column.split()[0] for column in _WORK_DDL.split(", "))
 
 
 def _file_reader(plan: FilePlan, *, schema: pa.Schema, seals: Sequence[Seal], schema_mode: SchemaMode
