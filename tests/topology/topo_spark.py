@@ -13,8 +13,8 @@ from tests.airflow.af_helpers import JVM_OPTS, VENV_BIN
 
 #: Starts a named daemon (``topo_stack.Daemons.start``).
 Start = Callable[[str, list[str], dict[str, str]], object]
-#: Polls a probe until it returns a value (``topo_stack.wait_for``).
-Wait = Callable[[str, Callable[[], tuple[str, str] | None], Path], tuple[str, str]]
+#: Waits until the named daemon's log says what it bound, and returns it (:func:`bound_master`).
+Bound = Callable[[str], tuple[str, str]]
 
 _MASTER_AT = re.compile(r"Starting Spark master at (spark://[\d.]+:\d+)")
 _MASTER_UI_AT = re.compile(r"Bound MasterWebUI to [\d.]+, and started at http://[^:/]+:(\d+)")
@@ -47,7 +47,7 @@ def spark_defaults(root: Path) -> str:
     return " ".join(f"-D{k}={v}" for k, v in props.items())
 
 
-def start_spark(start: Start, wait: Wait, root: Path, env: dict[str, str], *, cores: int = 2
+def start_spark(start: Start, bound: Bound, root: Path, env: dict[str, str], *, cores: int = 2
                 ) -> tuple[str, str]:
     """The master and two workers of ``cores`` cores each (512 MiB of executor memory per core),
     started by ``start``; returns (master URL, master UI). The workers start once the master has
@@ -59,8 +59,7 @@ def start_spark(start: Start, wait: Wait, root: Path, env: dict[str, str], *, co
     cls = str(VENV_BIN / "spark-class")
     start("spark-master", [cls, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
                            "--port", str(port), "--webui-port", str(ui)], spark_env)
-    log = root / "logs" / "spark-master.log"
-    master, master_ui = wait("the Spark master bound", lambda: bound_master(log), log)
+    master, master_ui = bound("spark-master")
     for i in (1, 2):
         wui = free_port()
         work = root / f"spark-worker-{i}"

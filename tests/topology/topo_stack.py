@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from topo_spark import spark_defaults, start_spark
+from topo_spark import bound_master, spark_defaults, start_spark
 
 from shardsink_dev.testing import free_port
 from tests.airflow.af_helpers import VENV_BIN, base_env
@@ -345,12 +345,12 @@ def topology_stack(root: Path, *, slots: int = 2) -> Iterator[Topology]:
         redis_port, api_port = free_port(), free_port()
         daemons.start("redis", ["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "",
                                 "--appendonly", "no", "--daemonize", "no"], dict(os.environ))
-        def wait_master(what: str, probe: Callable[[], tuple[str, str] | None], log: Path) -> tuple[str, str]:
-            def checked() -> tuple[str, str] | None:
+        def bound(name: str) -> tuple[str, str]:
+            def logged() -> tuple[str, str] | None:
                 daemons.check()
-                return probe()
-            return wait_for(what, checked, timeout=120, every=0.5, log=log)
-        master, master_ui = start_spark(daemons.start, wait_master, root, base_env(root), cores=slots)
+                return bound_master(daemons.logs / f"{name}.log")
+            return wait_for(f"{name} bound", logged, timeout=120, every=0.5, log=daemons.logs / f"{name}.log")
+        master, master_ui = start_spark(daemons.start, bound, root, base_env(root), cores=slots)
         pg = stack.enter_context(postgres())
         stack.callback(daemons.stop)  # again (idempotent): Airflow's processes stop before PostgreSQL does
         env = _airflow_env(root, pg, redis_port, master, api_port, slots)
