@@ -9,7 +9,7 @@ imported it, and restores the original on exit. Each defect names the fix that r
 ``compaction-seals``        a compaction's commit taken as a seal of its merged range (fixed in
                             issue 36: "A compaction ... seals nothing"), so a late file
                             re-sealed by maintenance looks on time and is half ingested
-``list-before-manifests``   :func:`shardsink.sinks.staging.verified_manifests` listing the parts
+``list-before-manifests``   :func:`shardsink.core.staged.verified_manifests` listing the parts
                             before reading the manifests: an orphaned write publishing between
                             the two reads is reported as corruption and the append fails
 ``delete-on-unknown``       the staged parts deleted when the commit's outcome is unknown: a
@@ -35,6 +35,7 @@ from datetime import datetime
 from typing import Any
 
 from shardsink.core import fate as fate_mod
+from shardsink.core import staged as staged_mod
 from shardsink.core.commits import END_OF_TIME, CompactCommit
 from shardsink.core.fate import CannotCommit
 from shardsink.core.shard import Shard
@@ -42,8 +43,7 @@ from shardsink.core.write import WriteHandle
 from shardsink.errors import CorruptionError, UnknownOutcomeError
 from shardsink.sinks import description as description_mod
 from shardsink.sinks import seals as seals_mod
-from shardsink.sinks import staging as staging_mod
-from shardsink.sinks.description import _UNSAFE, Description
+from shardsink.sinks.description import _UNSAFE
 from shardsink.sources.base import Seal
 from shardsink.sources.landing import files as landing_files_mod
 from shardsink.sources.landing.files import LateDataError
@@ -69,13 +69,12 @@ def _compaction_seals(self: Any) -> tuple[int, int] | None:
     return (self.lower, self.upper if self.upper is not None else END_OF_TIME)
 
 
-def _list_first(shard: Shard, desc: Description, slots: int) -> list[Any]:
+def _list_first(w: WriteHandle, *, desc_id: str, lower: int, upper: int | None, slots: int) -> list[Any]:
     """verified_manifests as it was: the parts listed BEFORE the manifests are read."""
-    w = shard.writer()
-    present = w.list_staged(desc.desc_id)
+    present = w.list_staged(desc_id)
     problems, staged = [], []
     for slot in range(slots):
-        doc = w.get_manifest(desc.desc_id, slot)
+        doc = w.get_manifest(desc_id, slot)
         if doc is None:
             problems.append(f"slot {slot}: manifest missing")
         elif [p.key for p in doc.parts if p.key not in present]:
@@ -83,7 +82,7 @@ def _list_first(shard: Shard, desc: Description, slots: int) -> list[Any]:
         else:
             staged.append(doc)
     if problems:
-        raise CorruptionError(f"cannot append description {desc.desc_id}: " + "; ".join(problems))
+        raise CorruptionError(f"cannot append description {desc_id}: " + "; ".join(problems))
     return staged
 
 
@@ -160,7 +159,7 @@ def planted(name: str | None) -> Iterator[None]:
             undo.append((CompactCommit, "sealed", CompactCommit.sealed))
             CompactCommit.sealed = _compaction_seals  # type: ignore[method-assign, assignment]
         elif name == "list-before-manifests":
-            undo += _swap(staging_mod.verified_manifests, _list_first)
+            undo += _swap(staged_mod.verified_manifests, _list_first)
         elif name == "delete-on-unknown":
             undo.append((WriteHandle, "compare_and_append", WriteHandle.compare_and_append))
             WriteHandle.compare_and_append = _deleting_on_unknown(  # type: ignore[method-assign]

@@ -1,4 +1,5 @@
-"""Named hook points where tests and drills inject faults; by default nothing happens.
+"""Named hook points where tests and drills inject faults; by default nothing happens (public
+name: :mod:`shardsink.hooks`).
 
 Production code calls :func:`fire` at a few chosen moments; with no hook registered
 (always, in production) it returns at once. Nothing in the library registers a hook or

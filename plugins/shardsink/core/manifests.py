@@ -54,7 +54,7 @@ class ManifestDoc(msgspec.Struct, frozen=True, kw_only=True):
     #: of the state version the writer read its schema from. None (absent: a manifest of a
     #: writer older than schema evolution): unknown; the append resolves it only where no
     #: schema change can have landed since the description was minted
-    #: (:func:`shardsink.sinks.staging.staged_schema_id`), else refuses the batch.
+    #: (:func:`shardsink.core.staged.staged_schema_id`), else refuses the batch.
     schema_id: int | None = None
 
 

@@ -3,7 +3,7 @@ staged batch becomes a commit, or goes.
 
 ::
 
-    settled = shard.settle(Claim(desc_id=d, lower=l, upper=u), load=staged_batches)
+    settled = shard.settle(Claim(desc_id=d, lower=l, upper=u, slots=n))
     # AppendResult (committed | already_committed) | Refused | NotYet
 
 :func:`settle` decides from ONE state read (or from ``decided``, a fate the caller decided
@@ -17,18 +17,19 @@ and acts on the answer, so no caller re-derives a fate or deletes on its own:
   names the shard's upper and how many objects went;
 * **StillPossible** below its lower (its turn has not come): nothing is read or deleted;
   **NotYet** names the upper;
-* **StillPossible** at its lower: ``load()`` gives the staged batches and their props (read
-  only now: a description that cannot commit never pays for them), the conditional put is
-  attempted, ``on_commit`` is called with its result, and the leftovers of the commit are
+* **StillPossible** at its lower: its slots' manifests are read and verified
+  (:func:`shardsink.core.staged.load_staged`: only now, so a description that cannot commit
+  never pays for them), the conditional put is attempted, and the leftovers of the commit are
   deleted, decided from the committing version itself (no read). A refused put re-decides from
   a fresh read: a twin's commit of the same description is ``already_committed``, anything
-  else Refused.
+  else Refused. Hooks ``append.before_commit`` and ``append.committed``
+  (:mod:`shardsink.core.hooks`) fire around the put.
 
 Unknown raises FateUnknownError and deletes nothing; UnknownOutcomeError, ShardClosedError and
 CorruptionError propagate (the caller re-calls, which re-reads). Every deletion goes through
 the one primitive (:meth:`WriteHandle.delete_staged`), which never deletes what may commit.
 
-SUBTLE (twins): a twin may commit or delete at any moment between two steps. A ``load()`` that
+SUBTLE (twins): a twin may commit or delete at any moment between two steps. A load that
 fails with CorruptionError (the twin settled the description and deleted its manifests under
 our feet) is judged by a fresh fate read: Committed or CannotCommit settle as above; still
 possible re-raises.
@@ -36,28 +37,31 @@ possible re-raises.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from shardsink.core import fate as ft
+from shardsink.core import hooks
 from shardsink.core.commits import Listing
-from shardsink.core.write import AppendResult, StagedBatch, WriteHandle
+from shardsink.core.read import ReadHandle
+from shardsink.core.staged import load_staged
+from shardsink.core.write import AppendResult, WriteHandle
 from shardsink.errors import CorruptionError, UpperMismatchError
-
-#: What ``load()`` returns: the staged batches of the description, and the props its commit records.
-Staged = tuple[Sequence[StagedBatch], Mapping[str, str]]
 
 
 @dataclass(frozen=True, kw_only=True)
 class Claim:
-    """One description's claim on the shard: commit the batch ``[lower, upper)`` staged under
-    ``desc_id``, recording ``writer`` and the source ``listing`` its input was fixed by."""
+    """One description's claim on the shard: commit the batch ``[lower, upper)`` that its
+    ``slots`` writer slots staged under ``desc_id``, recording ``writer`` and the source
+    ``listing`` its input was fixed by. ``attempt``: the run's attempt that minted it (what
+    the hooks name)."""
 
     desc_id: str
     lower: int
     upper: int | None
+    slots: int = 1
     writer: str | None = None
     listing: Listing | None = None
+    attempt: int | None = None
 
 
 @dataclass(frozen=True)
@@ -81,9 +85,9 @@ class NotYet:
 Settled = AppendResult | Refused | NotYet
 
 
-def settle(handle: WriteHandle, claim: Claim, *, load: Callable[[], Staged], decided: ft.Fate | None = None,
-           on_commit: Callable[[AppendResult], None] | None = None) -> Settled:
-    """Commit ``claim`` or say why not, deleting what its fate lets go (the module docstring)."""
+def settle(handle: WriteHandle, reader: ReadHandle, claim: Claim, *, decided: ft.Fate | None = None) -> Settled:
+    """Commit ``claim`` or say why not, deleting what its fate lets go (the module docstring).
+    ``reader``: the same shard's read handle (a manifest without a schema id needs a head read)."""
     fate = decided if decided is not None else handle.fate(claim.desc_id, claim.lower)
     final = _final(handle, claim, fate)
     if final is not None:
@@ -92,7 +96,9 @@ def settle(handle: WriteHandle, claim: Claim, *, load: Callable[[], Staged], dec
     if fate.upper != claim.lower:
         return NotYet(claim.desc_id, fate.upper)
     try:
-        staged, props = load()
+        staged, props = load_staged(handle, reader, desc_id=claim.desc_id, lower=claim.lower, upper=claim.upper,
+                                    slots=claim.slots)
+        hooks.fire("append.before_commit", shard_url=handle.url, desc_id=claim.desc_id, attempt=claim.attempt)
     except CorruptionError:
         final = _final(handle, claim, handle.fate(claim.desc_id, claim.lower))
         if final is None:
@@ -104,8 +110,8 @@ def settle(handle: WriteHandle, claim: Claim, *, load: Callable[[], Staged], dec
                                            listing=claim.listing)
     except UpperMismatchError:
         return _refused(handle, claim)
-    if on_commit is not None:
-        on_commit(result)
+    hooks.fire("append.committed", shard_url=handle.url, desc_id=claim.desc_id, attempt=claim.attempt,
+               seqno=result.seqno)
     # Our own commit's version is the evidence: committed, with exactly the parts we staged
     # (an "already committed" answer is a twin's batch, whose parts we do not know: re-read).
     mine = ft.Committed(result.seqno, frozenset(p.key for s in staged for p in s.parts), result.rows,

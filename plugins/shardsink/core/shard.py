@@ -27,7 +27,7 @@ from shardsink.core.commits import Commit, Listing
 from shardsink.core.machine import Machine, default_writer
 from shardsink.core.read import ReadHandle, SchemaChoice, ShardInfo
 from shardsink.core.schema import SchemaChange, history
-from shardsink.core.settle import Claim, Settled, Staged, settle
+from shardsink.core.settle import Claim, Settled, settle
 from shardsink.core.transitions import SchemaConflict, Unchanged
 from shardsink.core.updates import check_schema
 from shardsink.core.write import AppendResult, StagedBatch, WriteHandle
@@ -140,12 +140,12 @@ class Shard:
         return self._writer.compare_and_append(staged, expected_upper=expected_upper, new_upper=new_upper,
                                                desc_id=desc_id, writer=writer, props=props, listing=listing)
 
-    def settle(self, claim: Claim, *, load: Callable[[], Staged], decided: ft.Fate | None = None,
-               on_commit: Callable[[AppendResult], None] | None = None) -> Settled:
+    def settle(self, claim: Claim, *, decided: ft.Fate | None = None) -> Settled:
         """Commit ``claim``'s staged batch, or say why not, deleting what its fate lets go: the one
         way a description's append is decided and carried out (:func:`shardsink.core.settle.settle`).
-        ``load()``: its staged batches and props, called only when it may commit now."""
-        return settle(self._writer, claim, load=load, decided=decided, on_commit=on_commit)
+        Its manifests are read only when it may commit now. ``decided``: its fate as the caller
+        decided it from a state version it holds (else one fresh read)."""
+        return settle(self._writer, self._reader, claim, decided=decided)
 
     def fate(self, desc_id: str, lower: int) -> ft.Fate:
         """Committed (with its bounds and part keys), CannotCommit, StillPossible or Unknown

@@ -57,13 +57,11 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from shardsink import hooks
 from shardsink.core.fate import CannotCommit, Committed, Fate, StillPossible, Unknown
-from shardsink.core.settle import Claim, NotYet, Refused, Settled, Staged
-from shardsink.core.shard import AppendResult, Shard, StagedBatch
+from shardsink.core.settle import Claim, NotYet, Refused, Settled
+from shardsink.core.shard import AppendResult, Shard
 from shardsink.errors import CorruptionError, InvalidUsageError, ShardClosedError, ShardsinkError, UpperMismatchError
 from shardsink.sinks.description import Description
-from shardsink.sinks.staging import staged_schema_id, verified_manifests
 from shardsink.sinks.waiting import at_upper, staged_descriptions, waits_behind
 
 log = logging.getLogger("shardsink.sinks")
@@ -262,27 +260,8 @@ def settle_manifests(shard: Shard, desc: Description, slots: int, *, writer: str
     manifests read only when it may commit now. ``fate``: as decided by the caller from a version
     it holds (:func:`next_in_chain`), else one fresh read. Hooks ``append.before_commit`` and
     ``append.committed`` fire around the conditional put."""
-
-    def load() -> Staged:
-        docs = verified_manifests(shard, desc, slots)
-        # Each slot's parts are labelled with the schema id its manifest recorded (a schema change
-        # between staging and commit must not relabel them); an older writer's manifest without one
-        # is resolved from one extra head read, or refused (staged_schema_id).
-        header = shard.reader().head().header if any(d.schema_id is None for d in docs) else None
-        staged = [StagedBatch(desc.desc_id, desc.lower, desc.upper, doc.parts,
-                              staged_schema_id(doc, desc, header, url=shard.url)) for doc in docs]
-        # Slots that disagree on their props (none do today) record none: props are claims
-        # about the whole batch, and readers treat a missing one as "unknown".
-        props = docs[0].props if all(doc.props == docs[0].props for doc in docs) else {}
-        hooks.fire("append.before_commit", shard_url=shard.url, desc_id=desc.desc_id, attempt=desc.attempt)
-        return staged, props
-
-    def committed_now(result: AppendResult) -> None:
-        hooks.fire("append.committed", shard_url=shard.url, desc_id=desc.desc_id, attempt=desc.attempt,
-                   seqno=result.seqno)
-
-    claim = Claim(desc_id=desc.desc_id, lower=desc.lower, upper=desc.upper, writer=writer, listing=desc.listing)
-    return shard.settle(claim, load=load, decided=fate, on_commit=committed_now)
+    return shard.settle(Claim(desc_id=desc.desc_id, lower=desc.lower, upper=desc.upper, slots=slots, writer=writer,
+                              listing=desc.listing, attempt=desc.attempt), decided=fate)
 
 
 def append_from_manifests(shard: Shard, desc: Description, slots: int, *, writer: str | None = None,

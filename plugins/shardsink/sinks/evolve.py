@@ -14,7 +14,7 @@ widenings, one new schema id), and the write jobs, which read the head after the
 their parts under the evolved schema id. So no batch commits rows whose columns the shard
 does not know. Appends staged under an older schema id (a racing run that staged before the
 evolution) still commit and are read through their own schema id
-(:func:`shardsink.sinks.staging.staged_schema_id`).
+(:func:`shardsink.core.staged.staged_schema_id`).
 
 SUBTLE (racing evolvers: twin mints after a retry, two runs, the CLI): the command carries
 the target, not the changes, and its rule plans them on the head it is applied to, by the
