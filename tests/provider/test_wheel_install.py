@@ -1,6 +1,6 @@
 """A fresh, non-editable install of the project's wheel makes Airflow list the provider and its plugin.
 
-The wheel is built by pip from a copy of the sources (build isolation, as ``make`` installs
+The wheel is built by uv from a copy of the sources (build isolation; uv is how ``make`` installs
 the project; a build inside the repository would leave ``plugins/shardsink.egg-info``
 behind: a second copy of the entry points). It goes into a NEW venv (no pip, no Airflow:
 installing Airflow afresh takes minutes), whose dependencies come from this test's venv
@@ -28,6 +28,7 @@ from shardsink.provider import PACKAGE
 
 REPO = Path(__file__).resolve().parents[2]
 VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+UV = Path(sys.executable).parent / "uv"  # installed into the venv by `make venv`
 
 
 def _run(args: list[str], *, env: dict[str, str] | None = None, cwd: Path | None = None) -> str:
@@ -46,12 +47,14 @@ def _venv_with_the_wheel(tmp: Path) -> Path:
     shutil.copy(REPO / "pyproject.toml", src)
     shutil.copytree(REPO / "plugins" / "shardsink", src / "plugins" / "shardsink",
                     ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp / "dist"), str(src)])
+    # uv, the Makefile's installer (its own build isolation, the same setuptools backend): 2.4 CPU-s
+    # against pip's 8.7 for the wheel, 0.1 against 2.4 for the install.
+    _run([str(UV), "build", "--wheel", "-q", "-o", str(tmp / "dist"), str(src)])
     [wheel] = (tmp / "dist").glob("shardsink-*.whl")
     venv = tmp / "venv"
     _run([sys.executable, "-m", "venv", "--without-pip", str(venv)])
     python = venv / "bin" / "python"
-    _run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "-q", str(wheel)])
+    _run([str(UV), "pip", "install", "--no-deps", "-q", "--python", str(python), str(wheel)])
     deps = tmp / "deps"
     deps.mkdir()
     for sp in {Path(sysconfig.get_paths()[k]) for k in ("purelib", "platlib")}:
