@@ -12,9 +12,11 @@ from shardsink import Shard
 from shardsink_dev.synthetic import generate, publish_watermark
 
 
-def test_every_dag_file_imports_cleanly(af: Env) -> None:
+def test_every_dag_file_imports_cleanly_and_the_view_dag_is_scheduled_on_the_ingest_shards_asset(af: Env) -> None:
     """Every DAG file of dags/, and the DAG template a new user copies (docs/templates/), as written:
-    the template's DAG starts at its start_date and writes where it says."""
+    the template's DAG starts at its start_date and writes where it says. In the same DagBag (one
+    Airflow import, not two), the example view DAG has its attempts' tasks and is scheduled on
+    the ingest shard's asset: its runs follow the ingest's commits."""
     template = REPO / "docs" / "templates" / "my_ingest_dag.py"
     script = textwrap.dedent(f"""
         from datetime import UTC, datetime
@@ -26,6 +28,10 @@ def test_every_dag_file_imports_cleanly(af: Env) -> None:
         ids = sorted(t.task_id for t in d.tasks)
         assert "attempt_1.mint" in ids and "attempt_5.append" in ids, ids
         print("DAGS", sorted(bag.dags))
+        v = bag.dags["example_view"]
+        vids = sorted(t.task_id for t in v.tasks)
+        assert "attempt_1.mint" in vids and "attempt_5.append" in vids, vids
+        print("ASSETS", [a.uri for a in v.timetable.asset_condition.objects])
         mine = DagBag(dag_folder={str(template)!r})
         assert not mine.import_errors, mine.import_errors
         t = mine.dags["my_dataset_ingest"]
@@ -36,6 +42,7 @@ def test_every_dag_file_imports_cleanly(af: Env) -> None:
     out = ok(subprocess.run([str(VENV_BIN / "python"), "-c", script], env=af.env, capture_output=True, text=True,
                             timeout=120))
     assert "example_ingest" in out and "TEMPLATE my_dataset_ingest" in out
+    assert f"ASSETS ['{Shard(af.shard_url).url}']" in out, out[-2000:]  # the view DAG's schedule
 
 
 def test_runs_ingest_exactly_once_and_rerun_changes_nothing(af: Env, connect_engine: dict[str, str]) -> None:
