@@ -7,6 +7,8 @@ ONE server started per test session (tests/spark/conftest.py ``connect``).
   StillPossible, and the retry commits exactly one attempt's parts;
 * the refusals: an unreachable server, a Python version mismatch, shardsink missing on the
   server or of another version: InvalidConfigurationError naming the fix, at once;
+* re-processing's correction job runs as a session too, and the corrected range reads as the
+  source is now;
 * sessions are released: after every write (also failed ones) the server's event log holds no
   open session but the killed client's, and the process is no longer marked a Connect client
   (the later tests' classic local session starts in this same process).
@@ -74,8 +76,9 @@ def land(root: Path, *, slots: int, files_per_slot: int = 1, rows: int = 20) -> 
     return model
 
 
-def minted(tmp_path: Path, url: str, *, slots: int) -> tuple[LandingSource, Description, list[Row]]:
-    model = land(tmp_path / "landing", slots=slots)
+def minted(tmp_path: Path, url: str, *, slots: int, files_per_slot: int = 1
+           ) -> tuple[LandingSource, Description, list[Row]]:
+    model = land(tmp_path / "landing", slots=slots, files_per_slot=files_per_slot)
     source = LandingSource(str(tmp_path / "landing"))
     shard = Shard.create(url, SCHEMA, upper=START)
     chain = mint_chain(shard, source, interval_end=START + SPAN, max_span=None, max_chain=1, dag_id="d",
@@ -275,6 +278,40 @@ def test_the_write_operator_with_engine_connect_stages_through_a_session(
     assert op()._connect_spark is None
     res = append_from_manifests(Shard(url), d, 1)
     assert res.status == "committed" and res.rows == len(model)
+
+
+def test_a_correction_job_over_connect_makes_the_corrected_range_read_as_the_source_is_now(
+        connect: Any, tmp_path: Path) -> None:
+    """Re-processing's correction job (``IngestCorrectRequest``) as a client session: one file of
+    the committed range re-landed with other rows; the correcting description stages the range's
+    correction and its own ordinary rows; once appended, the shard as of its upper holds the
+    re-landed rows instead of the old ones, each row once, against the model of this test."""
+    from shardsink.spark.request import IngestCorrectRequest
+
+    url = (tmp_path / "shard").as_uri()
+    source, d, model = minted(tmp_path, url, slots=1, files_per_slot=2)
+    assert run_over_connect(request(url, source, d, 0, 1), url=connect.url)["status"] == "staged"
+    assert append_from_manifests(Shard(url), d, 1).rows == len(model)
+    files = sorted({r[0].rsplit(":", 1)[0] for r in model})
+    fixed, others = files[0], files[1:]
+    assert others
+    blob = open_blob(str(tmp_path / "landing"))
+    again = [(f"{fixed}:fixed{i}", 7000 + i, START + i * 1000) for i in range(3)]
+    buf = io.BytesIO()
+    pq.write_table(pa.table({"k": [r[0] for r in again], "n": [r[1] for r in again],
+                             "event_time": [r[2] for r in again]}), buf)
+    blob.put(fixed, buf.getvalue())  # re-landed: its old rows (and its row past the range) are gone
+    fix = Description(desc_id="fix", lower=START + SPAN, upper=START + 2 * SPAN, attempt=1,
+                      corrects=(START, START + SPAN))
+    got = run_over_connect(IngestCorrectRequest(shard_url=url, source=source_spec(source), desc=fix), url=connect.url)
+    assert got["status"] == "staged" and got["corrects"] == [START, START + SPAN]
+    assert append_from_manifests(Shard(url), fix, 1).status == "committed"
+    want = sorted([(k, n) for k, n, _, _ in model if not k.startswith(f"{fixed}:")]
+                  + [(k, n) for k, n, _ in again] + [(f"{o}:late", 0) for o in others])
+    snap = Shard(url).snapshot(START + 2 * SPAN - 1)
+    assert sorted((r["k"], r["n"]) for r in snap.to_pylist() for _ in range(r["_count"])) == want
+    fixes = [p for b in Shard(url).batches() for p in b.parts if p.corrects is not None]
+    assert fixes and all(p.corrects == (START, START + SPAN) for p in fixes)
 
 
 def test_the_server_restarting_mid_write_fails_the_slot_retryably_and_the_retry_commits_once(

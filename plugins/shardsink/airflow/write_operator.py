@@ -168,7 +168,7 @@ class ShardWriteOperator(ShardTaskMixin, SparkSubmitOperator):
             if cancels is not None and (failed := cancels.failure()) is not None:  # one failed before this started
                 raise AirflowFailException(cancelled_message(failed, self.slot))
             self._secret_env = access.spark_env(explicit=self.env_vars or {}) if access is not None else {}
-        if self.engine == "connect" and self.application.endswith("ingest_write.py"):
+        if self.engine == "connect":  # which jobs run over Connect: shardsink.spark.connect.run_over_connect
             self._secret_env = {}
             with self.timed():  # no spark-submit: the mixin's execute, which times it, is not called
                 self._execute_connect(d, context, cancels)

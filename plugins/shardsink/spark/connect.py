@@ -289,23 +289,30 @@ def run_over_connect(req: Any, *, url: str, on_session: Callable[[Any], None] | 
     Raises the job's own errors (typed shardsink errors, also those carried from the server's
     workers, are raised as such: :func:`shardsink.outcome.record_of`), the refusals of
     :func:`connect_session`, and a retryable StorageError when the server is lost mid-write.
-    ``on_session``: as :func:`connect_session`'s. Only ingest write slots run over Connect (the
-    README's engine section says why views and corrections do not); any other request is an
-    InvalidConfigurationError.
+    ``on_session``: as :func:`connect_session`'s. Ingest write slots and re-processing's
+    correction job run over Connect; a view's job does not (it reads the JVM's query plan: the
+    README's engine section), so any other request is an InvalidConfigurationError.
     """
     from shardsink.errors import ShardsinkError
     from shardsink.outcome import error_from_record, record_of
-    from shardsink.spark.job import write_slot
-    from shardsink.spark.request import IngestWriteRequest
+    from shardsink.spark.job import write_correction_request, write_slot
+    from shardsink.spark.request import IngestCorrectRequest, IngestWriteRequest
 
-    if not isinstance(req, IngestWriteRequest):
+    if isinstance(req, IngestWriteRequest):
+        def run() -> dict[str, Any]:
+            return write_slot(req, open_session=lambda name: connect_session(url, name=name, on_session=on_session,
+                                                                             check="python"))
+    elif isinstance(req, IngestCorrectRequest):
+        def run() -> dict[str, Any]:
+            return dict(write_correction_request(req, open_session=lambda name: connect_session(
+                url, name=name, timezone="UTC", on_session=on_session, check="python")))
+    else:
         raise InvalidConfigurationError(
             f"the {type(req).__struct_config__.tag!r} job does not run over Spark Connect: give this DAG "
-            "SparkOptions(engine='submit') (views and corrections use the JVM's query plans)",
+            "SparkOptions(engine='submit') (a view's job reads the JVM's query plan)",
             value=type(req).__struct_config__.tag)
     try:
-        return write_slot(req, open_session=lambda name: connect_session(url, name=name, on_session=on_session,
-                                                                         check="python"))
+        return run()
     except ShardsinkError:
         raise
     except Exception as e:

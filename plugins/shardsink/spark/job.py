@@ -36,19 +36,26 @@ SessionOpener = Callable[[str], AbstractContextManager["SparkSession"]]
 IngestWriteJob = IngestWriteRequest
 
 
-def submit_session(name: str) -> AbstractContextManager[SparkSession]:
-    """The spark-submit engine's session: the application's own (``getOrCreate``), stopped after."""
+def submit_session(name: str, *, timezone: str | None = None) -> AbstractContextManager[SparkSession]:
+    """The spark-submit engine's session: the application's own (``getOrCreate``), stopped after.
+    ``timezone``: its ``spark.sql.session.timeZone`` (None: Spark's default)."""
     from pyspark.sql import SparkSession
 
     @contextmanager
     def session() -> Iterator[SparkSession]:
-        spark = SparkSession.builder.appName(name).getOrCreate()
+        builder = SparkSession.builder.appName(name)
+        spark = (builder if timezone is None else builder.config("spark.sql.session.timeZone", timezone)).getOrCreate()
         try:
             yield spark
         finally:
             spark.stop()
 
     return session()
+
+
+def utc_submit_session(name: str) -> AbstractContextManager[SparkSession]:
+    """:func:`submit_session` in UTC (the correction job's: its arithmetic runs on event times)."""
+    return submit_session(name, timezone="UTC")
 
 
 def write_slot(job: IngestWriteRequest, *, open_session: SessionOpener | None = None) -> dict[str, Any]:
@@ -118,11 +125,14 @@ def slot_facts(shard: Shard, job: IngestWriteRequest) -> tuple[Version, Committe
     return head, committed(shard, job.desc, head=head)
 
 
-def write_correction_request(req: IngestCorrectRequest) -> dict[str, object]:
-    """Stage a correcting description whole (:func:`shardsink.spark.reprocess.write_correction`)."""
+def write_correction_request(req: IngestCorrectRequest, *, open_session: SessionOpener | None = None
+                             ) -> dict[str, object]:
+    """Stage a correcting description whole (:func:`shardsink.spark.reprocess.write_correction`).
+    ``open_session``: as for :func:`write_slot` (default: the spark-submit application's own, in UTC)."""
     from shardsink.spark.reprocess import CorrectionJob, write_correction
     from shardsink.specs import spec_to_builtins
 
     return write_correction(CorrectionJob(shard_url=req.shard_url, source_spec=spec_to_builtins(req.source),
                                           desc=req.desc, slot=req.slot, slots=req.slots,
-                                          schema_mode=req.schema_mode))
+                                          schema_mode=req.schema_mode),
+                            open_session=open_session or utc_submit_session)

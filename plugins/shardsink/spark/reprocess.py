@@ -23,6 +23,8 @@ re-sealed now (this description re-reads it), so a file re-landed for the fix is
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -164,10 +166,13 @@ class CorrectionJob:
     schema_mode: SchemaMode = "strict"
 
 
-def write_correction(job: CorrectionJob) -> dict[str, object]:
-    """Stage the correcting description and publish its manifest; returns a summary."""
-    from pyspark.sql import SparkSession
-
+def write_correction(job: CorrectionJob, *,
+                     open_session: Callable[[str], AbstractContextManager[SparkSession]]) -> dict[str, object]:
+    """Stage the correcting description and publish its manifest; returns a summary.
+    ``open_session(name)``: the session it stages in (entered once, stopped on the way out; in
+    UTC), a spark-submit application's own or a Spark Connect client session
+    (:func:`shardsink.spark.job.write_correction_request`); named ``shardsink-correct-<desc_id>``.
+    Nothing is opened if the description already landed."""
     desc = job.desc
     assert desc.corrects is not None
     shard = Shard.open(job.shard_url)
@@ -175,14 +180,10 @@ def write_correction(job: CorrectionJob) -> dict[str, object]:
     if done is not None:
         return {"status": "already_committed", "seqno": done.seqno, "slot": job.slot}
     t0 = time.monotonic()
-    spark = (SparkSession.builder.appName(f"shardsink-correct-{desc.desc_id}")
-             .config("spark.sql.session.timeZone", "UTC").getOrCreate())
     header = shard.reader().head().header  # schema and its id from ONE version (the manifest records the id)
-    try:
+    with open_session(f"shardsink-correct-{desc.desc_id}") as spark:
         parts, inputs, _ = stage_correction(spark, source_from_spec(job.source_spec), shard, desc,
                                             schema=header.schema, schema_mode=job.schema_mode)
-    finally:
-        spark.stop()
     doc = write_manifest(shard, desc, slot=job.slot, slots=job.slots, parts=parts, inputs=inputs,
                          schema_id=current_schema(header).id)
     return {"status": "staged", "slot": job.slot, "parts": len(parts), "rows": doc["rows"],
