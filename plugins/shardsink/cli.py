@@ -25,12 +25,16 @@ import pyarrow as pa
 from shardsink import cli_admin, cli_iceberg, cli_schema
 from shardsink import io as sio
 from shardsink.cli_args import build_parser
+from shardsink.core import after_commit
 from shardsink.core.census import Census
 from shardsink.core.commits import Commit
 from shardsink.core.shard import Shard
 from shardsink.core.state_codec import schema_to_json
 from shardsink.core.updates import DIFF, TIME, user_schema
 from shardsink.errors import InvalidUsageError, ShardsinkError
+
+#: How long a command waits for its commits' queued after-commit work (seconds) before it returns.
+DRAIN_TIMEOUT = 300.0
 
 
 def _table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> str:
@@ -304,7 +308,9 @@ def _run(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None, *, clock: Callable[[], float] = time.time) -> int:
     """Run one command and return its documented exit code (callable in-process, e.g. from tests).
-    ``clock``: epoch seconds, the time ``inspect --objects``, ``verify`` and ``gc`` judge ages by."""
+    ``clock``: epoch seconds, the time ``inspect --objects``, ``verify`` and ``gc`` judge ages by.
+    The after-commit work the command's commits queued (the Iceberg view's upkeep) is done before it
+    returns (:func:`shardsink.core.after_commit.drain`, at most :data:`DRAIN_TIMEOUT` seconds)."""
     args = build_parser().parse_args(argv)
     args.clock = clock
     try:
@@ -314,6 +320,8 @@ def main(argv: Sequence[str] | None = None, *, clock: Callable[[], float] = time
         return e.exit_code
     except BrokenPipeError:
         return 0
+    finally:  # SUBTLE: run() ends with os._exit, which runs no exit flush: the command's views first
+        after_commit.drain(DRAIN_TIMEOUT)
 
 
 def run(argv: Sequence[str] | None = None) -> NoReturn:

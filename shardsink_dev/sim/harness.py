@@ -11,7 +11,9 @@
   ``random`` module (retry jitter) are seeded from the schedule's seed;
 * **concurrency**: the library's thread pools (parallel GETs of versions and parts, verify's
   checks) run their maps inline in the calling actor (its greenlet), so every request is one the
-  scheduler orders (a pool thread would race the baton and break replay);
+  scheduler orders (a pool thread would race the baton and break replay); for the same reason the
+  Iceberg view's upkeep runs inline in the committing actor (``UPKEEP.using(mode="inline")``), not
+  on its background worker;
 * **memory**: each actor is a process of its own, so what the library keeps in a process's memory
   (the Iceberg view's last written view, :mod:`shardsink.iceberg.keeper`) is the actor's own:
   swapped in whenever the actor takes the baton (:func:`per_process`);
@@ -39,6 +41,7 @@ import pyarrow as pa
 
 import shardsink.iceberg.keeper as keeper_mod
 from shardsink.core.clock import WALL
+from shardsink.iceberg import UPKEEP
 from shardsink.storage.retry import STORAGE, RetryingBlob
 from shardsink.storage.url import ShardUrl, serve
 from shardsink_dev.sim.store import MemBlob, World
@@ -130,7 +133,7 @@ def injected(world: World, seed: int, buckets: Iterable[str]) -> Iterator[None]:
         log.setLevel(logging.ERROR)
         for b in names:
             serve(b, lambda u: open_sim_blob(world, u))
-        with WALL.using(world.clock.time):
+        with WALL.using(world.clock.time), UPKEEP.using(mode="inline"):
             yield
     finally:
         for b in names:

@@ -11,6 +11,11 @@ objects on the committing store).
 Derived, never in the way: a hook's error is logged and swallowed (the commit has happened and
 is reported as such); a hook is never consulted for correctness, and what it leaves behind is
 caught up by its capability's own repair (for the Iceberg view, ``shardsink iceberg sync``).
+A hook may hand its work to a worker of its own rather than do it in the committing call (the
+Iceberg view's upkeep does, by default); such a capability registers a *drain*
+(:func:`register_drain`), and whoever ends a unit of work that committed (an Airflow task before it
+reports success, the CLI before it exits) calls :func:`drain` to wait until that work is done,
+without knowing the capabilities.
 An option whose capability is not imported yet is looked up once as the module
 ``shardsink.<option>`` (a capability is named by its option), so a process that commits need
 not import every capability to keep their views current.
@@ -159,6 +164,34 @@ def check_views(url: str, head: Version, roots: RootObjects) -> list[tuple[str, 
         except Exception as e:  # the check itself failed: report it, do not guess
             out.append((f"{url} ({name} view)", f"cannot be checked: {type(e).__name__}: {e}"))
     return out
+
+
+#: Waits until a capability's queued after-commit work is done (at most ``timeout`` seconds, None:
+#: no limit); False when it timed out. Never raises.
+Drain = Callable[[float | None], bool]
+_drains: dict[str, Drain] = {}
+
+
+def register_drain(option: str, fn: Drain) -> None:
+    """Declare that the hook of option ``option`` may leave work queued after the committing call
+    returns, and how to wait for it (:func:`drain`)."""
+    _register(_drains, option, fn, "a drain")
+
+
+def drain(timeout: float | None = None) -> bool:
+    """Wait until the after-commit work queued in this process is done, for every capability
+    imported here (one not imported has queued nothing); each waits at most ``timeout`` seconds.
+    False when one timed out (its view stays behind until the next commit or sync). Never raises."""
+    with _lock:
+        fns = list(_drains.items())
+    done = True
+    for name, fn in fns:
+        try:
+            done = fn(timeout) and done
+        except Exception as e:  # derived, never in the way
+            log.warning("draining the after-commit work of option %r failed (%s: %s)", name, type(e).__name__, e)
+            done = False
+    return done
 
 
 def notify(url: str, blob: Blob, version: Version) -> None:

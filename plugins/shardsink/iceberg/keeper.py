@@ -6,7 +6,8 @@ object is created with the store's conditional create under a name derived from 
 version, so two writers of the same version write the same objects once (the second is a no-op)
 and a crash between the shard's commit and the view's leaves the view behind, never wrong.
 
-:func:`upkeep` runs in the committing process (core's after-commit hook): from the view of the
+:func:`upkeep` runs in the committing process (core's after-commit hook, by default on a background
+worker: :mod:`shardsink.iceberg.background`): from the view of the
 previous version, held in memory by the process that wrote or read it last, it creates the new
 batches' manifests, the manifest list and the metadata (at most 3 requests); without that view
 in memory it reads it first (2 more); without a view of the previous version (a crash, or a
@@ -95,9 +96,11 @@ def _write(roots: RootObjects, writes: Writes) -> bool:
 
 
 def upkeep(c: Committed) -> None:
-    """Core's after-commit hook: the view of the version just committed, if the previous one exists."""
+    """The view of the version just committed (run by :mod:`shardsink.iceberg.background`, in the
+    committing call or on its worker): from the view of the previous version, else a catch-up."""
     v = c.version
-    if v.header.option(layout.OPTION) != layout.ON or isinstance(v.commit, OptionCommit):
+    if v.header.option(layout.OPTION) != layout.ON or (isinstance(v.commit, OptionCommit)
+                                                      and v.commit.name == layout.OPTION):
         return  # not on, or just turned on or off: enable() writes the first view itself
     view = _cached(c.url, v.seqno - 1) or load(c.roots, c.url, v.seqno - 1)
     if view is None:  # behind (a crash, a commit by a process without this package): catch up

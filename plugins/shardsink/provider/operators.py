@@ -11,6 +11,7 @@ is ``@task`` for the TaskFlow tasks of a sink (mint, append) with the mixin appl
   rewrites its shard: the shard → the shard, with the rows and bytes of its live batches
   after maintenance (:mod:`shardsink.provider.lineage`).
 * "Shard page" extra link (:class:`shardsink.provider.links.ShardPageLink`).
+* Derived views current before the task reports its state (:func:`drained`).
 * Metrics (:mod:`shardsink.provider.metrics`): the task's duration; for append, commits,
   lost races and the committed batch's rows and bytes; for maintain, objects and part
   bytes deleted, batches before and after.
@@ -62,6 +63,26 @@ def _committed_bytes(shard_url: str, seqno: int) -> int | None:
         return None
 
 
+#: How long a task waits for its commits' queued after-commit work (seconds) before it reports its state.
+DRAIN_TIMEOUT = 300.0
+
+
+@contextmanager
+def drained() -> Iterator[None]:
+    """Run the block, then wait (:func:`shardsink.core.after_commit.drain`) until the after-commit
+    work its commits queued is done (the Iceberg view's upkeep, on its background worker), however
+    the block ends. SUBTLE: the task must not report success with its view still queued: Airflow's
+    task runner reports the state before the process exits (its exit flush comes after), and a
+    downstream reader of the view expects it current once the append succeeded. Never raises: a
+    drain past :data:`DRAIN_TIMEOUT` is logged and the view catches up at the next commit or sync."""
+    from shardsink.core.after_commit import drain
+
+    try:
+        yield
+    finally:
+        drain(DRAIN_TIMEOUT)
+
+
 class ShardTaskMixin:
     """Lineage, the Shard page link and metrics for a task that writes the shard ``self.shard_url``."""
 
@@ -75,7 +96,7 @@ class ShardTaskMixin:
         from airflow.sdk.exceptions import DownstreamTasksSkipped
 
         try:
-            with self.timed():
+            with self.timed(), drained():
                 result = super().execute(context)  # type: ignore[misc]
         except DownstreamTasksSkipped:
             # SUBTLE: append succeeds by raising this (it skips the later attempts) after pushing
