@@ -23,8 +23,9 @@ from shardsink_dev.synthetic import encode, generate
 LEAN = {"SHARDSINK_WRITERS": "1", "SHARDSINK_CATCH_UP_AFTER_S": "0"}
 
 
-def _run(af: Env, dag_id: str, logical_date: str, conf: dict[str, Any] | None = None) -> str:
-    return ok(dags_test({**af.env, **LEAN}, dag_id, logical_date, conf=conf, timeout=600))
+def _run(af: Env, dag_id: str, logical_date: str, conf: dict[str, Any] | None = None,
+         engine: dict[str, str] | None = None) -> str:
+    return ok(dags_test({**af.env, **LEAN, **(engine or {})}, dag_id, logical_date, conf=conf, timeout=600))
 
 
 def _rows(t: pa.Table, count: str | None = None) -> Counter[tuple[Any, ...]]:
@@ -76,10 +77,13 @@ def _correction_parts(shard: Shard, lower: int, upper: int) -> list[Any]:
 
 
 @pytest.mark.timeout(1800)  # four dags-test runs, two Spark jobs each
-def test_reprocessing_appends_exact_corrections_and_preserves_history(af: Env) -> None:
+def test_reprocessing_appends_exact_corrections_and_preserves_history(af: Env, connect_engine: dict[str, str]
+                                                                     ) -> None:
     """Days 1-2 are committed by plain appends of their landing rows (two batches): every run
     below is a real ingest run with its re-processing; a first ingest ``dags test`` would only
-    add an Airflow process and two JVMs."""
+    add an Airflow process and two JVMs. The first run's correction job is a spark-submit
+    application, the later two are Spark Connect sessions (``SparkOptions(engine="connect")``):
+    each engine's correction is checked against the landing zone."""
     generate(af.landing, start=START, days=6, files_per_day=2, rows_per_file=40)  # watermark: day 7
     _append_landing(af, START, START + DAY)
     _append_landing(af, START + DAY, START + 2 * DAY)
@@ -92,7 +96,7 @@ def test_reprocessing_appends_exact_corrections_and_preserves_history(af: Env) -
 
     # 1. The changed day: its correction lands in the run's own description [day 3, day 4), at day 4 - 1.
     out = _run(af, "example_ingest", "2024-01-02", {"reprocess_from": "2024-01-01", "reprocess_to": "2024-01-02"})
-    assert "with the correction of" in out
+    assert "with the correction of" in out and "Spark-Submit cmd" in out
     t1 = START + 3 * DAY - 1
     assert shard.info().upper == START + 3 * DAY
     assert _rows(shard.snapshot(t1), COUNT) == _source(af.landing, START, START + 3 * DAY)  # corrected
@@ -104,14 +108,17 @@ def test_reprocessing_appends_exact_corrections_and_preserves_history(af: Env) -
     assert sum(p.rows for p in _correction_parts(shard, START, START + DAY)) == len(want)
 
     # 2. An unchanged day: no correction rows, no correction bytes; only day 4's ordinary rows.
-    _run(af, "example_ingest", "2024-01-03", {"reprocess_from": "2024-01-02", "reprocess_to": "2024-01-03"})
+    out = _run(af, "example_ingest", "2024-01-03", {"reprocess_from": "2024-01-02", "reprocess_to": "2024-01-03"},
+               engine=connect_engine)
+    assert "over Spark Connect" in out and "Spark-Submit cmd" not in out
     assert shard.info().upper == START + 4 * DAY
     assert _correction_parts(shard, START + DAY, START + 2 * DAY) == []
     assert _rows(shard.snapshot(), COUNT) == _source(af.landing, START, START + 4 * DAY)
 
     # 3. The corrected day again: its earlier correction counts as the shard's holdings: 0 updates.
     n = len(_correction_parts(shard, START, START + DAY))
-    _run(af, "example_ingest", "2024-01-02", {"reprocess_from": "2024-01-01", "reprocess_to": "2024-01-02"})
+    _run(af, "example_ingest", "2024-01-02", {"reprocess_from": "2024-01-01", "reprocess_to": "2024-01-02"},
+         engine=connect_engine)
     assert shard.info().upper == START + 5 * DAY
     assert len(_correction_parts(shard, START, START + DAY)) == n
     assert _rows(shard.snapshot(), COUNT) == _source(af.landing, START, START + 5 * DAY)
