@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import io
 import os
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal
@@ -260,23 +261,72 @@ def _default_options(table: pa.Table, *, sorted_rows: bool = True) -> dict[str, 
 def open_part(blob: Blob, p: PartMeta, *, referenced_by: str = "the shard state") -> pq.ParquetFile:
     """The part as a Parquet file, or CorruptionError if it is missing, unreadable or has
     another row count than the state records."""
+    return _open(blob, p, _fetch(blob, p, referenced_by))
+
+
+def _fetch(blob: Blob, p: PartMeta, referenced_by: str) -> bytes:
+    """The part's bytes (one GET), or CorruptionError if it is missing or records unknown diffs."""
     got = blob.get(p.key)
     if got is None:
         raise CorruptionError(f"part {blob.url}/{p.key} is missing (referenced by {referenced_by})")
     if p.diffs not in PART_DIFFS:
         raise CorruptionError(f"part {blob.url}/{p.key} records diffs {p.diffs!r}, which this shardsink does not "
                               f"know (it reads {list(PART_DIFFS)}); a newer shardsink wrote it")
+    return got.data
+
+
+def _open(blob: Blob, p: PartMeta, data: bytes) -> pq.ParquetFile:
+    """:func:`open_part` of fetched bytes."""
     try:
-        f = (OnesDiffFile if p.implicit_diffs else pq.ParquetFile)(pa.BufferReader(got.data))
+        f = (OnesDiffFile if p.implicit_diffs else pq.ParquetFile)(pa.BufferReader(data))
         stored = f.metadata.schema.names  # the physical columns (OnesDiffFile adds _diff on reads only)
     except Exception as e:
         raise CorruptionError(f"part {blob.url}/{p.key} is unreadable: {type(e).__name__}: {e}") from e
-    if f.metadata.num_rows != p.rows:
-        raise CorruptionError(f"part {blob.url}/{p.key} has {f.metadata.num_rows} rows; the state says {p.rows}")
-    if p.implicit_diffs and DIFF in stored:
+    _check_footer(blob, p, f.metadata.num_rows, DIFF in stored)
+    return f
+
+
+def _check_footer(blob: Blob, p: PartMeta, rows: int, stores_diff: bool) -> None:
+    """CorruptionError if the footer's row count or columns contradict the state's record ``p``."""
+    if rows != p.rows:
+        raise CorruptionError(f"part {blob.url}/{p.key} has {rows} rows; the state says {p.rows}")
+    if p.implicit_diffs and stores_diff:
         raise CorruptionError(f"part {blob.url}/{p.key} stores a {DIFF} column, but the state says its diffs are "
                               "implicit ones")
-    return f
+
+
+#: Parts of at most this many bytes are decoded once per process (:func:`_read_part`), ...
+DECODED_PART_BYTES = 256 * 1024
+#: ... the newest this many distinct ones (a bounded size, whatever the shard's history).
+DECODED_PARTS = 256
+#: (bytes, implicit diffs) -> (footer's row count, whether it stores _diff, the decoded table).
+_DECODED: dict[tuple[bytes, bool], tuple[int, bool, pa.Table]] = {}
+_DECODED_LOCK = threading.Lock()
+
+
+def _read_part(blob: Blob, p: PartMeta) -> pa.Table:
+    """:func:`open_part` then ``read()``, with its CorruptionErrors. Decoding is pure: the same
+    small part's bytes (a part is immutable under its unique key, and read again by snapshots,
+    change feeds, compactions and verify) decode once per process; the GET is still sent every
+    time and the footer is still checked against the state's record ``p`` every time."""
+    data = _fetch(blob, p, "the shard state")
+    memo = len(data) <= DECODED_PART_BYTES and p.bytes < THREADED_READ_BYTES
+    if memo:
+        hit = _DECODED.get((data, p.implicit_diffs))
+        if hit is not None:
+            _check_footer(blob, p, hit[0], hit[1])
+            return hit[2]
+    f = _open(blob, p, data)
+    try:
+        t = f.read(use_threads=p.bytes >= THREADED_READ_BYTES)
+    except Exception as e:
+        raise CorruptionError(f"part {blob.url}/{p.key} is unreadable: {type(e).__name__}: {e}") from e
+    if memo:
+        with _DECODED_LOCK:
+            if len(_DECODED) >= DECODED_PARTS:
+                del _DECODED[next(iter(_DECODED))]  # the oldest
+            _DECODED[(data, p.implicit_diffs)] = (f.metadata.num_rows, DIFF in f.metadata.schema.names, t)
+    return t
 
 
 def read_parts(blob: Blob, parts: Sequence[PartMeta], schema: pa.Schema, *,
@@ -292,11 +342,7 @@ def read_parts(blob: Blob, parts: Sequence[PartMeta], schema: pa.Schema, *,
     def one(i: int) -> pa.Table:
         p = parts[i]
         src, proj = sources[i] if sources is not None else (schema, None)
-        f = open_part(blob, p)
-        try:
-            t = f.read(use_threads=p.bytes >= THREADED_READ_BYTES)
-        except Exception as e:
-            raise CorruptionError(f"part {blob.url}/{p.key} is unreadable: {type(e).__name__}: {e}") from e
+        t = _read_part(blob, p)
         written = _with_meta(src)
         try:
             t = t.select(written.names).cast(written)

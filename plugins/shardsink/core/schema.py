@@ -92,9 +92,24 @@ def widens(old: pa.DataType, new: pa.DataType) -> bool:
 # --- history ----------------------------------------------------------------------
 
 
+#: :func:`arrow_text` of the schema objects asked about last, by ``id`` (each entry holds its
+#: schema, so an id is not re-used while it is here): a decoded header's schema is one object
+#: per distinct schema (:func:`_from_arrow` and the state codec's cache), asked about per read.
+_TEXTS: dict[int, tuple[pa.Schema, str]] = {}
+_TEXTS_MAX = 64
+
+
 def arrow_text(schema: pa.Schema) -> str:
-    """The exact Arrow schema as stored in a :class:`SchemaEntry` (base64 IPC)."""
-    return base64.b64encode(schema.serialize().to_pybytes()).decode()
+    """The exact Arrow schema as stored in a :class:`SchemaEntry` (base64 IPC). Pure (a schema
+    is immutable): the text of the same schema object is computed once while it is remembered."""
+    hit = _TEXTS.get(id(schema))
+    if hit is not None and hit[0] is schema:
+        return hit[1]
+    text = base64.b64encode(schema.serialize().to_pybytes()).decode()
+    if len(_TEXTS) >= _TEXTS_MAX:
+        _TEXTS.clear()
+    _TEXTS[id(schema)] = (schema, text)
+    return text
 
 
 @functools.lru_cache(maxsize=256)
