@@ -86,7 +86,7 @@ def _raw_rows(sim: Sim) -> Counter[tuple[str, int]]:
             t = pq.ParquetFile(pa.BufferReader(o.data)).read(use_threads=False)
             diffs = t["_diff"].to_pylist() if "_diff" in t.column_names else [1] * t.num_rows
             for k, n, d in zip(t["k"].to_pylist(), t["n"].to_pylist(), diffs, strict=True):
-                out[(k, n)] += d
+                out[k, n] = out.get((k, n), 0) + d  # Counter's += without its __missing__ call
     return Counter({r: c for r, c in out.items() if c != 0})
 
 

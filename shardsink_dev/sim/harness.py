@@ -42,7 +42,7 @@ import pyarrow as pa
 import shardsink.iceberg.keeper as keeper_mod
 from shardsink.core.clock import WALL
 from shardsink.iceberg import UPKEEP
-from shardsink.storage.retry import STORAGE, RetryingBlob
+from shardsink.storage.retry import STORAGE, RetryingBlob, RetryPolicy
 from shardsink.storage.url import ShardUrl, serve
 from shardsink_dev.sim.store import MemBlob, World
 
@@ -111,7 +111,18 @@ def sim_sleep(world: World) -> Callable[[float], None]:
 
 def open_sim_blob(world: World, u: ShardUrl) -> RetryingBlob:
     """The store :func:`shardsink.storage.url.open_blob` returns for a served bucket."""
-    return RetryingBlob(MemBlob(world, u.bucket, u.path), policy=STORAGE.with_sleep(sim_sleep(world)))
+    return RetryingBlob(MemBlob(world, u.bucket, u.path), policy=_storage_policy(world))
+
+
+#: The storage policy of the world served last (a policy is immutable: one per world will do).
+_POLICY: list[tuple[World, RetryPolicy]] = []
+
+
+def _storage_policy(world: World) -> RetryPolicy:
+    """:data:`STORAGE` sleeping in ``world``'s simulated time (made once per world)."""
+    if not _POLICY or _POLICY[0][0] is not world:
+        _POLICY[:] = [(world, STORAGE.with_sleep(sim_sleep(world)))]
+    return _POLICY[0][1]
 
 
 @contextmanager

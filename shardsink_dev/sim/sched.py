@@ -101,6 +101,8 @@ class Scheduler:
     def __init__(self, tape: Tape, clock: SimClock, rates: Rates, *, max_steps: int = 4000) -> None:
         self.tape, self.clock, self.rates, self.max_steps = tape, clock, rates, max_steps
         self.actors: list[Actor] = []
+        #: The actors not finished yet, in spawn order (what :meth:`_ready` filters).
+        self.live: list[Actor] = []
         self.current: Actor | None = None
         self.steps = 0
         self.trace: list[str] = []
@@ -120,6 +122,7 @@ class Scheduler:
         """A new actor, ready at ``now + delay``."""
         a = Actor(self, name, body, start_at=self.clock.now + delay, crashable=crashable, on_end=on_end)
         self.actors.append(a)
+        self.live.append(a)
         return a
 
     def fail(self, v: Violation) -> Violation:
@@ -156,16 +159,15 @@ class Scheduler:
 
     def _ready(self, but: Actor | None = None) -> list[Actor]:
         now = self.clock.now
-        return [a for a in self.actors if not a.finished and a is not but and a.start_at <= now]
+        return [a for a in self.live if a is not but and a.start_at <= now]
 
     def _next(self) -> Actor | None:
         """The next actor to run (tape-chosen among the ready; the clock jumps to a later start)."""
         ready = self._ready()
         if not ready:
-            pending = [a for a in self.actors if not a.finished]
-            if not pending:
+            if not self.live:
                 return None
-            self.clock.advance(min(a.start_at for a in pending) - self.clock.now)
+            self.clock.advance(min(a.start_at for a in self.live) - self.clock.now)
             ready = self._ready()
         return ready[self.tape.draw(len(ready))]
 
@@ -182,13 +184,14 @@ class Scheduler:
     def ended(self, a: Actor) -> None:
         """Called in ``a``'s coroutine as its body ends: its ``on_end``, then who holds the baton next."""
         a.finished = True
+        self.live.remove(a)
         self.trace.append(f"{self.steps} {a.name} end {type(a.error).__name__ if a.error else 'ok'}")
         if a.on_end is not None and self.failure is None:
             try:
                 a.on_end(a)
             except Violation as v:
                 self.fail(v)
-        self._then = self._next() if self.failure is None else next((x for x in self.actors if not x.finished), None)
+        self._then = self._next() if self.failure is None else next(iter(self.live), None)
 
     # --- the gate ---------------------------------------------------------------------------
 

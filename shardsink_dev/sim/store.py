@@ -68,6 +68,9 @@ class Obj:
     data: bytes
     etag: str
     modified: float
+    #: Its :class:`ObjectInfo` as last listed, with the length of the root prefix it was listed
+    #: under (an object never changes: a write makes a new one; ObjectInfo is immutable).
+    listed: tuple[int, ObjectInfo] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -219,7 +222,13 @@ class MemBlob:
         full = self._full(prefix) if prefix else (self.prefix + "/" if self.prefix else "")
         strip = len(self.prefix) + 1 if self.prefix else 0
         found = self.world.listing(self.bucket, full)
-        return iter([ObjectInfo(k[strip:], len(o.data), o.modified, o.etag) for k, o in found])
+        out = []
+        for k, o in found:
+            c = o.listed
+            if c is None or c[0] != strip:
+                c = o.listed = (strip, ObjectInfo(k[strip:], len(o.data), o.modified, o.etag))
+            out.append(c[1])
+        return iter(out)
 
     def clock(self) -> float:
         """A request's ``Date`` (whole seconds) less one second."""

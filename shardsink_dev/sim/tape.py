@@ -46,8 +46,18 @@ class Tape:
         return v
 
     def chance(self, per_mille: int) -> bool:
-        """True with probability ``per_mille / 1000`` (drawn from the top: 0 is always False)."""
-        return per_mille > 0 and self.draw(1000) >= 1000 - per_mille
+        """True with probability ``per_mille / 1000`` (drawn from the top: 0 is always False).
+        The draw is :meth:`draw`'s ``draw(1000)``, inlined when drawing from the seed (it is
+        most of the tape's draws)."""
+        if per_mille <= 0:
+            return False
+        if self._replay is not None:
+            return self.draw(1000) >= 1000 - per_mille
+        v = self._bits(10)  # 1000 .bit_length()
+        while v >= 1000:
+            v = self._bits(10)
+        self.choices.append(v)
+        return v >= 1000 - per_mille
 
     def pick(self, options: tuple[float, ...] | list[float]) -> float:
         """One of ``options`` (the first is the plain one)."""

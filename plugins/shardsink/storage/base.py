@@ -26,6 +26,8 @@ from shardsink.errors import InvalidUsageError
 _SEGMENT = re.compile(r"^[A-Za-z0-9._=+-]+$")
 #: A whole key of such segments, none ``.`` or ``..``: one match instead of one per segment.
 _VALID_KEY = re.compile(r"(?:(?!\.\.?/)[A-Za-z0-9._=+-]+/)*(?!\.\.?\Z)[A-Za-z0-9._=+-]+")
+#: The characters a key may hold (with the slash): :func:`check_key`'s fast path.
+_KEY_CHARS = re.compile(r"[A-Za-z0-9._=+/-]+")
 
 
 @dataclass(frozen=True)
@@ -142,6 +144,10 @@ def check_source_key(key: str) -> str:
 
 def check_key(key: str) -> str:
     """Return ``key`` if it stays inside the shard root, else raise InvalidUsageError."""
+    # Fast path (every request checks its key): allowed characters only, no empty segment and
+    # no segment starting with a dot (so no '.' or '..' one) is valid; anything else is judged below.
+    if _KEY_CHARS.fullmatch(key) and key[0] not in "./" and key[-1] != "/" and "//" not in key and "/." not in key:
+        return key
     if _VALID_KEY.fullmatch(key):
         return key
     segments = key.split("/")

@@ -149,9 +149,10 @@ class RequestCounter:
 
     def count(self, method: str, key: str) -> None:
         kind = (method, key_class(key))  # outside the lock: pure
+        by_kind = self.by_kind
         with self._lock:
             self.total += 1
-            self.by_kind[kind] += 1
+            by_kind[kind] = by_kind.get(kind, 0) + 1  # Counter's += without its __missing__ call
 
 
 class RetryingBlob:
