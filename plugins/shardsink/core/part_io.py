@@ -139,11 +139,14 @@ def _stage_slice(blob: Blob, piece: pa.Table, keys: Sequence[str], *, prefix: st
                        field_ids=field_ids)
 
 
+_STRING_TYPES = (pa.string(), pa.binary())
+
+
 def _strings_encoded(table: pa.Table) -> pa.Table | None:
     """``table`` with every string/binary column dictionary-encoded (one chunk each), or None if it has none."""
     fields, cols, any_string = [], [], False
     for f, col in zip(table.schema, table.columns, strict=True):
-        if f.type in (pa.string(), pa.binary()):
+        if f.type in _STRING_TYPES:
             col = one_array(col).dictionary_encode()
             f = pa.field(f.name, col.type, f.nullable)
             any_string = True
