@@ -300,8 +300,10 @@ def _check_footer(blob: Blob, p: PartMeta, rows: int, stores_diff: bool) -> None
 
 #: Parts of at most this many bytes are decoded once per process (:func:`_read_part`), ...
 DECODED_PART_BYTES = 256 * 1024
-#: ... the newest this many distinct ones (a bounded size, whatever the shard's history).
-DECODED_PARTS = 256
+#: ... the newest this many distinct ones: a bounded size whatever the shard's history (at most
+#: 32 x 256 KiB of part bytes and their decoded tables per process: an Airflow worker or a Spark
+#: Python worker holds no more for it).
+DECODED_PARTS = 32
 #: (bytes, implicit diffs) -> (footer's row count, whether it stores _diff, the decoded table).
 _DECODED: dict[tuple[bytes, bool], tuple[int, bool, pa.Table]] = {}
 _DECODED_LOCK = threading.Lock()
