@@ -18,6 +18,7 @@ Settings come from the environment with embedded defaults, so this one file serv
     SHARDSINK_CATCH_UP_AFTER_S  a run behind an uncovered earlier interval waits this long
                                 without shard progress before catching up itself  [300]
     SHARDSINK_POKE_S            how often a waiting run looks again (no slot held)  [15]
+    SHARDSINK_ICEBERG       1: keep an Iceberg view of the shard (``make run`` sets it)  [0]
 
 Run params (or run conf): ``dry_run``, ``reprocess_from`` / ``reprocess_to``, ``reprocess``
 (see shardsink.airflow.reprocess).
@@ -43,6 +44,7 @@ dag = ingest_dag(
     shard=ShardOptions(
         max_span=timedelta(hours=float(env("SHARDSINK_MAX_SPAN_H", "24"))),
         aws_conn_id=env("SHARDSINK_AWS_CONN_ID") or None,
+        iceberg=env("SHARDSINK_ICEBERG", "0") == "1",
     ),
     attempts=AttemptOptions.from_env(),  # SHARDSINK_MAX_ATTEMPTS, SHARDSINK_RETRY_BACKOFF, ... (ATTEMPT_ENV)
     spark=SparkOptions(conf={"spark.sql.shuffle.partitions": "2"},

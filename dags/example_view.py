@@ -10,6 +10,7 @@ embedded defaults (the same convention as example_ingest.py):
     SHARDSINK_VIEW_DAG_ID    [example_view]
     SHARDSINK_START          first day (ISO date; also the view's initial upper) [2024-01-01]
     SHARDSINK_MAX_ATTEMPTS / SHARDSINK_RETRY_BACKOFF / SHARDSINK_TASK_RETRIES / SHARDSINK_TASK_RETRY_DELAY_S
+    SHARDSINK_ICEBERG        1: keep an Iceberg view of the output shard (``make run`` sets it)  [0]
 """
 
 import os
@@ -37,5 +38,6 @@ dag = view_dag(
     schedule="inputs",
     start_date=datetime.fromisoformat(env("SHARDSINK_START", "2024-01-01")).replace(tzinfo=UTC),
     attempts=AttemptOptions.from_env(),  # SHARDSINK_MAX_ATTEMPTS, SHARDSINK_RETRY_BACKOFF, ... (ATTEMPT_ENV)
-    shard=ShardOptions(aws_conn_id=env("SHARDSINK_AWS_CONN_ID") or None),
+    shard=ShardOptions(aws_conn_id=env("SHARDSINK_AWS_CONN_ID") or None,
+                       iceberg=env("SHARDSINK_ICEBERG", "0") == "1"),
 )

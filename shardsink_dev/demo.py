@@ -56,6 +56,7 @@ def _env(repo: Path, home: Path, demo: Path) -> dict[str, str]:
         "SHARDSINK_SHARD": (demo / "shards" / "events").as_uri(),
         "SHARDSINK_VIEW": (demo / "shards" / "events_per_user_day").as_uri(),
         "SHARDSINK_START": START.date().isoformat(),  # the example DAGs' start_date: the synthetic data's first day
+        "SHARDSINK_ICEBERG": "1",  # both shards keep an Iceberg view (the demo ends by reading one)
     })
     env.setdefault("AIRFLOW_CONN_SPARK_DEFAULT", '{"conn_type":"spark","host":"local[2]"}')
     # ``SHARDSINK_ENGINE=connect make run``: the write slots go to ``make connect``'s server
@@ -150,8 +151,32 @@ def main() -> None:
     _say(f"   no-op: shard still at seqno {seqno}, no Spark job started")
     _view_demo(env, home, start_ms)
     _maintenance_demo(env, home, [url, env["SHARDSINK_VIEW"]])
+    _iceberg_demo(env, url)
     _say(f"\ndone in {time.monotonic() - t0:.0f}s. Logs: {home / 'demo-logs'}; shard: {url}; "
          f"view: {env['SHARDSINK_VIEW']}")
+
+
+def _iceberg_demo(env: dict[str, str], url: str) -> None:
+    """The events shard as an Iceberg table, read by Polars (no copy: the view's manifests list the
+    shard's parts): its rows up to the shard's upper (the sum of ``_diff``; null is 1) against the
+    source's."""
+    import polars as pl
+
+    from shardsink import iceberg
+
+    shard = Shard.open(url)
+    upper = shard.info().upper
+    assert upper is not None
+    location = iceberg.current_location(shard)
+    _say(f"\n== the events shard as an Iceberg table: pl.scan_iceberg({location!r})")
+    n_ice = pl.scan_iceberg(location).filter(pl.col("_time") < upper).select(
+        pl.col("_diff").fill_null(1).sum()).collect().item()
+    src = LandingSource(env["SHARDSINK_LANDING"])
+    n_src = sum(1 for f in src.files() for x in read_landing_file(src.blob(), f, shard.schema, "event_time")["_time"]
+                .to_pylist() if x < upper)
+    _say(f"   rows: {n_ice} through Polars' Iceberg reader, {n_src} in the source")
+    if n_ice != n_src:
+        raise SystemExit("the Iceberg view does not match the source")
 
 
 def _run_dag(env: dict[str, str], home: Path, dag_id: str, logical: str, name: str) -> None:

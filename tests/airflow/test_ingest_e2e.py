@@ -6,9 +6,11 @@ import subprocess
 import textwrap
 from pathlib import Path
 
+import pyarrow.compute as pc
 from af_helpers import DAY, REPO, START, VENV_BIN, Env, assert_exactly_once, assert_no_leaks, ok
+from pyiceberg.table import StaticTable
 
-from shardsink import Shard
+from shardsink import Shard, iceberg
 from shardsink_dev.synthetic import generate, publish_watermark
 
 
@@ -49,8 +51,12 @@ def test_runs_ingest_exactly_once_and_rerun_changes_nothing(af: Env, connect_eng
     """The first run writes with two slots (the DAG's default; multi-slot ingest is proved here),
     the second with one: what it adds is the next interval after a committed one. Both write over
     Spark Connect (``SHARDSINK_ENGINE=connect``): each slot a client session of the test process's
-    one server, no spark-submit; the spark-submit engine runs in the other DAG tests."""
+    one server, no spark-submit; the spark-submit engine runs in the other DAG tests. The DAG keeps
+    an Iceberg view (``SHARDSINK_ICEBERG=1``): the first append turns it on (one option commit); the
+    upkeep of each later commit runs on a background worker of the task's process, and the view is
+    current once the run is done; pyiceberg reads what the shard holds."""
     af.env.update(connect_engine)
+    af.env["SHARDSINK_ICEBERG"] = "1"
     generate(af.landing, start=START, days=2, files_per_day=2, rows_per_file=150)
     first = ok(af.dags_test("2024-01-02"))  # covers [Jan 1, Jan 2)
     assert first.count("over Spark Connect (connection 'spark_connect_default')") == 2
@@ -59,18 +65,21 @@ def test_runs_ingest_exactly_once_and_rerun_changes_nothing(af: Env, connect_eng
     assert shard.info().upper == START + DAY
     ok(af.dags_test("2024-01-03", extra={"SHARDSINK_WRITERS": "1"}))
     info = shard.info()
-    assert info.upper == START + 2 * DAY and info.seqno == 2
+    assert info.upper == START + 2 * DAY and info.seqno == 3  # append, the Iceberg option, append
     assert_exactly_once(af.shard_url, af.landing, START, START + 2 * DAY)
     assert_no_leaks(af.shard_url)
     events = af.asset_events()
     assert [(e["lower"], e["upper"], e["seqno"]) for e in events] == [
-        (START, START + DAY, 1), (START + DAY, START + 2 * DAY, 2)]
+        (START, START + DAY, 1), (START + DAY, START + 2 * DAY, 3)]
+    view = StaticTable.from_metadata(iceberg.current_location(shard))
+    assert view.current_snapshot().summary["shardsink.seqno"] == "3"  # current once the run is done
+    assert pc.sum(pc.fill_null(view.scan().to_arrow()["_diff"], 1)).as_py() == 600
     assert sum(e["rows"] for e in events) == 600 and events[0]["shard"] == af.shard_url
 
     out = ok(af.dags_test("2024-01-03"))  # a re-run of a completed interval
     assert "nothing to do" in out and f"shard upper {START + 2 * DAY}" in out
     assert "Spark-Submit cmd" not in out
-    assert shard.info().seqno == 2
+    assert shard.info().seqno == 3
     assert_exactly_once(af.shard_url, af.landing, START, START + 2 * DAY)
 
 
