@@ -160,9 +160,14 @@ def _iceberg_demo(env: dict[str, str], url: str) -> None:
     """The events shard as an Iceberg table, read by Polars (no copy: the view's manifests list the
     shard's parts): its rows up to the shard's upper (the sum of ``_diff``; null is 1) against the
     source's."""
+    import warnings
+
     import polars as pl
 
     from shardsink import iceberg
+
+    # Polars plans the scan with pyiceberg (installed) when its own planner plugin is not: say nothing of it.
+    warnings.filterwarnings("ignore", message="Iceberg scan planning")
 
     shard = Shard.open(url)
     upper = shard.info().upper
