@@ -25,6 +25,7 @@ import pyarrow as pa
 
 from shardsink.core import commits as cm
 from shardsink.core.documents import ENCODER, D, decode_doc
+from shardsink.core.schema import arrow_text
 from shardsink.core.state import BatchMeta, Header, SchemaEntry, Stats, Version, WriterRecord
 from shardsink.errors import CorruptionError
 
@@ -144,27 +145,11 @@ class RollupDoc(msgspec.Struct, frozen=True, kw_only=True):
 _ENCODER = ENCODER
 
 
-#: :func:`schema_doc` of the schema objects asked about last, by ``id`` (each entry holds its
-#: schema, so an id is not re-used while it is here): every version a shard writes repeats the
-#: schema object its head decoded to.
-_SCHEMA_DOCS: dict[int, tuple[pa.Schema, SchemaDoc]] = {}
-_SCHEMA_DOCS_MAX = 64
-
-
 def schema_doc(schema: pa.Schema) -> SchemaDoc:
-    """The stored form of ``schema``. Pure (both are immutable): made once per schema object
-    while it is remembered."""
-    hit = _SCHEMA_DOCS.get(id(schema))
-    if hit is not None and hit[0] is schema:
-        return hit[1]
-    doc = SchemaDoc(
-        tuple(FieldDoc(f.name, str(f.type), f.nullable) for f in schema),
-        base64.b64encode(schema.serialize().to_pybytes()).decode(),
-    )
-    if len(_SCHEMA_DOCS) >= _SCHEMA_DOCS_MAX:
-        _SCHEMA_DOCS.clear()
-    _SCHEMA_DOCS[id(schema)] = (schema, doc)
-    return doc
+    """The stored form of ``schema``: its fields, and its exact Arrow text
+    (:func:`shardsink.core.schema.arrow_text`, remembered per schema object: every version a
+    shard writes repeats the schema object its head decoded to)."""
+    return SchemaDoc(tuple(FieldDoc(f.name, str(f.type), f.nullable) for f in schema), arrow_text(schema))
 
 
 def schema_to_json(schema: pa.Schema) -> dict[str, Any]:
