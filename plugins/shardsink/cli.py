@@ -33,9 +33,6 @@ from shardsink.core.state_codec import schema_to_json
 from shardsink.core.updates import DIFF, TIME, user_schema
 from shardsink.errors import InvalidUsageError, ShardsinkError
 
-#: How long a command waits for its commits' queued after-commit work (seconds) before it returns.
-DRAIN_TIMEOUT = 300.0
-
 
 def _table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> str:
     cells = [[("-" if v is None else str(v)) for v in r] for r in rows]
@@ -310,7 +307,7 @@ def main(argv: Sequence[str] | None = None, *, clock: Callable[[], float] = time
     """Run one command and return its documented exit code (callable in-process, e.g. from tests).
     ``clock``: epoch seconds, the time ``inspect --objects``, ``verify`` and ``gc`` judge ages by.
     The after-commit work the command's commits queued (the Iceberg view's upkeep) is done before it
-    returns (:func:`shardsink.core.after_commit.drain`, at most :data:`DRAIN_TIMEOUT` seconds)."""
+    returns (:func:`shardsink.core.after_commit.drain`, at most its ``DRAIN_TIMEOUT`` seconds)."""
     args = build_parser().parse_args(argv)
     args.clock = clock
     try:
@@ -321,7 +318,7 @@ def main(argv: Sequence[str] | None = None, *, clock: Callable[[], float] = time
     except BrokenPipeError:
         return 0
     finally:  # SUBTLE: run() ends with os._exit, which runs no exit flush: the command's views first
-        after_commit.drain(DRAIN_TIMEOUT)
+        after_commit.drain(after_commit.DRAIN_TIMEOUT)
 
 
 def run(argv: Sequence[str] | None = None) -> NoReturn:

@@ -166,6 +166,10 @@ def check_views(url: str, head: Version, roots: RootObjects) -> list[tuple[str, 
     return out
 
 
+#: How long a unit of work that committed (an Airflow shard task, a CLI command) waits for the
+#: after-commit work it queued (seconds) before it reports; past it the views catch up at the
+#: next commit or sync.
+DRAIN_TIMEOUT = 300.0
 #: Waits until a capability's queued after-commit work is done (at most ``timeout`` seconds, None:
 #: no limit); False when it timed out. Never raises.
 Drain = Callable[[float | None], bool]

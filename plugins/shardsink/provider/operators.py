@@ -63,10 +63,6 @@ def _committed_bytes(shard_url: str, seqno: int) -> int | None:
         return None
 
 
-#: How long a task waits for its commits' queued after-commit work (seconds) before it reports its state.
-DRAIN_TIMEOUT = 300.0
-
-
 @contextmanager
 def drained() -> Iterator[None]:
     """Run the block, then wait (:func:`shardsink.core.after_commit.drain`) until the after-commit
@@ -74,8 +70,8 @@ def drained() -> Iterator[None]:
     the block ends. SUBTLE: the task must not report success with its view still queued: Airflow's
     task runner reports the state before the process exits (its exit flush comes after), and a
     downstream reader of the view expects it current once the append succeeded. Never raises: a
-    drain past :data:`DRAIN_TIMEOUT` is logged and the view catches up at the next commit or sync."""
-    from shardsink.core.after_commit import drain
+    drain past ``after_commit.DRAIN_TIMEOUT`` is logged and the view catches up at the next commit or sync."""
+    from shardsink.core.after_commit import DRAIN_TIMEOUT, drain
 
     try:
         yield
