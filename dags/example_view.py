@@ -10,6 +10,8 @@ embedded defaults (the same convention as example_ingest.py):
     SHARDSINK_VIEW_DAG_ID    [example_view]
     SHARDSINK_START          first day (ISO date; also the view's initial upper) [2024-01-01]
     SHARDSINK_MAX_ATTEMPTS / SHARDSINK_RETRY_BACKOFF / SHARDSINK_TASK_RETRIES / SHARDSINK_TASK_RETRY_DELAY_S
+    SHARDSINK_ENGINE         submit: the write job a spark-submit; connect: a client session of the
+                             Spark Connect server of connection ``spark_connect_default``  [submit]
     SHARDSINK_ICEBERG        1: keep an Iceberg view of the output shard (``make run`` sets it)  [0]
 """
 
@@ -17,7 +19,7 @@ import os
 from datetime import UTC, datetime
 from pathlib import Path
 
-from shardsink.airflow import AttemptOptions, ShardOptions, view_dag
+from shardsink.airflow import AttemptOptions, ShardOptions, SparkOptions, view_dag
 from shardsink.sinks.materialize import ViewInput, view
 
 env = os.environ.get
@@ -40,4 +42,5 @@ dag = view_dag(
     attempts=AttemptOptions.from_env(),  # SHARDSINK_MAX_ATTEMPTS, SHARDSINK_RETRY_BACKOFF, ... (ATTEMPT_ENV)
     shard=ShardOptions(aws_conn_id=env("SHARDSINK_AWS_CONN_ID") or None,
                        iceberg=env("SHARDSINK_ICEBERG", "0") == "1"),
+    spark=SparkOptions(engine=env("SHARDSINK_ENGINE", "submit")),  # type: ignore[arg-type]  # checked there
 )

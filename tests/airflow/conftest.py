@@ -37,11 +37,12 @@ _connect = ExitStack()
 
 
 @pytest.fixture(scope="session")
-def connect_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    """The environment that makes the example DAG's write slots client sessions of one Spark Connect
+def connect_engine(moto: object, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """The environment that makes the example DAGs' write jobs client sessions of one Spark Connect
     server (``SHARDSINK_ENGINE=connect`` and its ``spark_connect_default`` connection), the server
-    started once for the test process (``local[2]``, shardsink_dev.connect): a write slot then costs
-    a session, not a spark-submit's JVMs. It stops after the last test that uses it
+    started once for the test process (``local[2]``, shardsink_dev.connect), after the moto server
+    (its Python workers reach S3 shards there): a write slot then costs a session, not a
+    spark-submit's JVMs. It stops after the last test that uses it
     (:func:`pytest_runtest_teardown`), not with the session: an idle server burns CPU."""
     from shardsink_dev.connect import connect_server
 

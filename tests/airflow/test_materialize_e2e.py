@@ -1,5 +1,6 @@
-"""The view DAG end to end: real `airflow dags test`, real spark-submit at local[2], the
-repo's dags/example_view.py over the example ingest shard (local folder and moto S3)."""
+"""The view DAG end to end: real `airflow dags test`, the view's write job a real spark-submit at
+local[2] or (the S3 test) a session of the test run's Spark Connect server, the repo's
+dags/example_view.py over the example ingest shard (local folder and moto S3)."""
 
 from __future__ import annotations
 
@@ -149,12 +150,16 @@ def _append_events(shard: Shard, rows: list[tuple[str, str, int, int, int]], low
 
 
 def test_s3_unchanged_rerun_writes_nothing_then_changes_and_a_foreign_append_are_corrected(
-        af: Env, moto: object, tmp_path: Path) -> None:
+        af: Env, moto: object, tmp_path: Path, connect_engine: dict[str, str]) -> None:
+    """On S3, the view's write jobs as sessions of the Connect server (``SHARDSINK_ENGINE=connect``):
+    a first run, an unchanged rerun that writes no part, then new input and a foreign row appended
+    to the view by hand, corrected to exactly the changed rows."""
     from shardsink_dev.testing import MotoServer
 
     assert isinstance(moto, MotoServer)
     moto.make_bucket("e2e-view")
     af.env.update(moto.env())
+    af.env.update(connect_engine)
     af.env["SHARDSINK_SHARD"] = "s3://e2e-view/shards/events"
     af.env["SHARDSINK_VIEW"] = "s3://e2e-view/shards/per_user_day"
     schema = pa.schema([("user", pa.string()), ("action", pa.string()), ("amount", pa.int64())])
@@ -162,7 +167,8 @@ def test_s3_unchanged_rerun_writes_nothing_then_changes_and_a_foreign_append_are
     day1 = [("a", "buy", 1, START + 5, 1), ("a", "view", 2, START + 6, 1), ("b", "buy", 3, START + 7, 1),
             ("c", "view", 4, START + 8, 1)]
     _append_events(src, day1, START, START + DAY)
-    ok(_dags_test(af, VIEW_DAG, "2024-02-01"))
+    out = ok(_dags_test(af, VIEW_DAG, "2024-02-01"))
+    assert "over Spark Connect (connection 'spark_connect_default')" in out and "Spark-Submit cmd" not in out
     view = Shard.open(_view_url(af))
     d1 = _day(START)
     assert _view(view.url) == Counter({("a", d1, 2): 1, ("b", d1, 1): 1, ("c", d1, 1): 1})
@@ -196,11 +202,12 @@ def test_s3_unchanged_rerun_writes_nothing_then_changes_and_a_foreign_append_are
 BAD_DAGS = '''
 import os
 from datetime import UTC, datetime, timedelta
+from shardsink.airflow import SparkOptions
 from shardsink.airflow.view_factory import view_dag
 from shardsink.sinks.materialize import ViewInput, view
 
 common = dict(output_url={out!r}, task_retries=0, max_attempts=1, task_retry_delay=timedelta(seconds=1),
-              start_date=datetime(2024, 1, 1, tzinfo=UTC))
+              start_date=datetime(2024, 1, 1, tzinfo=UTC), spark=SparkOptions(engine="connect"))
 view_dag(dag_id="changed_view", schedule=None, view=view(
     inputs={{"events": ViewInput({src!r}, mode="updates")}},
     sql="SELECT user, to_date(timestamp_millis(_time)) AS day, count(*) * 1.0 AS events, 1 AS extra "
@@ -215,11 +222,12 @@ view_dag(dag_id="growing_view", schedule=None, view=view(
 
 
 def test_schema_change_and_missing_input_fail_clearly_output_unchanged_and_a_gained_column_evolves_it(
-        af: Env, tmp_path: Path) -> None:
+        af: Env, tmp_path: Path, connect_engine: dict[str, str]) -> None:
     """A query whose column changes type, and one over a missing input, fail their runs clearly
     with the output unchanged; then a view whose SQL gains a column between two runs evolves
-    its output and corrects every row (issue 19)."""
+    its output and corrects every row (issue 19). The views' write jobs are Connect sessions."""
     _with_view(af)
+    af.env.update(connect_engine)
     schema = pa.schema([("user", pa.string()), ("action", pa.string()), ("amount", pa.int64())])
     src = Shard.create(af.shard_url, schema, upper=START)
     _append_events(src, [("a", "buy", 1, START + 5, 1)], START, START + DAY)
@@ -238,12 +246,12 @@ def test_schema_change_and_missing_input_fail_clearly_output_unchanged_and_a_gai
     assert "column 'events' changed from int64 to decimal128(" in out and "which is not a widening" in out
     assert f"`shardsink schema {view.url} --drop events`" in out  # 'extra' alone would have been added
     assert "invalid input, not retried: InvalidUsageError:" in out
-    assert out.count("Spark-Submit cmd") == 1, "an invalid view was retried"
+    assert out.count("over Spark Connect (connection") == 1, "an invalid view was retried"
 
     r = _dags_test(af, "ghost_view", "2024-02-01")
     out = r.stdout + r.stderr
     assert r.returncode != 0 and f"view input 'ghost' names no shard: {ghost}" in out
-    assert "Spark-Submit cmd" not in out
+    assert "over Spark Connect (connection" not in out
     info = view.info()
     assert (info.seqno, info.upper) == (0, START) and not list(view._machine.blob.list("parts/"))
     try:

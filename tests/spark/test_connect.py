@@ -8,7 +8,8 @@ ONE server started per test session (tests/spark/conftest.py ``connect``).
 * the refusals: an unreachable server, a Python version mismatch, shardsink missing on the
   server or of another version: InvalidConfigurationError naming the fix, at once;
 * re-processing's correction job runs as a session too, and the corrected range reads as the
-  source is now;
+  source is now; so does a view's write job: the view reads as a from-scratch computation over
+  its input, also after a retraction and a foreign append to the view;
 * sessions are released: after every write (also failed ones) the server's event log holds no
   open session but the killed client's, and the process is no longer marked a Connect client
   (the later tests' classic local session starts in this same process).
@@ -312,6 +313,60 @@ def test_a_correction_job_over_connect_makes_the_corrected_range_read_as_the_sou
     assert sorted((r["k"], r["n"]) for r in snap.to_pylist() for _ in range(r["_count"])) == want
     fixes = [p for b in Shard(url).batches() for p in b.parts if p.corrects is not None]
     assert fixes and all(p.corrects == (START, START + SPAN) for p in fixes)
+
+
+@pytest.mark.parametrize("backend", ["s3"], indirect=True)  # the server's Python workers read the shards
+def test_a_view_job_over_connect_corrects_the_view_to_a_from_scratch_computation(connect: Any, shard_url: str) -> None:
+    """A view's write job (``ViewWriteRequest``) as a client session: three runs over an S3 input
+    that gains rows, retracts one, and whose view gets a foreign row appended by hand; after each
+    run the view equals the query computed here from the input's snapshot, and each run's batch
+    holds only the rows that changed."""
+    from collections import Counter
+
+    from shardsink.sinks.materialize import mint_view, view
+    from shardsink.spark.request import ViewWriteRequest
+
+    events = pa.schema([("user", pa.string()), ("amount", pa.int64())])
+    src = Shard.create(f"{shard_url}/events", events)
+    v = view(inputs={"events": src.url}, sql="SELECT user, sum(amount) AS total FROM events GROUP BY user")
+    out_url = f"{shard_url}/view"
+    before = connect.open_sessions()
+
+    def put(rows: list[tuple[str, int, int]], lower: int, upper: int) -> None:
+        src.append(pa.table({"user": [r[0] for r in rows], "amount": [r[1] for r in rows],
+                             "_time": [lower] * len(rows), "_diff": [r[2] for r in rows]},
+                            schema=pa.schema([*events, ("_time", pa.int64()), ("_diff", pa.int64())])),
+                   lower=lower, upper=upper)
+
+    def model(as_of: int) -> Counter[tuple[str, int]]:
+        total: Counter[str] = Counter()
+        for r in src.snapshot(as_of).to_pylist():
+            total[r["user"]] += r["amount"] * r["_count"]
+        return Counter({(u, t): 1 for u, t in total.items()})
+
+    def run(name: str) -> int:
+        d = mint_view(v, output_url=out_url, initial_upper=0, interval_end=None, max_span=None, dag_id="v",
+                      run_id=name, attempt=1)
+        got = run_over_connect(ViewWriteRequest(shard_url=out_url, desc=d, view=v.spec()), url=connect.url)
+        assert got["status"] == "staged", got
+        res = append_from_manifests(Shard(out_url), d, 1)
+        assert res.status == "committed"
+        out = Shard(out_url)
+        assert Counter({(r["user"], r["total"]): r["_count"] for r in out.snapshot(d.upper - 1).to_pylist()}) \
+            == model(d.upper - 1), name
+        return res.rows
+
+    put([("a", 5, 1), ("b", 7, 1), ("a", 1, 1)], 0, 10)
+    assert run("r1") == 2
+    put([("b", 7, -1), ("c", 3, 1)], 10, 20)  # b retracted; c new
+    assert run("r2") == 2  # -(b, 7), +(c, 3): b has no rows left
+    Shard(out_url).append(pa.table({"user": ["zz"], "total": [9], "_time": [20], "_diff": [1]},
+                                   schema=pa.schema([("user", pa.string()), ("total", pa.int64()),
+                                                     ("_time", pa.int64()), ("_diff", pa.int64())])),
+                          lower=20, upper=21)  # a foreign row in the view
+    put([], 20, 30)
+    assert run("r3") == 1  # the foreign row retracted, nothing else
+    assert released(connect, before)  # each run's session was released
 
 
 def test_the_server_restarting_mid_write_fails_the_slot_retryably_and_the_retry_commits_once(

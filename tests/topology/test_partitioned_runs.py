@@ -1,8 +1,7 @@
 """Partitioned runs (Airflow 3.2+ asset partitions) under the production topology (the
 ``topology`` fixture: PostgreSQL, CeleryExecutor, scheduler, triggerer, moto S3). The ingest
-writes are sessions of the stack's Spark Connect server (conftest's ``connect_conn``), the view
-jobs run in local mode on the Celery workers (connection ``spark_local``: one JVM per job, no
-executors; views stay on spark-submit): nothing here is about where Spark runs
+writes and the view jobs are sessions of the stack's Spark Connect server (conftest's
+``connect_conn``; no JVM per job): nothing here is about where Spark runs
 (test_production_shape.py is).
 
 ONE scenario, kept small (3 daily partitions): the ingest DAG is scheduled by
@@ -51,13 +50,13 @@ from shardsink.sources import LandingSource
 
 ATTEMPTS = AttemptOptions(backoff=0.5, task_retries=2, task_retry_delay=timedelta(seconds=2),
                           catch_up_after=timedelta(minutes=10), poke_interval=timedelta(seconds=5))
-SPARK = SparkOptions(conn_id="spark_local")  # local[1] on the Celery worker (tests/topology/topo_stack.py)
+SPARK = SparkOptions(engine="connect")  # connection spark_connect_default: conftest's connect_conn
 START = datetime(2024, 1, 1, tzinfo=UTC)
 
 ingest = ingest_dag(
     dag_id="{ingest}", shard_url="{shard}", source=LandingSource("{landing}", time_column="event_time"),
     writers=1, schedule=daily_partitions(), start_date=START, end_date=START + timedelta(days={days}),
-    shard=ShardOptions(max_span=timedelta(days=1)), attempts=ATTEMPTS, spark=SparkOptions(engine="connect"),
+    shard=ShardOptions(max_span=timedelta(days=1)), attempts=ATTEMPTS, spark=SPARK,
 )
 per_day = view_dag(
     dag_id="{view}", output_url="{view_url}", start_date=START, attempts=ATTEMPTS, spark=SPARK,
@@ -158,14 +157,15 @@ def test_a_backfill_over_partitions_covers_each_once_and_views_run_per_partition
     spans = sorted((e["extra"]["lower"], e["extra"]["upper"], e["partition_key"]) for e in view_events)
     assert all(u == _day_of(k)[1] for _, u, k in spans), spans
     assert [lo for lo, _, _ in spans] == [START, *(u for _, u, _ in spans[:-1])] and spans[-1][1] == end, spans
-    # The view jobs ran in local mode (the spark_local connection's host became --master); the
-    # ingest writes were sessions of the Connect server (their task logs say so), no application.
+    # The ingest writes and the view jobs were sessions of the Connect server (their task logs say
+    # so): no Spark application of either DAG.
     apps = [a["properties"] for a in topology.spark_apps().values()]
-    assert {a.get("spark.master") for a in apps if f"-{VIEW_DAG}-" in str(a.get("spark.app.name"))} == {"local[1]"}
-    assert not [a for a in apps if f"-{INGEST_DAG}-" in str(a.get("spark.app.name"))]
-    logs = Path(topology.env["AIRFLOW_HOME"]) / "logs" / f"dag_id={INGEST_DAG}"
-    writes = [t for p in logs.rglob("task_id=attempt_*.write/**/*.log") if "writing slot" in (t := p.read_text())]
-    assert len(writes) >= DAYS and all("over Spark Connect" in t for t in writes), len(writes)
+    assert not [a for a in apps if any(f"-{d}-" in str(a.get("spark.app.name")) for d in (INGEST_DAG, VIEW_DAG))]
+    home = Path(topology.env["AIRFLOW_HOME"]) / "logs"
+    for dag_id, least in ((INGEST_DAG, DAYS), (VIEW_DAG, 1)):
+        writes = [t for p in (home / f"dag_id={dag_id}").rglob("task_id=attempt_*.write/**/*.log")
+                  if "writing slot" in (t := p.read_text())]
+        assert len(writes) >= least and all("over Spark Connect" in t for t in writes), (dag_id, len(writes))
 
 
 def _assert_bad_key_refused(topology: Topology) -> None:

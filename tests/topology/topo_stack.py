@@ -13,7 +13,7 @@ What runs (every process started by :func:`topology_stack`, on 127.0.0.1 and fre
 * **Spark** standalone (connection ``spark_default``): a master and two workers (1 GiB, 2 cores each). spark-submit
   in the Celery workers gets the cluster's defaults as ``-Dspark.*`` properties in ``SPARK_SUBMIT_OPTS``
   (topo_spark.py): small executors (512m, one core, ``spark.cores.max`` 1), UI off, event logs in
-  :attr:`Topology.spark_events`. ``spark_local``: see :class:`Topology`;
+  :attr:`Topology.spark_events`;
 * **S3**: the session's moto server (tests/conftest.py ``moto``, bucket ``shardsink-test``).
 
 SUBTLE: every daemon gets its own process group (``start_new_session``) and is stopped by
@@ -117,8 +117,8 @@ class Daemons:
 class Topology:
     """A running topology (module docstring). Stable interface for tests/topology/*:
 
-    * ``env``: the Airflow processes' environment (PostgreSQL, Celery, AWS, Spark connections ``spark_default``:
-      the standalone cluster, and ``spark_local``: ``local[1]``, the whole job in one JVM on the Celery worker);
+    * ``env``: the Airflow processes' environment (PostgreSQL, Celery, AWS, the Spark connection
+      ``spark_default``: the standalone cluster);
     * ``dags``: the DAG folder (empty at start): :meth:`add_dag_file` then :meth:`wait_for_dags`;
     * :meth:`airflow` runs an Airflow CLI command; :meth:`api` calls the REST API as an admin;
     * :meth:`unpause`, :meth:`trigger`, :meth:`runs`, :meth:`wait_for_runs`, :meth:`task_instances`,
@@ -309,7 +309,6 @@ def _airflow_env(root: Path, pg: str, redis_port: int, master: str, api_port: in
         "PYTHONPATH": os.pathsep.join(p for p in (str(root / "pythonpath"), os.environ.get("PYTHONPATH")) if p),
         "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": master.rsplit(":", 1)[0],
                                                   "port": int(master.rsplit(":", 1)[1])}),
-        "AIRFLOW_CONN_SPARK_LOCAL": json.dumps({"conn_type": "spark", "host": "local[1]"}),  # --master local[1]
         "SPARK_SUBMIT_OPTS": f"{env['SPARK_SUBMIT_OPTS']} {spark_defaults(root)}",
         "SPARK_LOCAL_IP": "127.0.0.1",
         "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{api_port}",

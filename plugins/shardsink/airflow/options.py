@@ -33,8 +33,8 @@ class SparkOptions:
 
     ``engine``: ``"submit"`` (default) runs each write slot as its own spark-submit application;
     ``"connect"`` runs it as one client session of a long-running Spark Connect server
-    (:mod:`shardsink.spark.connect`; ingest write slots only: views and corrections keep
-    spark-submit, see the README's engine section). ``conn_id``: the Airflow Spark connection
+    (:mod:`shardsink.spark.connect`: ingest write slots, corrections and view jobs; a row-wise
+    view then compares in full every run, see the README's engine section). ``conn_id``: the Airflow Spark connection
     (spark-submit); ``connect_conn_id``: the Airflow ``spark_connect`` connection (Connect);
     ``conf``: Spark settings, added to the factory's defaults (``spark.ui.enabled=false``, two
     shuffle partitions; views also run in UTC; spark-submit only: a Connect server has its

@@ -100,10 +100,6 @@ def view_dag(
                                 value=str(shard.part_order))
     settings = sink_settings(dag_id=dag_id, url=url, spec=view.spec(), writers=1, start_date=start_date,
                              shard=shard, attempts=attempts)
-    if spark.engine != "submit":
-        raise InvalidUsageError(f"view_dag(dag_id={dag_id!r}): SparkOptions(engine={spark.engine!r}) is not supported: "
-                                "a view's write job runs as a spark-submit application (its incremental correction "
-                                "reads the JVM's query plan); use engine='submit'", value=str(spark.engine))
     common = write_args(url, spark, shard, attempts, default_conf=VIEW_SPARK_CONF)
 
     def make_write(desc: Any) -> Any:

@@ -5,7 +5,7 @@ contents as of time ``t`` are the query over every input read as of ``t``. The v
 stored in an output shard, one batch per run::
 
     mint_view(view, output_url, ...)  -> Description | NoOp        (no JVM)
-    shardsink.spark.view.write_view(spark, view, output_url, desc) (spark-submit, 1 job)
+    shardsink.spark.view.write_view(spark, view, output_url, desc) (spark-submit or Connect, 1 job)
     shardsink.sinks.append.append_from_manifests(shard, desc, 1)   (same as the ingest sink)
 
 mint: ``lower`` = the output shard's upper (``initial_upper`` before the first run);

@@ -41,7 +41,7 @@ import re
 import sys
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import quote
 
@@ -289,14 +289,18 @@ def run_over_connect(req: Any, *, url: str, on_session: Callable[[Any], None] | 
     Raises the job's own errors (typed shardsink errors, also those carried from the server's
     workers, are raised as such: :func:`shardsink.outcome.record_of`), the refusals of
     :func:`connect_session`, and a retryable StorageError when the server is lost mid-write.
-    ``on_session``: as :func:`connect_session`'s. Ingest write slots and re-processing's
-    correction job run over Connect; a view's job does not (it reads the JVM's query plan: the
-    README's engine section), so any other request is an InvalidConfigurationError.
+    ``on_session``: as :func:`connect_session`'s. Ingest write slots, re-processing's correction
+    job and a view's write job run over Connect (a view's and a correction's sessions in UTC); any
+    other request is an InvalidConfigurationError naming it.
     """
     from shardsink.errors import ShardsinkError
     from shardsink.outcome import error_from_record, record_of
     from shardsink.spark.job import write_correction_request, write_slot
-    from shardsink.spark.request import IngestCorrectRequest, IngestWriteRequest
+    from shardsink.spark.request import IngestCorrectRequest, IngestWriteRequest, ViewWriteRequest
+    from shardsink.spark.view_job import write_view_job
+
+    def utc(name: str) -> AbstractContextManager[Any]:
+        return connect_session(url, name=name, timezone="UTC", on_session=on_session, check="python")
 
     if isinstance(req, IngestWriteRequest):
         def run() -> dict[str, Any]:
@@ -304,13 +308,14 @@ def run_over_connect(req: Any, *, url: str, on_session: Callable[[Any], None] | 
                                                                              check="python"))
     elif isinstance(req, IngestCorrectRequest):
         def run() -> dict[str, Any]:
-            return dict(write_correction_request(req, open_session=lambda name: connect_session(
-                url, name=name, timezone="UTC", on_session=on_session, check="python")))
+            return dict(write_correction_request(req, open_session=utc))
+    elif isinstance(req, ViewWriteRequest):
+        def run() -> dict[str, Any]:
+            return write_view_job(req, open_session=utc)
     else:
-        raise InvalidConfigurationError(
-            f"the {type(req).__struct_config__.tag!r} job does not run over Spark Connect: give this DAG "
-            "SparkOptions(engine='submit') (a view's job reads the JVM's query plan)",
-            value=type(req).__struct_config__.tag)
+        tag = getattr(getattr(req, "__struct_config__", None), "tag", type(req).__name__)
+        raise InvalidConfigurationError(f"the {tag!r} job does not run over Spark Connect: give this DAG "
+                                        "SparkOptions(engine='submit')", value=str(tag))
     try:
         return run()
     except ShardsinkError:

@@ -15,6 +15,10 @@ Anything else (aggregates, DISTINCT, joins, windows, LIMIT, unions, generators,
 ``rand()``, ``input_file_name()``, a ``_count`` output column, several inputs, an
 ``updates``-mode input) takes the general path. The check runs on the driver against
 an empty frame of the input's schema, before any lease or job.
+
+HAZARD: the check reads the JVM's analysed plan (``DataFrame._jdf``). A Spark Connect client has
+none, so over Connect every view takes the general path: the same contents, without the
+incremental basis (:mod:`shardsink.spark.incremental`).
 """
 
 from __future__ import annotations
