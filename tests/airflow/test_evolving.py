@@ -80,6 +80,7 @@ def test_day_2_gains_a_column_strict_refuses_add_columns_evolves(af: Env, tmp_pa
     # A dry run under add_columns reports the column it would add and commits nothing (not the schema).
     dry = ok(dags_test({**af.env, "SHARDSINK_SCHEMA_MODE": "add_columns"}, "evolving_ingest", "2024-01-03",
                        conf={"dry_run": True}))
+    assert "dry run: computing what the run would write on a local Spark session" in dry
     assert "DRY RUN (nothing written): " in dry and '"schema_changes": ["would add column country: string"]' in dry
     assert (shard.info().seqno, len(shard.schema_history())) == (1, 1)
 

@@ -156,29 +156,35 @@ def _report(out: str) -> dict[str, Any]:
 
 
 @pytest.mark.timeout(1200)
-def test_dry_runs_report_what_they_would_write_and_leave_the_store_byte_identical(af: Env) -> None:
+def test_dry_runs_report_what_they_would_write_and_leave_the_store_byte_identical(
+        af: Env, connect_engine: dict[str, str]) -> None:
     """Day 1 is committed for real by a plain append of its landing rows: the dry runs judge the
     shard's holdings, whoever committed them (a real ingest under re-processing is the test above),
-    and an ingest ``dags test`` would only add an Airflow process and a JVM."""
+    and an ingest ``dags test`` would only add an Airflow process and a JVM. The DAGs run over
+    Spark Connect, so each dry run is a session of its server (a local session in the task:
+    tests/airflow/test_evolving.py's add_columns dry run, tests/spark/test_dryrun.py)."""
     af.env["SHARDSINK_VIEW"] = (af.root / "shards" / "per_user_day").as_uri()
     generate(af.landing, start=START, days=3, files_per_day=2, rows_per_file=40)
     _append_landing(af, START, START + DAY)  # day 1, for real
     shards = af.root / "shards"
     before = _store(shards)
 
-    ingest = _report(_run(af, "example_ingest", "2024-01-04", {"dry_run": True}))
+    out = _run(af, "example_ingest", "2024-01-04", {"dry_run": True}, engine=connect_engine)
+    assert "dry run: computing what the run would write over Spark Connect (connection 'spark_connect_default')" \
+        in out, out[-3000:]
+    ingest = _report(out)
     assert ingest["updates"] == sum(_source(af.landing, START + DAY, START + 3 * DAY).values())
     assert ingest["bytes"] > 0 and ingest["lines"][0]["sample"]
     assert _store(shards) == before
 
     _fix_day_one(af.landing)
     redo = _report(_run(af, "example_ingest", "2024-01-02", {"dry_run": True, "reprocess_from": "2024-01-01",
-                                                             "reprocess_to": "2024-01-02"}))
+                                                             "reprocess_to": "2024-01-02"}, engine=connect_engine))
     corr = next(x for x in redo["lines"] if x["what"] == "correction")
     assert (corr["inserts"], corr["retractions"]) == (3, 5), corr  # 2 changed + 1 new; 3 dropped + 2 changed
     assert corr["bytes"] > 0 and corr["sample"]
     assert _store(shards) == before
 
-    view = _report(_run(af, "example_view", "2024-02-01", {"dry_run": True}))
+    view = _report(_run(af, "example_view", "2024-02-01", {"dry_run": True}, engine=connect_engine))
     assert view["updates"] > 0 and view["lines"][0]["what"] == "view correction"
     assert _store(shards) == before and not (shards / "per_user_day").exists()

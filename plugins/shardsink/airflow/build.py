@@ -69,7 +69,7 @@ def checked_start_date(factory: str, dag_id: str, start_date: object) -> datetim
 
 
 def sink_settings(*, dag_id: str, url: str, spec: dict[str, Any], writers: int, start_date: datetime,
-                  shard: ShardOptions, attempts: AttemptOptions) -> IngestSettings:
+                  shard: ShardOptions, attempts: AttemptOptions, spark: SparkOptions) -> IngestSettings:
     """The settings every task of the DAG shares (range-checked by :class:`IngestSettings`)."""
     return IngestSettings(
         dag_id=dag_id,
@@ -88,6 +88,7 @@ def sink_settings(*, dag_id: str, url: str, spec: dict[str, Any], writers: int, 
         catch_up_after=attempts.catch_up_after.total_seconds(),
         poke_interval=attempts.poke_interval.total_seconds(),
         max_append_wait=attempts.max_append_wait.total_seconds(),
+        connect_conn_id=spark.connect_conn_id if spark.engine == "connect" else None,
     )
 
 

@@ -120,7 +120,7 @@ def ingest_dag(
     url = str(parse_url(shard_url))
     check_partition_schedule(schedule, start_date=start_date)
     settings = sink_settings(dag_id=dag_id, url=url, spec=source.spec(), writers=writers, start_date=start_date,
-                             shard=shard, attempts=attempts)
+                             shard=shard, attempts=attempts, spark=spark)
     common = write_args(url, spark, shard, attempts, default_conf=INGEST_SPARK_CONF)
     part_order = shard.checked_part_order()
     mode = checked_schema_mode(schema_mode)

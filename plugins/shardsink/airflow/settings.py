@@ -50,6 +50,10 @@ class IngestSettings:
     #: How long an append minted ahead may wait for its turn (the shard's upper reaching its lower)
     #: before its task fails, naming the description it waits behind (seconds, > 0).
     max_append_wait: float = 86400.0
+    #: The Airflow ``spark_connect`` connection of a DAG whose jobs run over Spark Connect
+    #: (``SparkOptions(engine="connect")``): its dry runs are sessions of that server. None: a dry
+    #: run starts a local Spark session in the task (:mod:`shardsink.spark.dryrun`).
+    connect_conn_id: str | None = None
 
     def __post_init__(self) -> None:
         """Range-check every time, duration and count (a DAG file with a bad one fails to parse, naming it)."""

@@ -148,15 +148,20 @@ def _dry_ingest(spark: Any, source: Any, shard: Shard, descs: list[Description],
 
 def dry_run_report(context: dict[str, Any], settings: IngestSettings,
                    compute: Callable[[Any], list[dict[str, Any]]]) -> NoReturn:
-    """Compute what the run would write on a local Spark session, report it (log + XCom
-    ``dry_run``), and end the run's work: nothing is written to the shard."""
-    from shardsink.spark.dryrun import local_session, log_line, totals
+    """Compute what the run would write, report it (log + XCom ``dry_run``), and end the run's
+    work: nothing is written to the shard. Spark: a session of the DAG's Connect server when its
+    jobs run over Connect (``settings.connect_conn_id``), else a local session in this task."""
+    from shardsink.spark.dryrun import dry_run_session, log_line, totals
 
-    spark = local_session(f"shardsink-dry-run-{settings.dag_id}")
-    try:
+    connect = None
+    if settings.connect_conn_id is not None:
+        from shardsink.airflow.connect_write import connect_url
+
+        connect = connect_url(settings.connect_conn_id)
+    log.info("dry run: computing what the run would write %s", "on a local Spark session" if connect is None
+             else f"over Spark Connect (connection {settings.connect_conn_id!r})")
+    with dry_run_session(f"shardsink-dry-run-{settings.dag_id}", connect=connect) as spark:
         report = totals(compute(spark))
-    finally:
-        spark.stop()
     context["ti"].xcom_push(key="dry_run", value=report)
     log.info("%s", log_line(report))
     skip_rest(context, settings.writers)

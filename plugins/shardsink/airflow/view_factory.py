@@ -99,7 +99,7 @@ def view_dag(
                                 "(its corrections are small and read back by every later run)",
                                 value=str(shard.part_order))
     settings = sink_settings(dag_id=dag_id, url=url, spec=view.spec(), writers=1, start_date=start_date,
-                             shard=shard, attempts=attempts)
+                             shard=shard, attempts=attempts, spark=spark)
     common = write_args(url, spark, shard, attempts, default_conf=VIEW_SPARK_CONF)
 
     def make_write(desc: Any) -> Any:

@@ -18,14 +18,17 @@ string"``) and reads the files onto that uncommitted schema. A file that cannot 
 fails the dry run with the error the real run would raise.
 
 Runs on a local Spark session inside the Airflow task (``local[2]``): a dry run is an
-inspection, not a production write, so it does not go through spark-submit.
+inspection, not a production write, so it does not go through spark-submit. A DAG whose jobs run
+over Spark Connect (``SparkOptions(engine="connect")``) dry-runs as a session of its server
+instead: no JVM in the task (:func:`dry_run_session`).
 """
 
 from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -54,15 +57,28 @@ if TYPE_CHECKING:
     from shardsink.sinks.materialize import View
 
 
-def local_session(app: str) -> SparkSession:
-    """A local Spark session for the dry run (the task's own interpreter on the workers)."""
+@contextmanager
+def dry_run_session(app: str, *, connect: str | None = None) -> Iterator[SparkSession]:
+    """The dry run's Spark session, in UTC, stopped on the way out: a session of the Spark Connect
+    server at ``connect`` (``sc://...``; :func:`shardsink.spark.connect.connect_session`), or
+    (None) a local one in this process (the task's own interpreter on the workers)."""
     import os
 
     from pyspark.sql import SparkSession
 
+    if connect is not None:
+        from shardsink.spark.connect import connect_session
+
+        with connect_session(connect, name=app, timezone="UTC", check="python") as remote:
+            yield remote
+        return
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    return (SparkSession.builder.master("local[2]").appName(app).config("spark.ui.enabled", "false")
-            .config("spark.sql.shuffle.partitions", "2").config("spark.sql.session.timeZone", "UTC").getOrCreate())
+    spark = (SparkSession.builder.master("local[2]").appName(app).config("spark.ui.enabled", "false")
+             .config("spark.sql.shuffle.partitions", "2").config("spark.sql.session.timeZone", "UTC").getOrCreate())
+    try:
+        yield spark
+    finally:
+        spark.stop()
 
 
 def summary(desc: Description, parts: Sequence[PartMeta], *, what: str, sample: list[dict[str, Any]],
