@@ -282,3 +282,21 @@ def test_no_document_shows_a_deprecated_flat_keyword() -> None:
                 found += [f"{doc.relative_to(root)}: {name}({k}=...)" for k in re.findall(r"\b(\w+)\s*=", top)
                           if k in aliases]
     assert not found, f"deprecated flat keywords in the docs: {found}"
+
+
+def test_engine_connect_reaches_the_write_tasks_of_both_factories_and_the_dry_runs_settings(tmp_path: Path) -> None:
+    """``SparkOptions(engine="connect")``: the ingest and the view DAG's write tasks run over Connect
+    (a view's too), and the settings name the connection a dry run's session uses; spark-submit
+    DAGs name none (their dry runs start a local session)."""
+    from shardsink.airflow.build import sink_settings
+
+    connect = SparkOptions(engine="connect", connect_conn_id="cx")
+    for dag in (_ingest(tmp_path, spark=connect), _view(tmp_path, spark=connect)):
+        write = dag.get_task("attempt_1.write").partial_kwargs
+        assert (write["engine"], write["connect_conn_id"]) == ("connect", "cx"), dag.dag_id
+
+    def settings(spark: SparkOptions) -> IngestSettings:
+        return sink_settings(dag_id="d", url="file:///tmp/s", spec={}, writers=1, start_date=START,
+                             shard=ShardOptions(), attempts=AttemptOptions(), spark=spark)
+    assert settings(connect).connect_conn_id == "cx"
+    assert settings(SparkOptions(connect_conn_id="cx")).connect_conn_id is None
