@@ -298,40 +298,61 @@ def _check_footer(blob: Blob, p: PartMeta, rows: int, stores_diff: bool) -> None
                               "implicit ones")
 
 
-#: Parts of at most this many bytes are decoded once per process (:func:`_read_part`), ...
+#: Parts of at most this many bytes are decoded once per process (:func:`_decoded`), ...
 DECODED_PART_BYTES = 256 * 1024
 #: ... the newest this many distinct ones: a bounded size whatever the shard's history (at most
 #: 32 x 256 KiB of part bytes and their decoded tables per process: an Airflow worker or a Spark
 #: Python worker holds no more for it).
 DECODED_PARTS = 32
-#: (bytes, implicit diffs) -> (footer's row count, whether it stores _diff, the decoded table).
-_DECODED: dict[tuple[bytes, bool], tuple[int, bool, pa.Table]] = {}
+#: (bytes, implicit diffs) -> [footer's row count, whether it stores _diff, the decoded table,
+#: and the part as read under the schema last asked (:func:`_read_as`): (that schema, that table)].
+_DECODED: dict[tuple[bytes, bool], list[Any]] = {}
 _DECODED_LOCK = threading.Lock()
 
 
-def _read_part(blob: Blob, p: PartMeta) -> pa.Table:
-    """:func:`open_part` then ``read()``, with its CorruptionErrors. Decoding is pure: the same
-    small part's bytes (a part is immutable under its unique key, and read again by snapshots,
-    change feeds, compactions and verify) decode once per process; the GET is still sent every
-    time and the footer is still checked against the state's record ``p`` every time."""
+def _decoded(blob: Blob, p: PartMeta) -> list[Any]:
+    """:func:`open_part` then ``read()``, with its CorruptionErrors, as the part's memo entry
+    (:data:`_DECODED`). Decoding is pure: the same small part's bytes (a part is immutable under
+    its unique key, and read again by snapshots, change feeds, compactions and verify) decode
+    once per process; the GET is still sent and the footer checked against the state's record
+    ``p`` every time. A part too large for the memo gets an entry of its own, kept by nobody."""
     data = _fetch(blob, p, "the shard state")
     memo = len(data) <= DECODED_PART_BYTES and p.bytes < THREADED_READ_BYTES
     if memo:
         hit = _DECODED.get((data, p.implicit_diffs))
         if hit is not None:
             _check_footer(blob, p, hit[0], hit[1])
-            return hit[2]
+            return hit
     f = _open(blob, p, data)
     try:
         t = f.read(use_threads=p.bytes >= THREADED_READ_BYTES)
     except Exception as e:
         raise CorruptionError(f"part {blob.url}/{p.key} is unreadable: {type(e).__name__}: {e}") from e
+    entry = [f.metadata.num_rows, DIFF in f.metadata.schema.names, t, None]
     if memo:
         with _DECODED_LOCK:
             if len(_DECODED) >= DECODED_PARTS:
                 del _DECODED[next(iter(_DECODED))]  # the oldest
-            _DECODED[(data, p.implicit_diffs)] = (f.metadata.num_rows, DIFF in f.metadata.schema.names, t)
-    return t
+            _DECODED[(data, p.implicit_diffs)] = entry
+    return entry
+
+
+def _read_as(blob: Blob, p: PartMeta, written: pa.Schema) -> pa.Table:
+    """The part's columns of ``written`` (its schema with ``_time`` and ``_diff``), cast to it.
+    Pure too: kept in the part's memo entry for the last ``written`` asked (the same schema
+    object: the state's schemas are decoded once per process), so a part read again under its
+    schema is neither selected nor cast again."""
+    entry = _decoded(blob, p)
+    last = entry[3]  # one (schema, table) pair, stored and read as one (pool threads share the entry)
+    if last is not None and last[0] is written:
+        typed: pa.Table = last[1]
+        return typed
+    try:
+        typed = entry[2].select(written.names).cast(written)
+    except Exception as e:
+        raise CorruptionError(f"part {blob.url}/{p.key} does not match the shard schema: {e}") from e
+    entry[3] = (written, typed)
+    return typed
 
 
 def read_parts(blob: Blob, parts: Sequence[PartMeta], schema: pa.Schema, *,
@@ -347,12 +368,7 @@ def read_parts(blob: Blob, parts: Sequence[PartMeta], schema: pa.Schema, *,
     def one(i: int) -> pa.Table:
         p = parts[i]
         src, proj = sources[i] if sources is not None else (schema, None)
-        t = _read_part(blob, p)
-        written = _with_meta(src)
-        try:
-            t = t.select(written.names).cast(written)
-        except Exception as e:
-            raise CorruptionError(f"part {blob.url}/{p.key} does not match the shard schema: {e}") from e
+        t = _read_as(blob, p, _with_meta(src))
         if proj is not None:
             t = proj(t)
         return fl.canonical_table(t)  # parts written before canonical floats, or by another writer
@@ -365,5 +381,19 @@ def read_parts(blob: Blob, parts: Sequence[PartMeta], schema: pa.Schema, *,
         return pa.concat_tables(list(pool.map(one, range(len(parts)))))
 
 
+#: id(schema) -> (schema, :func:`_with_meta` of it), the last 16 asked (the reference pins the id).
+_WITH_META: dict[int, tuple[pa.Schema, pa.Schema]] = {}
+
+
 def _with_meta(schema: pa.Schema) -> pa.Schema:
-    return pa.schema([*schema, pa.field(TIME, pa.int64(), False), pa.field(DIFF, pa.int64(), False)])
+    """``schema`` with ``_time`` and ``_diff``: the same object for the same ``schema`` object
+    (:func:`_read_as` recognises a part's last read by it)."""
+    hit = _WITH_META.get(id(schema))
+    if hit is not None and hit[0] is schema:
+        return hit[1]
+    full = pa.schema([*schema, pa.field(TIME, pa.int64(), False), pa.field(DIFF, pa.int64(), False)])
+    with _DECODED_LOCK:
+        if len(_WITH_META) >= 16:
+            del _WITH_META[next(iter(_WITH_META))]  # the oldest
+        _WITH_META[id(schema)] = (schema, full)
+    return full
