@@ -19,7 +19,7 @@ BUCKET = "e2e-unsafe-store"
 
 
 def test_ingest_run_through_an_ignoring_store_fails_at_once_writing_nothing_and_commits_on_moto(
-        af: Env, moto: MotoServer) -> None:
+        af: Env, moto: MotoServer, connect_engine: dict[str, str]) -> None:
     """The landing zone is a local folder (only the shard is on S3). The run fails in ``mint``,
     whose create of the missing shard is the first write: no spark-submit starts. (``mint``
     raises the error as is, so Airflow's task retries apply; each fails the same way, before
@@ -38,6 +38,6 @@ def test_ingest_run_through_an_ignoring_store_fails_at_once_writing_nothing_and_
     keys = [o["Key"] for o in make_client(moto.endpoint).list_objects_v2(Bucket=BUCKET).get("Contents", [])]
     assert keys == [PROBE_KEY], "something was written beside the probe object"
 
-    ok(af.dags_test("2024-01-02"))  # the same run against moto directly
+    ok(af.dags_test("2024-01-02", extra=connect_engine))  # the same run against moto directly (writes over Connect)
     assert Shard.open(af.shard_url).info().upper == START + DAY
     assert_exactly_once(af.shard_url, af.landing, START, START + DAY)
