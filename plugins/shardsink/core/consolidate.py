@@ -149,7 +149,7 @@ def _ranked_dictionary(arr: pa.Array, rank_of: Callable[[pa.Array], tuple[np.nda
     if len(enc.dictionary) == 0:  # all null
         return np.zeros(len(arr), np.uint64), 1
     rank, bound = rank_of(enc.dictionary)
-    return _with_nulls(rank[pc.fill_null(enc.indices, 0).to_numpy()], bound, arr)
+    return _with_nulls(rank[_filled(enc.indices, 0).to_numpy()], bound, arr)
 
 
 def _sorted_rank(dictionary: pa.Array) -> tuple[np.ndarray, int]:
@@ -184,22 +184,27 @@ def _key_codes(arr: pa.Array) -> tuple[np.ndarray, int] | None:
             return np.zeros(n, np.uint64), 1
         if hi - lo >= 1 << 40:  # sparse values: rank the distinct ones
             return _ranked_dictionary(arr, _int_rank)
-        codes = pc.fill_null(arr, lo).to_numpy().astype(np.uint64) - np.uint64(lo % _U64)
+        codes = _filled(arr, lo).to_numpy().astype(np.uint64) - np.uint64(lo % _U64)
         return _with_nulls(codes, hi - lo + 1, arr)
     if pa.types.is_floating(t):
         enc = arr.dictionary_encode()
         if len(enc.dictionary) > n // 2:  # mostly distinct: ranking every row directly is cheaper
-            codes, bound = _dense(_ordered_float_bits(pc.fill_null(arr, 0.0).to_numpy()))
+            codes, bound = _dense(_ordered_float_bits(_filled(arr, 0.0).to_numpy()))
             return _with_nulls(codes, bound, arr)
         return _ranked_dictionary(arr, _float_rank, enc)
     if pa.types.is_boolean(t):
-        codes = pc.fill_null(arr, False).to_numpy(zero_copy_only=False).astype(np.uint64)
+        codes = _filled(arr, False).to_numpy(zero_copy_only=False).astype(np.uint64)
         return _with_nulls(codes, 2, arr)
     if t in (pa.string(), pa.large_string(), pa.binary(), pa.large_binary()):
         return _ranked_dictionary(arr, _sorted_rank)
     if pa.types.is_dictionary(t) and t.value_type in (pa.string(), pa.large_string(), pa.binary(), pa.large_binary()):
         return _ranked_dictionary(arr, _sorted_rank, arr)  # staging's encoded strings (part_io._stage_slice)
     return None
+
+
+def _filled(arr: pa.Array, value: Any) -> pa.Array:
+    """``pc.fill_null(arr, value)``; ``arr`` itself when it has no null (the same values, no kernel call)."""
+    return pc.fill_null(arr, value) if arr.null_count else arr
 
 
 def _take(table: pa.Table, order: pa.Array) -> pa.Table:
@@ -340,7 +345,9 @@ def _adjacent_same(table: pa.Table, keys: Sequence[str]) -> Any:
             # so equal indices are equal values (and null indices null values)
             col = one_array(col).indices
         a, b = col.slice(0, n - 1), col.slice(1, n - 1)
-        eq = pc.or_(pc.fill_null(pc.equal(a, b), False), pc.and_(pc.is_null(a), pc.is_null(b)))
+        eq = pc.equal(a, b)  # without nulls, the same mask as the null-aware one below
+        if col.null_count:
+            eq = pc.or_(pc.fill_null(eq, False), pc.and_(pc.is_null(a), pc.is_null(b)))
         if pa.types.is_floating(col.type):
             eq = pc.or_(eq, pc.fill_null(pc.and_(pc.is_nan(a), pc.is_nan(b)), False))
         same = eq if same is None else pc.and_(same, eq)
