@@ -28,7 +28,7 @@ from shardsink_dev.sim.world import run_schedule
 
 #: Schedules per CI run (``SIM_SEEDS`` overrides; ``make sim SEEDS=...`` for a long soak). What fits
 #: the 3 CPU-minutes this file may take on a loaded machine: about 25 ms of CPU a schedule at load 2-3
-#: (2026-11-29 at d2d465f, 300 seeds spread over [0, 2500); 0942e02 and fb24f23 then took 3% off by
+#: (2026-11-29 at d2d465f, 300 seeds spread over [0, 2500); 0942e02 and fb24f23 then took 2% off by
 #: callgrind's count), more under heavy load (an earlier measurement read 29-32 ms at load 1; 57-67 ms
 #: before issue 43's work), nearly all of it the library's own work (Parquet parts written and read,
 #: state encoded and decoded, the final GC and verify). 10,000 would take about 4 CPU-minutes
