@@ -83,18 +83,20 @@ ui: venv
 
 # Three pytest processes side by side on two cores, balanced on measured durations (the suite is
 # CPU-bound: 95% busy; bench/RESULTS.md, "Suite time"). Group 1: the production topology
-# (tests/topology), the AWS-connection, reclock and schema-evolution DAG tests, and the README and
-# runbook blocks run as written. Group 2: the other real-Airflow tests (their `airflow dags test`
+# (tests/topology), the AWS-connection, reclock and schema-evolution DAG tests, the README and
+# runbook blocks run as written, and the command-line tests (tests/cli: console-script
+# processes). Group 2: the other real-Airflow tests (their `airflow dags test`
 # runs go to one warm process per test, shardsink_dev/dagrunner.py) and GROUP_2_MORE. The third
 # process runs the rest. Their logs follow the rest's. First, the class-data archives of Spark's classes that
 # every test JVM maps (shardsink_dev/jvm.py).
 DOC_TESTS := tests/test_runbooks.py tests/test_readme.py
 GROUP_1 := tests/topology tests/airflow/test_aws_connection.py tests/airflow/test_reclock_dag.py \
-	tests/airflow/test_evolving.py $(DOC_TESTS)
-# Group 2 also runs the command-line tests (console-script processes, about 160 s), the simulator
-# (about 160 s) and two OS-process race modules (about 60 s): once the view, schema-change and
-# dry-run DAG tests ran over Spark Connect (2026-11-29), group 2 had about 5 minutes less to do.
-GROUP_2_MORE := tests/core/test_concurrency.py tests/maintenance/test_race.py tests/cli tests/sim
+	tests/airflow/test_evolving.py $(DOC_TESTS) tests/cli
+# Group 2 also runs the simulator (about 140 s) and two OS-process race modules (about 60 s): once
+# the view, schema-change and dry-run DAG tests ran over Spark Connect there (2026-11-29), group 2
+# had minutes less to do. With tests/cli in group 2 as well (the run of 07:05), it ended 2:12
+# after the rest and 4:04 after group 1.
+GROUP_2_MORE := tests/core/test_concurrency.py tests/maintenance/test_race.py tests/sim
 
 # The venv and the Debian packages install side by side (pip and apt-get each wait on downloads).
 deps:
