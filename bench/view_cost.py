@@ -31,14 +31,14 @@ from pathlib import Path
 import _path  # noqa: F401  (repo root on sys.path)
 import pyarrow as pa
 from proc_cpu import tree_cpu
-from write_cost import DAY, ROOT, START, Arm, children_cpu, table, task_file
+from write_cost import DAY, ROOT, START, Arm, children_cpu, section_head, table, task_env, task_file
 
 from shardsink import Shard
 from shardsink.sinks.append import append_from_manifests
 from shardsink.sinks.description import Description
 from shardsink.sinks.materialize import View, ViewInput, mint_view, view
 from shardsink.spark.request import ViewWriteRequest, encode_request
-from shardsink_dev.connect import connect_server, python_env
+from shardsink_dev.connect import connect_server
 
 #: The example view's query (dags/example_view.py).
 SQL = """SELECT user, to_date(timestamp_millis(_time)) AS day, sum(_diff) AS events FROM events
@@ -148,10 +148,7 @@ def main() -> int:
     p.add_argument("--record", action="store_true", help="append the figures to bench/RESULTS.md")
     a = p.parse_args()
     load = os.getloadavg()
-    env = python_env()
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "plugins"), str(ROOT)])
-    env["PYSPARK_PYTHON"] = sys.executable
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env = task_env()
     with tempfile.TemporaryDirectory(prefix="shardsink-view-cost-") as tmp:
         folder = Path(tmp)
         inp = input_shard(folder, a.tasks, a.rows)
@@ -161,9 +158,7 @@ def main() -> int:
     after = os.getloadavg()
     out = table(arms, a.tasks, a.rows).replace("engine (tasks of", "view write, engine (days of")
     print(out)
-    head = (f"## view_cost ({time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC, load before "
-            f"{' '.join(f'{x:.1f}' for x in load)}, after {' '.join(f'{x:.1f}' for x in after)}, "
-            f"{os.cpu_count()} cpus)")
+    head = section_head("view_cost", load, after)
     figure = f"FIGURE view-cost connect {arms[0].cpu_per_task:.2f} submit {arms[1].cpu_per_task:.2f}"
     if a.record:
         with open(ROOT / "bench" / "RESULTS.md", "a") as f:

@@ -128,6 +128,23 @@ class Arm:
         return (self.task_cpu + self.server_cpu) / len(self.walls)
 
 
+def task_env() -> dict[str, str]:
+    """The environment a bench task process runs in: this checkout's shardsink, this interpreter for
+    Spark's Python workers and its ``spark-submit`` on the PATH, bytecode cached (``python_env``)."""
+    env = python_env()
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "plugins"), str(ROOT)])
+    env["PYSPARK_PYTHON"] = sys.executable
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+def section_head(bench: str, load: tuple[float, ...], after: tuple[float, ...]) -> str:
+    """A bench/RESULTS.md section's heading: the bench, the time, the load before and after, the cores."""
+    return (f"## {bench} ({time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC, load before "
+            f"{' '.join(f'{x:.1f}' for x in load)}, after {' '.join(f'{x:.1f}' for x in after)}, "
+            f"{os.cpu_count()} cpus)")
+
+
 def children_cpu() -> float:
     r = resource.getrusage(resource.RUSAGE_CHILDREN)
     return r.ru_utime + r.ru_stime
@@ -259,10 +276,7 @@ def main() -> int:
                    help="run the first N tasks only in the submit arm (a loaded machine: ~2 min each)")
     a = p.parse_args()
     load = os.getloadavg()
-    env = python_env()
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "plugins"), str(ROOT)])
-    env["PYSPARK_PYTHON"] = sys.executable
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env = task_env()
     with tempfile.TemporaryDirectory(prefix="shardsink-write-cost-") as tmp:
         folder = Path(tmp)
         source, _ = prepare(folder, a.tasks, a.rows)
@@ -278,9 +292,7 @@ def main() -> int:
     for arm in arms:
         if arm.note:
             print(f"{arm.name}: {arm.note}")
-    head = (f"## write_cost ({time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC, load before "
-            f"{' '.join(f'{x:.1f}' for x in load)}, after {' '.join(f'{x:.1f}' for x in after)}, "
-            f"{os.cpu_count()} cpus)")
+    head = section_head("write_cost", load, after)
     submit = f"{arms[1].cpu_per_task:.2f}" if len(arms) > 1 else "-"
     figure = f"FIGURE write-cost connect {arms[0].cpu_per_task:.2f} submit {submit}"
     if a.record and len(arms) > 1:
