@@ -31,7 +31,7 @@ from pathlib import Path
 import _path  # noqa: F401  (repo root on sys.path)
 import pyarrow as pa
 from proc_cpu import tree_cpu
-from write_cost import DAY, ROOT, START, Arm, children_cpu, section_head, table, task_env, task_file
+from write_cost import DAY, START, Arm, append_results, children_cpu, section_head, table, task_env, task_file
 
 from shardsink import Shard
 from shardsink.sinks.append import append_from_manifests
@@ -161,8 +161,7 @@ def main() -> int:
     head = section_head("view_cost", load, after)
     figure = f"FIGURE view-cost connect {arms[0].cpu_per_task:.2f} submit {arms[1].cpu_per_task:.2f}"
     if a.record:
-        with open(ROOT / "bench" / "RESULTS.md", "a") as f:
-            f.write(f"\n{head}\n\n{out}\n\n`{figure}`\n")
+        append_results(head, out, f"`{figure}`")
     print(figure)
     return 0
 

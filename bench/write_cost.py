@@ -145,6 +145,12 @@ def section_head(bench: str, load: tuple[float, ...], after: tuple[float, ...]) 
             f"{os.cpu_count()} cpus)")
 
 
+def append_results(head: str, *blocks: str) -> None:
+    """Append a section to bench/RESULTS.md: ``head``, then each block, blank lines between."""
+    with open(ROOT / "bench" / "RESULTS.md", "a") as f:
+        f.write("".join(f"\n{x}\n" for x in (head, *blocks)))
+
+
 def children_cpu() -> float:
     r = resource.getrusage(resource.RUSAGE_CHILDREN)
     return r.ru_utime + r.ru_stime
@@ -296,8 +302,7 @@ def main() -> int:
     submit = f"{arms[1].cpu_per_task:.2f}" if len(arms) > 1 else "-"
     figure = f"FIGURE write-cost connect {arms[0].cpu_per_task:.2f} submit {submit}"
     if a.record and len(arms) > 1:
-        with open(ROOT / "bench" / "RESULTS.md", "a") as f:
-            f.write(f"\n{head}\n\n{out}\n\n{arms[0].note}\n\n`{figure}`\n")
+        append_results(head, out, arms[0].note, f"`{figure}`")
     print(figure)
     return 0
 

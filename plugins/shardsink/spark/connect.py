@@ -299,19 +299,18 @@ def run_over_connect(req: Any, *, url: str, on_session: Callable[[Any], None] | 
     from shardsink.spark.request import IngestCorrectRequest, IngestWriteRequest, ViewWriteRequest
     from shardsink.spark.view_job import write_view_job
 
-    def utc(name: str) -> AbstractContextManager[Any]:
-        return connect_session(url, name=name, timezone="UTC", on_session=on_session, check="python")
+    def sessions(timezone: str | None) -> Callable[[str], AbstractContextManager[Any]]:
+        return lambda name: connect_session(url, name=name, timezone=timezone, on_session=on_session, check="python")
 
     if isinstance(req, IngestWriteRequest):
         def run() -> dict[str, Any]:
-            return write_slot(req, open_session=lambda name: connect_session(url, name=name, on_session=on_session,
-                                                                             check="python"))
+            return write_slot(req, open_session=sessions(None))
     elif isinstance(req, IngestCorrectRequest):
         def run() -> dict[str, Any]:
-            return dict(write_correction_request(req, open_session=utc))
+            return dict(write_correction_request(req, open_session=sessions("UTC")))
     elif isinstance(req, ViewWriteRequest):
         def run() -> dict[str, Any]:
-            return write_view_job(req, open_session=utc)
+            return write_view_job(req, open_session=sessions("UTC"))
     else:
         tag = getattr(getattr(req, "__struct_config__", None), "tag", type(req).__name__)
         raise InvalidConfigurationError(f"the {tag!r} job does not run over Spark Connect: give this DAG "
