@@ -1,4 +1,4 @@
-"""The Shards page's FastAPI app, mounted by the api-server under :data:`URL_PREFIX`.
+"""The Shards page's FastAPI app, mounted by the api-server under :data:`shardsink.provider.links.URL_PREFIX`.
 
 Routes (all GET)::
 
@@ -28,8 +28,6 @@ from fastapi.responses import HTMLResponse, Response
 
 from shardsink.errors import InvalidUsageError, ReadFrontierError, ShardNotFoundError, ShardsinkError
 from shardsink.provider import discovery, inventory
-
-URL_PREFIX = "/shardsink"
 
 
 def _access() -> Any:

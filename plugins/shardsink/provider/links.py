@@ -9,6 +9,9 @@ from airflow.sdk import BaseOperatorLink
 
 from shardsink.provider.inventory import shard_id
 
+#: Where the API server mounts the Shards page's app (:mod:`shardsink.provider.api`).
+URL_PREFIX = "/shardsink"
+
 
 def airflow_root() -> str:
     """The path Airflow's UI and API are served under (``[api] base_url``), ending in ``/``."""
@@ -20,7 +23,7 @@ def airflow_root() -> str:
 
 def page_path(shard_url: str | None = None) -> str:
     """The Shards page (of one shard if ``shard_url`` is given), as a path on the Airflow host."""
-    base = f"{airflow_root()}shardsink/ui/"
+    base = f"{airflow_root()}{URL_PREFIX.strip('/')}/ui/"
     return base if shard_url is None else f"{base}?shard={shard_id(shard_url)}"
 
 
