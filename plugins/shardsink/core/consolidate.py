@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from shardsink.core.diff_sums import group_sums, run_sums
+from shardsink.core.small_sort import small_order
 from shardsink.core.updates import DIFF
 
 try:  # numpy is optional for pyarrow; without it sorting falls back to pc.sort_indices
@@ -72,11 +73,15 @@ def consolidate_fast(table: pa.Table, keys: Sequence[str], *, where: str = "the 
 
 def _consolidate_fast(table: pa.Table, keys: Sequence[str], *, where: str,
                       partial: bool) -> tuple[pa.Table, bool] | None:
-    fast = _sort_order(table, keys)
-    if fast is None:
-        return None
-    ordered = _take(table, fast[0])
-    same = _adjacent_same(ordered, keys) if fast[1] else None  # None: no duplicates to sum
+    small = small_order(table, keys)  # a small table: the same order and mask, sorted in Python
+    if small is not None:
+        ordered, same = _take(table, small[0]), small[1]
+    else:
+        fast = _sort_order(table, keys)
+        if fast is None:
+            return None
+        ordered = _take(table, fast[0])
+        same = _adjacent_same(ordered, keys) if fast[1] else None  # None: no duplicates to sum
     if same is None:
         return ordered, True
     return _sum_runs(ordered, same, keys, where=where, partial=partial)
