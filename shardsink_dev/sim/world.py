@@ -119,8 +119,8 @@ def _spawn_world(sim: Sim) -> Callable[[], None]:
 
     def end_direct() -> None:
         final.exactly_once(sim)
-        final.contents(sim, source.rows_as_of)
-        final.gc_and_verify(sim)
+        snapshot = final.contents(sim, source.rows_as_of)
+        final.gc_and_verify(sim, snapshot)
     return end_direct
 
 
