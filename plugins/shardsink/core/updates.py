@@ -26,9 +26,7 @@ DIFF = "_diff"
 COUNT = "_count"
 RESERVED = (TIME, DIFF)
 _INT64 = pa.int64()
-# SUBTLE: no pyarrow scalar or array is built at import: building one from a Python value imports
-# pandas (pyarrow's conversion checks for pandas types), about 1.5 CPU-s in every process that
-# imports shardsink, Airflow's own among them (the provider entry point).
+_ZERO = pa.scalar(0, _INT64)
 #: The longest new column name, in characters.
 NAME_LIMIT = 256
 
@@ -163,7 +161,7 @@ def validate_updates(table: pa.Table, schema: pa.Schema, *, lower: int, upper: i
         if diff.null_count:
             raise null_error(DIFF, diff.null_count)
         # one kernel when there is no zero (the usual case); counted only for the message
-        if n and pc.index(diff, pa.scalar(0, _INT64)).as_py() >= 0:
+        if n and pc.index(diff, _ZERO).as_py() >= 0:
             zeros = n - pc.count(pc.filter(diff, pc.not_equal(diff, 0))).as_py()
             raise InvalidUsageError(f"column {DIFF!r} has {zeros} zero values; diffs must be non-zero")
     else:

@@ -10,7 +10,12 @@ points declared in pyproject.toml (no files copied into ``plugins/``):
   declared in provider info only when ``[core] lazy_discover_providers`` is False, the
   entry point always.
 
-This module imports nothing heavy: the providers manager calls it at discovery time.
+The providers manager imports this module in every Airflow process (``airflow.configuration``
+reads provider info), and with it the ``shardsink`` package: the core, pyarrow and pandas. That
+is kept on purpose: the Celery and local executors fork each task from a worker process that
+already holds them, and a forked task that imports them itself starts about 1 CPU-second dearer
+(``bench/task_start.py``, "forked"). What no task needs stays out: the Shards page's FastAPI app
+is built only when the API server reads it (:mod:`shardsink.provider.plugin`).
 """
 
 from __future__ import annotations
