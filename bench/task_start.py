@@ -5,18 +5,18 @@ Every Airflow task process loads the plugins (for their listeners and macros, as
 
 * **fresh**: a new interpreter (a ``dags test`` runner, a Kubernetes pod, any Airflow command);
 * **forked**: on Linux the Celery and local executors fork the task from a worker process that
-  already imported Airflow (and whatever Airflow's provider discovery imported, shardsink's
-  ``get_provider_info`` among it); here a parent imports what a Celery pool process holds and
-  forks ``--forks`` tasks, each of which also builds a pyarrow array from Python values, as the
-  mint, the append and a Connect write do (pyarrow then imports pandas if nobody has).
- With a backfill's tens of
-task processes on two cores, that start-up is part of the CPU floor of issue 45's ratios. This
-runs the same start-ups for two trees of ``plugins/``: ``--base``, a commit exported with ``git
-archive``, and the checkout (``worktree``). Each arm is a fresh interpreter (its tree first on
-``sys.path``, the AIRFLOW_HOME of the bench, examples off); the arms alternate for ``--rounds``
-rounds, base first in odd rounds. The figure is the whole process's CPU (user + sys of the child,
-from ``RUSAGE_CHILDREN``) and its wall, medians over the rounds, and the median of the rounds'
-ratios.
+  already imported Airflow (and what Airflow's provider discovery imported: shardsink's
+  ``get_provider_info`` imports the package). Here a parent imports what a Celery pool process
+  holds, with shardsink's preload (:mod:`shardsink.airflow.celery_config`), and forks ``--forks``
+  tasks; each also builds a pyarrow array from Python values, as the mint, the append and a
+  Connect write do (pyarrow then imports pandas if nobody has).
+
+With a backfill's tens of task processes on two cores, that start-up is part of the CPU floor of
+issue 45's ratios. This runs the same start-ups for two trees of ``plugins/``: ``--base``, a
+commit exported with ``git archive``, and the checkout (``worktree``), each first on
+``sys.path``, in the bench's AIRFLOW_HOME, examples off. The arms alternate for ``--rounds``
+rounds, base first in odd rounds. The figures are medians of the CPU (user + sys, from
+``RUSAGE_CHILDREN``) of each start-up, and of the fresh ones' wall.
 
 Appends a section to bench/RESULTS.md (``--no-record``: print only) and ends with::
 
@@ -61,6 +61,9 @@ import importlib.util, json, os, resource, sys
 import airflow.configuration  # noqa: F401  (a Celery pool process's imports before it forks a task)
 import airflow.providers.celery.executors.celery_executor_utils  # noqa: F401
 from airflow.sdk.execution_time import supervisor  # noqa: F401
+from shardsink.airflow.celery_config import PRELOAD  # the worker's Celery ``imports`` (docker-compose sets it)
+for name in PRELOAD:
+    importlib.import_module(name)
 
 
 def task():
