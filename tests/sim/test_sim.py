@@ -27,12 +27,13 @@ from shardsink_dev.sim.planted import DEFECTS, planted
 from shardsink_dev.sim.world import run_schedule
 
 #: Schedules per CI run (``SIM_SEEDS`` overrides; ``make sim SEEDS=...`` for a long soak). What fits
-#: the 3 CPU-minutes this file may take on a loaded machine: about 25 ms of CPU a schedule at load 2-3
-#: (2026-11-29 at d2d465f, 300 seeds spread over [0, 2500); 0942e02 and fb24f23 then took 2% off by
-#: callgrind's count), more under heavy load (an earlier measurement read 29-32 ms at load 1; 57-67 ms
-#: before issue 43's work), nearly all of it the library's own work (Parquet parts written and read,
-#: state encoded and decoded, the final GC and verify). 10,000 would take about 4 CPU-minutes
-#: (bench/sim_cost.py, bench/RESULTS.md "sim_cost").
+#: the 3 CPU-minutes this file may take on a loaded machine: about 19 ms of CPU a schedule at load 2
+#: and 22-24 ms at load 3-4 (2026-11-29 at cadc07d, 300 seeds spread over [0, 2500); d3d353a, 0a33f23
+#: and cadc07d took 2.7% off by callgrind's count, 43.0 -> 41.9 M instructions), more under heavy load
+#: (57-67 ms before issue 43's work), nearly all of it the library's own work (Parquet parts written
+#: and read, state encoded and decoded, the final GC and verify). 10,000 would take 3.2-4 CPU-minutes
+#: and, in ``make test``, push the suite past its 25 minutes (bench/sim_cost.py, bench/RESULTS.md
+#: "sim_cost").
 CI_SEEDS = 4500
 #: Schedules a planted defect must be found within.
 DEFECT_BUDGET = 1500
