@@ -85,8 +85,9 @@ ui: venv
 # CPU-bound: 95% busy; bench/RESULTS.md, "Suite time"). Group 1: the production topology
 # (tests/topology), the AWS-connection, reclock and schema-evolution DAG tests, the README and
 # runbook blocks run as written, and the command-line tests (tests/cli: console-script
-# processes). Group 2: the other real-Airflow tests (their `airflow dags test`
-# runs go to one warm process per test, shardsink_dev/dagrunner.py) and GROUP_2_MORE. The third
+# processes); its topology tests and its reclock-arrivals and schema-evolution DAG runs write over
+# ONE Spark Connect server (tests/conftest.py connect_service). Group 2: the other real-Airflow
+# tests (their `airflow dags test` runs go to one warm process per test, shardsink_dev/dagrunner.py) and GROUP_2_MORE. The third
 # process runs the rest. Their logs follow the rest's. First, the class-data archives of Spark's classes that
 # every test JVM maps (shardsink_dev/jvm.py).
 DOC_TESTS := tests/test_runbooks.py tests/test_readme.py

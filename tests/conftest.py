@@ -6,7 +6,8 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
-from typing import Any
+from contextlib import ExitStack
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -14,6 +15,9 @@ from shardsink.storage import Blob, open_blob, parse_url
 from shardsink.storage.s3 import S3Blob, make_client
 from shardsink_dev import jvm
 from shardsink_dev.testing import MotoServer, moto_server
+
+if TYPE_CHECKING:
+    from shardsink_dev.connect import ConnectServer
 
 BUCKET = "shardsink-test"
 
@@ -71,3 +75,34 @@ def blob(shard_url: str, request: pytest.FixtureRequest) -> Blob:
     if u.scheme == "s3":
         return S3Blob(u.bucket, u.path, client=request.getfixturevalue("s3_client"))
     return open_blob(u)
+
+
+_connect = ExitStack()
+_LAST_CONNECT_USER = pytest.StashKey[str | None]()
+
+
+@pytest.fixture(scope="session")
+def connect_service(moto: MotoServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConnectServer]:
+    """ONE Spark Connect server for the whole test process (``local[2]``, shardsink_dev.connect),
+    shared by every fixture that sends write jobs there (tests/airflow's ``connect_engine``,
+    tests/topology's ``connect_conn``): starting one, and its first sessions' warm-up, costs
+    tens of CPU-s, so a test process starts at most one. Started after the moto server, whose
+    settings are then in ``os.environ``: the server inherits them, so its Python workers reach the
+    S3 shards there. It stops after the last test of the run that uses it
+    (:func:`pytest_runtest_teardown`), not with the session: it and its sessions' Python worker
+    daemons hold memory and some CPU while the rest of the run goes on."""
+    from shardsink_dev.connect import connect_server
+
+    with _connect:
+        yield _connect.enter_context(connect_server(folder=tmp_path_factory.mktemp("connect")))
+
+
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """After the last test of the run that uses :func:`connect_service` (directly or through
+    another fixture): stop its server. The last user is found once per session."""
+    stash = item.session.stash
+    if _LAST_CONNECT_USER not in stash:
+        users = [i.nodeid for i in item.session.items if "connect_service" in getattr(i, "fixturenames", ())]
+        stash[_LAST_CONNECT_USER] = users[-1] if users else None
+    if item.nodeid == stash[_LAST_CONNECT_USER]:
+        _connect.close()

@@ -1,8 +1,12 @@
-"""schema_mode end to end with real Airflow (`airflow dags test`) and real spark-submit: day 2's
-landing files gain a nullable column. One DAG file, one Airflow home, three runs of the same day:
-strict fails naming the file and the column with nothing committed; an add_columns dry run reports
-the column it would add and commits nothing; add_columns is green, the
-shard's schema history shows the add, and the snapshot reads nulls for day 1 and values for day 2."""
+"""schema_mode end to end with real Airflow (`airflow dags test`): day 2's landing files gain a
+nullable column. One DAG file, one Airflow home, three runs of the same day: strict fails naming
+the file and the column with nothing committed; an add_columns dry run reports the column it would
+add and commits nothing; add_columns is green, the shard's schema history shows the add, and the
+snapshot reads nulls for day 1 and values for day 2. The two writing runs' write slots are sessions
+of the test process's Spark Connect server (``SHARDSINK_ENGINE=connect``, the ``connect_engine``
+fixture): nothing here is about where Spark runs, and the write job and its checks are the same
+code on both engines (tests/spark/test_connect.py, test_production_shape.py cover spark-submit).
+The dry run is the DAG's with the default engine, on a local Spark session in the task."""
 
 from __future__ import annotations
 
@@ -29,7 +33,7 @@ DAG_FILE = textwrap.dedent("""
     import os
     from datetime import UTC, datetime, timedelta
 
-    from shardsink.airflow import AttemptOptions, ShardOptions, ingest_dag
+    from shardsink.airflow import AttemptOptions, ShardOptions, SparkOptions, ingest_dag
     from shardsink.sources import LandingSource
 
     dag = ingest_dag(
@@ -41,6 +45,7 @@ DAG_FILE = textwrap.dedent("""
         shard=ShardOptions(max_span=timedelta(days=1)),
         attempts=AttemptOptions.from_env(),
         schema_mode=os.environ["SHARDSINK_SCHEMA_MODE"],
+        spark=SparkOptions(engine=os.environ.get("SHARDSINK_ENGINE", "submit")),
     )
 """)
 
@@ -56,7 +61,8 @@ def _commit_day_1(af: Env) -> Shard:
     return shard
 
 
-def test_day_2_gains_a_column_strict_refuses_add_columns_evolves(af: Env, tmp_path: Path) -> None:
+def test_day_2_gains_a_column_strict_refuses_add_columns_evolves(af: Env, tmp_path: Path,
+                                                                 connect_engine: dict[str, str]) -> None:
     land_file(af.landing, "day1.parquet", landing_table(START, START + DAY, 20, seed=1))
     day2 = landing_table(START + DAY, START + 2 * DAY, 12, seed=2)
     land_file(af.landing, "day2.parquet", day2.append_column("country", pa.array(["nl", "de", "fr"] * 4)))
@@ -65,15 +71,20 @@ def test_day_2_gains_a_column_strict_refuses_add_columns_evolves(af: Env, tmp_pa
     dags = tmp_path / "dags"
     dags.mkdir()
     (dags / "evolving_ingest.py").write_text(DAG_FILE)
+    # The connection is in every run's environment (Airflow reads AIRFLOW_* once per process:
+    # one warm runner serves all three runs); SHARDSINK_ENGINE picks the engine per run.
     af.env.update({"AIRFLOW__CORE__DAGS_FOLDER": str(dags), "SHARDSINK_DAG_ID": "evolving_ingest",
-                   "SHARDSINK_MAX_ATTEMPTS": "1"})
+                   "SHARDSINK_MAX_ATTEMPTS": "1",
+                   "AIRFLOW_CONN_SPARK_CONNECT_DEFAULT": connect_engine["AIRFLOW_CONN_SPARK_CONNECT_DEFAULT"]})
+    connect = {"SHARDSINK_ENGINE": connect_engine["SHARDSINK_ENGINE"]}
 
-    r = af.dags_test("2024-01-03", extra={"SHARDSINK_SCHEMA_MODE": "strict"})  # covers day 2
+    r = af.dags_test("2024-01-03", extra={"SHARDSINK_SCHEMA_MODE": "strict", **connect})  # covers day 2
     out = r.stdout + r.stderr
     assert r.returncode != 0, out[-4000:]
     assert f"{LandingSource(af.landing).root}/day2.parquet: columns do not match the shard" in out
     assert "unexpected ['country']" in out and "invalid input, not retried" in out
-    assert out.count("Spark-Submit cmd") == 1, "an invalid file was retried"
+    assert "over Spark Connect" in out and "Spark-Submit cmd" not in out
+    assert out.count("writing slot 0 of 1 for description") == 1, "an invalid file was retried"
     info = shard.info()
     assert (info.seqno, info.upper, len(shard.schema_history())) == (1, START + DAY, 1)  # nothing committed
 
@@ -84,8 +95,9 @@ def test_day_2_gains_a_column_strict_refuses_add_columns_evolves(af: Env, tmp_pa
     assert "DRY RUN (nothing written): " in dry and '"schema_changes": ["would add column country: string"]' in dry
     assert (shard.info().seqno, len(shard.schema_history())) == (1, 1)
 
-    out = ok(af.dags_test("2024-01-03", extra={"SHARDSINK_SCHEMA_MODE": "add_columns"}))
+    out = ok(af.dags_test("2024-01-03", extra={"SHARDSINK_SCHEMA_MODE": "add_columns", **connect}))
     assert "schema_mode add_columns: evolved" in out and "add country:string" in out
+    assert "over Spark Connect" in out and "Spark-Submit cmd" not in out
     info = shard.info()
     assert info.upper == START + 2 * DAY
     hist = shard.schema_history()

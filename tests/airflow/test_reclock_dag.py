@@ -1,4 +1,7 @@
-"""Reclocked ingestion through real Airflow (`airflow dags test`) and real spark-submit."""
+"""Reclocked ingestion through real Airflow (`airflow dags test`): the arrivals DAG's write slots
+are sessions of the test process's Spark Connect server (nothing there is about where Spark runs:
+binding, exactly-once and resumption are decided outside the write job), the Kafka DAG's a real
+spark-submit (its executors read the bound offsets)."""
 
 from __future__ import annotations
 
@@ -7,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from af_helpers import DAY, START, VENV_BIN, Env, assert_no_leaks, ok
+from af_helpers import DAY, REPO, START, VENV_BIN, Env, assert_no_leaks, ok
 
 from shardsink_dev.dagrunner import dags_test as warm_dags_test
 
@@ -24,23 +27,36 @@ def dags_test(af: Env, day: str, *, home: Path | None = None, dag: str = "exampl
     return ok(warm_dags_test(env, dag, day, timeout=1200))
 
 
+#: The example's Spark options, and the same over Spark Connect (its test's DAG file: the example's
+#: text with only this changed; the example itself has no engine setting).
+ARRIVALS_SPARK = 'spark=SparkOptions(conf={"spark.sql.shuffle.partitions": "2"})'
+ARRIVALS_CONNECT = 'spark=SparkOptions(engine="connect", conf={"spark.sql.shuffle.partitions": "2"})'
+
+
 def test_arrivals_dag_ingests_each_file_once_and_a_fresh_metadata_db_loses_nothing(
-        af: Env, airflow_template: Path, tmp_path: Path) -> None:
+        af: Env, airflow_template: Path, tmp_path: Path, connect_engine: dict[str, str]) -> None:
+    example = (REPO / "dags" / "example_arrivals.py").read_text()
+    assert example.count(ARRIVALS_SPARK) == 1, "the example's Spark options changed: update ARRIVALS_SPARK"
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    (dags / "example_arrivals.py").write_text(example.replace(ARRIVALS_SPARK, ARRIVALS_CONNECT))
+    af.env.update({"AIRFLOW__CORE__DAGS_FOLDER": str(dags), **connect_engine})
     af.env.update({"SHARDSINK_ARRIVALS": str(af.root / "arrivals"), "SHARDSINK_WRITERS": "1",
                    "SHARDSINK_ARRIVALS_SHARD": (af.root / "shards" / "arrivals").as_uri(),
                    "SHARDSINK_ARRIVALS_SETTLE_S": "0", "SHARDSINK_ARRIVALS_COLUMNS": json.dumps(COLUMNS)})
     arrivals, shard_url = af.env["SHARDSINK_ARRIVALS"], af.env["SHARDSINK_ARRIVALS_SHARD"]
     ids = land(arrivals, "x/1.parquet", range(0, 40)) + land(arrivals, "x/2.jsonl", range(40, 60))
-    dags_test(af, "2024-01-02")  # covers [Jan 1, Jan 2): binds both files at Jan 2 - 1 ms
+    out = dags_test(af, "2024-01-02")  # covers [Jan 1, Jan 2): binds both files at Jan 2 - 1 ms
+    assert "over Spark Connect" in out and "Spark-Submit cmd" not in out
 
     # The Airflow metadata DB is wiped: the shards alone say where to resume.
     fresh = tmp_path / "fresh-home"
     fresh.mkdir()
     (fresh / "airflow.db").write_bytes(airflow_template.read_bytes())
     out = dags_test(af, "2024-01-02", home=fresh)
-    assert "nothing to do" in out and "Spark-Submit cmd" not in out
+    assert "nothing to do" in out and "Spark-Submit cmd" not in out and "writing slot" not in out
     ids += land(arrivals, "y/3.csv", range(60, 75))
-    dags_test(af, "2024-01-03", home=fresh)
+    assert "over Spark Connect" in dags_test(af, "2024-01-03", home=fresh)
     assert_exactly_once(shard_url, ids)
     assert_no_leaks(shard_url)
     t = times_of(shard_url)

@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 from topo_stack import Topology, topology_stack
 
+from shardsink_dev.connect import ConnectServer
 from shardsink_dev.testing import MotoServer
 
 HERE = Path(__file__).resolve().parent
 _stack = ExitStack()
-_connect = ExitStack()
 
 
 @pytest.fixture(scope="session")
@@ -33,29 +33,20 @@ def topology(moto: MotoServer, tmp_path_factory: pytest.TempPathFactory) -> Iter
 
 
 @pytest.fixture(scope="session")
-def connect_conn(topology: Topology, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A Spark Connect server beside the stack for the write slots of DAGs with
-    ``SparkOptions(engine="connect")`` (``local[2]``, shardsink_dev.connect; its Python workers reach
-    the moto store as the stack does), registered as the Airflow connection ``spark_connect_default``
-    in the stack's metadata database (the Celery workers read it there). Stopped after the last test
-    that uses it, or with the stack."""
-    from shardsink_dev.connect import connect_server
-
-    with _connect:
-        server = _connect.enter_context(connect_server(folder=tmp_path_factory.mktemp("connect")))
-        r = topology.airflow("connections", "add", "spark_connect_default", "--conn-json",
-                             server.airflow_connection())
-        assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-        yield server.url
+def connect_conn(topology: Topology, connect_service: ConnectServer) -> str:
+    """The test process's one Spark Connect server (tests/conftest.py ``connect_service``,
+    ``local[2]``; its Python workers reach the moto store as the stack does) for the write slots
+    of DAGs with ``SparkOptions(engine="connect")``, registered as the Airflow connection
+    ``spark_connect_default`` in the stack's metadata database (the Celery workers read it
+    there). The server is shared with the other tests of the process that use one and stops
+    after the last of them (tests/conftest.py); the connection goes with the stack."""
+    r = topology.airflow("connections", "add", "spark_connect_default", "--conn-json",
+                         connect_service.airflow_connection())
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    return connect_service.url
 
 
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
-    """After the last test using :func:`connect_conn`: stop its server. After the last test here
-    (the next one is elsewhere, or none): stop the stack."""
-    items = item.session.items
-    later = items[items.index(item) + 1:] if item in items else []
-    if not any("connect_conn" in getattr(i, "fixturenames", ()) for i in later):
-        _connect.close()
+    """After the last test here (the next one is elsewhere, or none): stop the stack."""
     if nextitem is None or Path(nextitem.path).resolve().parent != HERE:
-        _connect.close()
         _stack.close()
