@@ -12,8 +12,8 @@ example writes these shards):
     SHARDSINK_ARRIVALS_SETTLE_S  seconds a file must be unmodified before it is bound [30]
     SHARDSINK_ARRIVALS_COLUMNS   JSON {"column": "type"} of the files (default: the first file's)
     SHARDSINK_ARRIVALS_DAG_ID    [example_arrivals]
-    SHARDSINK_WRITERS, SHARDSINK_START and the runs' attempts (SHARDSINK_MAX_ATTEMPTS, ...:
-    shardsink.airflow.options.ATTEMPT_ENV): shared by the examples [2, 2024-01-01, AttemptOptions' defaults]
+    SHARDSINK_ENGINE, SHARDSINK_WRITERS, SHARDSINK_START and the runs' attempts (SHARDSINK_MAX_ATTEMPTS, ...:
+    shardsink.airflow.options.ATTEMPT_ENV): shared by the examples [submit, 2, 2024-01-01, AttemptOptions' defaults]
 """
 
 import json
@@ -41,5 +41,6 @@ dag = ingest_dag(
     schedule="@daily",
     start_date=datetime.fromisoformat(env("SHARDSINK_START", "2024-01-01")).replace(tzinfo=UTC),
     attempts=AttemptOptions.from_env(),  # SHARDSINK_MAX_ATTEMPTS, SHARDSINK_RETRY_BACKOFF, ...
-    spark=SparkOptions(conf={"spark.sql.shuffle.partitions": "2"}),
+    spark=SparkOptions(conf={"spark.sql.shuffle.partitions": "2"},
+                       engine=env("SHARDSINK_ENGINE", "submit")),  # type: ignore[arg-type]  # checked there
 )

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from af_helpers import DAY, REPO, START, VENV_BIN, Env, assert_no_leaks, ok
+from af_helpers import DAY, START, VENV_BIN, Env, assert_no_leaks, ok
 
 from shardsink_dev.dagrunner import dags_test as warm_dags_test
 
@@ -27,20 +27,9 @@ def dags_test(af: Env, day: str, *, home: Path | None = None, dag: str = "exampl
     return ok(warm_dags_test(env, dag, day, timeout=1200))
 
 
-#: The example's Spark options, and the same over Spark Connect (its test's DAG file: the example's
-#: text with only this changed; the example itself has no engine setting).
-ARRIVALS_SPARK = 'spark=SparkOptions(conf={"spark.sql.shuffle.partitions": "2"})'
-ARRIVALS_CONNECT = 'spark=SparkOptions(engine="connect", conf={"spark.sql.shuffle.partitions": "2"})'
-
-
 def test_arrivals_dag_ingests_each_file_once_and_a_fresh_metadata_db_loses_nothing(
         af: Env, airflow_template: Path, tmp_path: Path, connect_engine: dict[str, str]) -> None:
-    example = (REPO / "dags" / "example_arrivals.py").read_text()
-    assert example.count(ARRIVALS_SPARK) == 1, "the example's Spark options changed: update ARRIVALS_SPARK"
-    dags = tmp_path / "dags"
-    dags.mkdir()
-    (dags / "example_arrivals.py").write_text(example.replace(ARRIVALS_SPARK, ARRIVALS_CONNECT))
-    af.env.update({"AIRFLOW__CORE__DAGS_FOLDER": str(dags), **connect_engine})
+    af.env.update(connect_engine)  # SHARDSINK_ENGINE=connect: the example's write slots over Connect
     af.env.update({"SHARDSINK_ARRIVALS": str(af.root / "arrivals"), "SHARDSINK_WRITERS": "1",
                    "SHARDSINK_ARRIVALS_SHARD": (af.root / "shards" / "arrivals").as_uri(),
                    "SHARDSINK_ARRIVALS_SETTLE_S": "0", "SHARDSINK_ARRIVALS_COLUMNS": json.dumps(COLUMNS)})
