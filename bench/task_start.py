@@ -28,19 +28,17 @@ Usage: ``python bench/task_start.py [--base REV] [--dag dags/example_ingest.py] 
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from pathlib import Path
 
-from write_cost import append_results, section_head
+from sim_cost import export
+from write_cost import append_results, children_cpu, section_head
 
 ROOT = Path(__file__).resolve().parent.parent
 #: The commit before the plugin stopped building the Shards page's app at import.
@@ -92,19 +90,6 @@ print(json.dumps(cpu))
 """
 
 
-def export(rev: str, into: Path) -> Path:
-    """``plugins/`` of ``rev`` under ``into``."""
-    data = subprocess.run(["git", "archive", rev, "plugins"], cwd=ROOT, check=True, capture_output=True).stdout
-    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-        tar.extractall(into, filter="data")
-    return into / "plugins"
-
-
-def children_cpu() -> float:
-    r = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return r.ru_utime + r.ru_stime
-
-
 def _env(plugins: Path, home: Path) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join([str(plugins), str(ROOT)]), "AIRFLOW_HOME": str(home),
            "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "AIRFLOW__CORE__PLUGINS_FOLDER": str(home / "no-plugins"),
@@ -142,7 +127,7 @@ def main() -> None:
     runs: dict[str, list[tuple[float, float]]] = {"base": [], "head": []}
     forks: dict[str, list[float]] = {"base": [], "head": []}
     with tempfile.TemporaryDirectory(prefix="task-start-") as tmp:
-        trees = {"base": export(a.base, Path(tmp) / "base"), "head": ROOT / "plugins"}
+        trees = {"base": export(a.base, Path(tmp) / "base") / "plugins", "head": ROOT / "plugins"}
         home = Path(tmp) / "home"
         home.mkdir()
         dag = (ROOT / a.dag).resolve()
