@@ -252,6 +252,9 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=40, help="rows per landing file")
     ap.add_argument("--slots", type=int, default=6)
     ap.add_argument("--connect-cores", type=int, default=2, help="the Connect server's local[N]")
+    ap.add_argument("--broker-order", action="store_true",
+                    help="Airflow's default parallelism (32): tasks queue in Celery's broker in arrival order "
+                         "(default: parallelism = the workers' slots, so they wait in Airflow's priority order)")
     a = ap.parse_args()
     days, engines = (3 if a.quick else a.days), ENGINES[a.engine]
     for name, v, hi in (("--days", days, 28), ("--files", a.files, 50), ("--rows", a.rows, 1_000_000),
@@ -279,7 +282,7 @@ def main() -> None:
         arms = make_arms(proxy, engines, days, a.files, a.rows)
         print(f"starting the production shape ({a.slots} slots), load {os.getloadavg()[0]:.1f}", flush=True)
         root = Path(tempfile.mkdtemp(prefix="bench-backfill-"))
-        topo = stack.enter_context(topology_stack(root, slots=a.slots))
+        topo = stack.enter_context(topology_stack(root, slots=a.slots, queue_to_slots=not a.broker_order))
         if "connect" in engines:
             start_connect(stack, topo, root, a.connect_cores)
         # A 1-interval warm-up per engine first, not measured: the stack's first tasks (Celery
@@ -299,7 +302,7 @@ def main() -> None:
             for mar in (10, 1):
                 results.append(run_backfill(topo, arm, mar, days))
     report(results, engines=engines, days=days, files=a.files, rows=a.rows, slots=a.slots,
-           connect_cores=a.connect_cores, quick=a.quick)
+           connect_cores=a.connect_cores, quick=a.quick, queue_to_slots=not a.broker_order)
 
 
 if __name__ == "__main__":

@@ -80,7 +80,7 @@ def _row(engine: str, arm: str, par: dict[str, Any], seq: dict[str, Any], *, day
 
 
 def report(results: list[dict[str, Any]], *, engines: tuple[str, ...], days: int, files: int, rows: int,
-           slots: int, connect_cores: int, quick: bool) -> None:
+           slots: int, connect_cores: int, quick: bool, queue_to_slots: bool) -> None:
     """The table (printed; appended to bench/RESULTS.md unless ``quick``), the JSON under
     bench/results/, and one FIGURE line per engine (Connect's first)."""
     load = os.getloadavg()
@@ -93,9 +93,11 @@ def report(results: list[dict[str, Any]], *, engines: tuple[str, ...], days: int
         figures.append(f"FIGURE backfill cpu-bound {ratios['cpu']:.2f} io-bound {ratios['io']:.2f} engine {engine}")
     stamp = time.strftime("%Y-%m-%d %H:%M")
     connect = f"; Connect server local[{connect_cores}]" if "connect" in engines else ""
+    queueing = "= the workers' slots" if queue_to_slots else "32 (tasks wait in the broker's order)"
     text = (f"\n## backfill{' (--quick)' if quick else ''} ({stamp}, load {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}, "
             f"{platform.machine()}, {CORES} cpus; engines: {', '.join(engines)}; {slots} slots per Celery worker and "
-            f"Spark worker{connect}; io-bound: {DELAY_S:.0f} s per landing GET)\n\n" + "\n".join(lines) + "\n\n"
+            f"Spark worker{connect}; parallelism {queueing}; io-bound: {DELAY_S:.0f} s per landing GET)\n\n"
+            + "\n".join(lines) + "\n\n"
             "Exactly once against the source, `shardsink verify` exit 0 and no leaked part after `shardsink gc`: "
             "checked for every backfill.\n")
     print(text)

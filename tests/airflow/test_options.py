@@ -300,3 +300,28 @@ def test_engine_connect_reaches_the_write_tasks_of_both_factories_and_the_dry_ru
                              shard=ShardOptions(), attempts=AttemptOptions(), spark=spark)
     assert settings(connect).connect_conn_id == "cx"
     assert settings(SparkOptions(connect_conn_id="cx")).connect_conn_id is None
+
+
+def _weights(dag: Any) -> dict[str, int]:
+    """Each task's priority weight as the scheduler computes it when it creates a run's task
+    instances: from the serialized DAG, by the task's weight rule."""
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    sd = DagSerialization.from_dict(DagSerialization.to_dict(dag))
+    return {t.task_id: t.weight_rule.get_weight(TaskInstance(task=t, run_id="r", dag_version_id=None))
+            for t in sd.tasks}
+
+
+def test_a_runs_later_tasks_outrank_its_earlier_ones_unless_the_dag_says_otherwise(tmp_path: Path) -> None:
+    """Both factories' tasks rank above the tasks before them (an append above its writes above its
+    mint, a later attempt above an earlier one), so Airflow's tie-break by logical date queues a
+    backfill's earliest interval's writes before later intervals' mints and writes; a DAG's own
+    ``default_args`` weight rule wins."""
+    for dag in (_ingest(tmp_path), _view(tmp_path)):
+        w = _weights(dag)
+        order = [f"attempt_{k}.{t}" for k in (1, 2) for t in ("mint", "write", "append")]
+        assert [w[t] for t in order] == sorted(w[t] for t in order), (dag.dag_id, w)
+        assert len({w[t] for t in order}) == len(order), w
+    w = _weights(_ingest(tmp_path, default_args={"weight_rule": "downstream", "retries": 7}))
+    assert w["attempt_1.mint"] > w["attempt_1.write"] > w["attempt_1.append"], w

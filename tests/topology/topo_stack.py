@@ -330,10 +330,13 @@ def _airflow_env(root: Path, pg: str, redis_port: int, master: str, api_port: in
 
 
 @contextmanager
-def topology_stack(root: Path, *, slots: int = 2) -> Iterator[Topology]:
+def topology_stack(root: Path, *, slots: int = 2, queue_to_slots: bool = False) -> Iterator[Topology]:
     """Start the topology under ``root`` (the moto server's AWS settings must be in ``os.environ``).
     ``slots``: task slots of each Celery worker and cores of each Spark worker (the tests' 2;
-    bench/backfill.py gives a parallel backfill more, as a larger cluster would)."""
+    bench/backfill.py gives a parallel backfill more, as a larger cluster would).
+    ``queue_to_slots``: the scheduler's ``parallelism`` is the workers' slots, so that tasks wait
+    in Airflow's priority order rather than in the broker's arrival order (docs/deployment.md,
+    "Backfills on Celery"); otherwise Airflow's default (32)."""
     if not 1 <= slots <= 16:
         raise ValueError(f"slots={slots!r}: expected 1..16")
     logs = root / "logs"
@@ -353,6 +356,8 @@ def topology_stack(root: Path, *, slots: int = 2) -> Iterator[Topology]:
         pg = stack.enter_context(postgres())
         stack.callback(daemons.stop)  # again (idempotent): Airflow's processes stop before PostgreSQL does
         env = _airflow_env(root, pg, redis_port, master, api_port, slots)
+        if queue_to_slots:
+            env["AIRFLOW__CORE__PARALLELISM"] = str(slots * len(WORKERS))
         migrate = subprocess.run([str(VENV_BIN / "airflow"), "db", "migrate"], env=env, capture_output=True,
                                  text=True, timeout=600)
         assert migrate.returncode == 0, migrate.stdout[-3000:] + migrate.stderr[-3000:]

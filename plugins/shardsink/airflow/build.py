@@ -101,9 +101,22 @@ def write_args(url: str, spark: SparkOptions, shard: ShardOptions, attempts: Att
             "retries": attempts.task_retries, "retry_delay": attempts.task_retry_delay}
 
 
+#: The weight rule of a sink DAG's tasks, unless the DAG's ``default_args`` names one: Airflow's
+#: ``"upstream"``, so a task ranks above the tasks before it (an append above the writes, the writes
+#: above the mints), and among equal ranks Airflow queues the earlier logical date first. In a
+#: backfill, the earliest interval's writes, which every later append waits for, then go before
+#: later intervals' mints and writes, and a resumed append before any write.
+#: SUBTLE: Airflow orders tasks only when it queues them, and Celery's broker runs what was queued
+#: first in, first out: the order holds only while the scheduler's ``parallelism`` is no larger than
+#: the workers' slots (docs/deployment.md, "Backfills on Celery").
+WEIGHT_RULE = "upstream"
+
+
 def sink_dag(settings: IngestSettings, *, asset: Asset, attempts: AttemptOptions, mint_body: MintBody,
              make_write: MakeWrite, **dag_args: Any) -> DAG:
-    """The DAG ``settings.dag_id`` (``dag_args``: Airflow's DAG arguments) of attempt groups and the report."""
+    """The DAG ``settings.dag_id`` (``dag_args``: Airflow's DAG arguments) of attempt groups and the
+    report; its tasks' weight rule is :data:`WEIGHT_RULE` unless ``default_args`` names one."""
+    dag_args["default_args"] = {"weight_rule": WEIGHT_RULE, **(dag_args.get("default_args") or {})}
     with DAG(dag_id=settings.dag_id, **dag_args) as dag:
         attempt_groups(settings=settings, asset=asset, mint_body=mint_body, make_write=make_write,
                        task_retries=attempts.task_retries, task_retry_delay=attempts.task_retry_delay)
