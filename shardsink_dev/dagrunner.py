@@ -29,14 +29,17 @@ JSON line back on the original stdout, ``{"rc": exit_code}``. End of input ends 
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import itertools
 import json
 import os
 import select
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import traceback
 from pathlib import Path
 from typing import Any, TextIO
@@ -72,8 +75,8 @@ def _run(parser: Any, argv: list[str], *, parse_only: bool = False) -> int:
     return 0
 
 
-def _serve(parser: Any, started_with: dict[str, str], reply: TextIO) -> None:
-    for line in sys.stdin:
+def _serve(parser: Any, started_with: dict[str, str], reply: TextIO, requests: TextIO) -> None:
+    for line in requests:
         req = json.loads(line)
         env: dict[str, str] = req["env"]
         if start_level(env) != started_with:
@@ -125,25 +128,55 @@ _SEQ = itertools.count()
 
 
 class _Runner:
+    """One runner: forked from the zygote of its ``PYTHON*`` variables when there is one, else
+    started as its own interpreter; ``pid`` leads its process group."""
+
     def __init__(self, env: dict[str, str]) -> None:
         self.home = Path(env["AIRFLOW_HOME"])
         self.home.mkdir(parents=True, exist_ok=True)
-        with open(self.home / "dagrunner.err", "ab") as err:
-            self.proc = subprocess.Popen([sys.executable, "-c", _START], env=env,
-                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True,
-                                         start_new_session=True)
+        self.proc: subprocess.Popen[str] | None = None
+        self.sock: socket.socket | None = None
+        self.pidfd = -1
+        zygote = _zygote(env)
+        if zygote is None:
+            with open(self.home / "dagrunner.err", "ab") as err:
+                self.proc = subprocess.Popen([sys.executable, "-c", _START], env=env, stdin=subprocess.PIPE,
+                                             stdout=subprocess.PIPE, stderr=err, text=True, start_new_session=True)
+            assert self.proc.stdin is not None and self.proc.stdout is not None
+            self.pid, self.requests, self.replies = self.proc.pid, self.proc.stdin, self.proc.stdout
+            return
+        folder = tempfile.mkdtemp(prefix="dagrunner-")  # short: a socket's path has at most 107 bytes
+        path = os.path.join(folder, "s")
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+            listener.bind(path)
+            listener.listen(1)
+            listener.settimeout(300)
+            assert zygote.stdin is not None and zygote.stdout is not None
+            zygote.stdin.write(json.dumps({"env": env, "socket": path, "err": str(self.home / "dagrunner.err")}) + "\n")
+            zygote.stdin.flush()
+            self.pid = json.loads(zygote.stdout.readline())["pid"]
+            self.pidfd = os.pidfd_open(self.pid)
+            conn, _ = listener.accept()
+        os.unlink(path)
+        os.rmdir(folder)
+        self.requests, self.replies = conn.makefile("w"), conn.makefile("r")
+        self.sock = conn
+
+    def alive(self) -> bool:
+        if self.proc is not None:
+            return self.proc.poll() is None
+        return not select.select([self.pidfd], [], [], 0)[0]  # a pidfd is readable once its process ended
 
     def run(self, argv: list[str], env: dict[str, str], timeout: float, *, parse_only: bool = False,
             split: bool = False) -> subprocess.CompletedProcess[str]:
-        assert self.proc.stdin is not None and self.proc.stdout is not None
         n = next(_SEQ)
         log = self.home / f"dags-test-{n}.log"
         err = self.home / f"dags-test-{n}.err" if split else None
-        self.proc.stdin.write(json.dumps({"argv": argv, "env": env, "log": str(log), "parse_only": parse_only,
-                                          "err": str(err) if err else None}) + "\n")
-        self.proc.stdin.flush()
-        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
-        line = self.proc.stdout.readline() if ready else ""
+        self.requests.write(json.dumps({"argv": argv, "env": env, "log": str(log), "parse_only": parse_only,
+                                        "err": str(err) if err else None}) + "\n")
+        self.requests.flush()
+        ready, _, _ = select.select([self.replies], [], [], timeout)
+        line = self.replies.readline() if ready else ""
         out = log.read_text(errors="replace") if log.exists() else ""
         if not ready:
             self.kill()
@@ -156,18 +189,32 @@ class _Runner:
         stderr = err.read_text(errors="replace") if err is not None and err.exists() else ""
         return subprocess.CompletedProcess(["airflow", *argv], rc, stdout=out, stderr=stderr)
 
+    def _wait(self, timeout: float) -> bool:
+        if self.proc is not None:
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                return False
+            return True
+        return bool(select.select([self.pidfd], [], [], timeout)[0])
+
     def kill(self) -> None:
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait()
+            os.killpg(self.pid, signal.SIGKILL)
+        self._wait(30)
+        if self.pidfd >= 0:
+            os.close(self.pidfd)
+            self.pidfd = -1
+        if self.sock is not None:
+            self.replies.close()
+            self.sock.close()
 
     def close(self) -> None:
-        assert self.proc.stdin is not None
-        try:
-            self.proc.stdin.close()
-            self.proc.wait(timeout=30)
-        except (subprocess.TimeoutExpired, BrokenPipeError):
-            pass
+        with contextlib.suppress(BrokenPipeError, OSError):
+            self.requests.close()
+            if self.sock is not None:
+                self.sock.shutdown(socket.SHUT_WR)  # the runner's end of input (its replies' file shares the socket)
+        self._wait(30)
         self.kill()  # and whatever a run left in its process group
 
 
@@ -184,7 +231,7 @@ def airflow(env: dict[str, str], argv: list[str], *, timeout: float = 400, parse
     runs; ``split``: stderr apart from stdout, else both are ``stdout``)."""
     key = tuple(sorted(start_level(env).items()))
     runner = _RUNNERS.get(key)
-    if runner is None or runner.proc.poll() is not None:
+    if runner is None or not runner.alive():
         runner = _RUNNERS[key] = _Runner(env)
     try:
         return runner.run(argv, env, timeout, parse_only=parse_only, split=split)
@@ -207,7 +254,118 @@ def main() -> None:
     os.close(null)
     from airflow.cli import cli_parser
 
-    _serve(cli_parser.get_parser(), start_level(dict(os.environ)), reply)
+    _serve(cli_parser.get_parser(), start_level(dict(os.environ)), reply, sys.stdin)
+
+
+# -- the zygote: runners forked warm -------------------------------------------------------
+#
+# Most of a runner's start-up is importing third-party packages that read no Airflow setting.
+# One zygote per pytest process imports them once (:data:`PRELOAD`); each runner is then
+# forked from it and imports Airflow under its own environment (Airflow reads its
+# configuration when imported). It talks to its client over a Unix socket instead of pipes.
+#
+# SUBTLE: a preloaded module must read nothing from the environment at import that a run may
+# set: Airflow, its providers and shardsink stay out. The interpreter reads ``PYTHON*``
+# (``PYTHONPATH``'s ``sitecustomize``: fault injection) only at start, so a request with other
+# such variables than the zygote's, or with fault injection, starts a runner as before.
+
+#: What the zygote imports before it forks (the bulk of a runner's import time besides Airflow's own).
+PRELOAD = ("numpy", "pandas", "pyarrow", "pyarrow.parquet", "pyarrow.compute", "sqlalchemy", "sqlalchemy.orm",
+           "libcst", "cadwyn", "aiohttp", "fastapi", "starlette.applications", "pydantic", "pydantic_settings", "trio",
+           "rich.console", "cryptography.fernet", "jinja2", "httpx", "werkzeug", "email_validator", "fsspec", "upath",
+           "structlog", "psutil", "pendulum", "msgspec", "tenacity", "opentelemetry.trace", "botocore.session",
+           "boto3", "pyspark.sql")
+_ZYGOTE_START = (f"import sys; sys.path[0] = {str(REPO)!r}; from shardsink_dev.dagrunner import zygote_main; "
+                 "del sys.path[0]; zygote_main()")
+_ZYGOTES: dict[tuple[tuple[str, str], ...], subprocess.Popen[str]] = {}
+
+
+def _zygote_key(env: dict[str, str]) -> tuple[tuple[str, str], ...] | None:
+    """The zygote a runner for ``env`` may be forked from (its ``PYTHON*`` variables), or None."""
+    if "PYTHONPATH" in env or "SHARDSINK_TEST_FAULTS" in env:
+        return None
+    return tuple(sorted((k, v) for k, v in env.items() if k.startswith("PYTHON")))
+
+
+def _zygote(env: dict[str, str]) -> subprocess.Popen[str] | None:
+    key = _zygote_key(env)
+    if key is None:
+        return None
+    z = _ZYGOTES.get(key)
+    if z is None or z.poll() is not None:
+        base = {k: v for k, v in env.items() if not k.startswith(("AIRFLOW", "SHARDSINK"))}
+        z = _ZYGOTES[key] = subprocess.Popen([sys.executable, "-c", _ZYGOTE_START], env=base, stdin=subprocess.PIPE,
+                                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                                             start_new_session=True)
+    return z
+
+
+def stop_zygotes() -> None:
+    """Ends every zygote (its runners live on until their own clients close them)."""
+    while _ZYGOTES:
+        z = _ZYGOTES.popitem()[1]
+        with contextlib.suppress(BrokenPipeError, OSError):
+            assert z.stdin is not None
+            z.stdin.close()
+        try:
+            z.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            z.kill()
+            z.wait()
+
+
+atexit.register(stop_zygotes)
+
+
+def _forked_runner(req: dict[str, Any]) -> None:
+    """In the child: become a runner for ``req["env"]``, serving the client at ``req["socket"]``."""
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # its tasks wait for their own children
+    os.setsid()
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1):
+        os.dup2(null, fd)
+    err = os.open(req["err"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(err, 2)
+    os.close(null)
+    os.close(err)
+    os.environ.clear()
+    os.environ.update(req["env"])
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(req["socket"])
+    from airflow.cli import cli_parser
+
+    _serve(cli_parser.get_parser(), start_level(dict(os.environ)), sock.makefile("w"), sock.makefile("r"))
+
+
+def zygote_main() -> None:
+    """Import :data:`PRELOAD`, then fork a runner per request line (``{"env", "socket", "err"}``),
+    answering each with ``{"pid": ...}``; end of input ends the zygote."""
+    import importlib
+
+    reply = os.fdopen(os.dup(1), "w")
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    os.close(null)
+    for name in PRELOAD:
+        with contextlib.suppress(Exception):
+            importlib.import_module(name)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps the runners
+    for line in sys.stdin:
+        req = json.loads(line)
+        pid = os.fork()
+        if pid == 0:
+            # SUBTLE: the runner ends as an interpreter does (SystemExit, up through this loop):
+            # Airflow's exit handlers close the metadata DB, whose SQLite write-ahead log a bare
+            # os._exit would leave beside it, unmerged.
+            reply.close()  # the zygote's: its client must see it end with the zygote
+            try:
+                _forked_runner(req)
+            except Exception:
+                traceback.print_exc()
+                raise SystemExit(1) from None
+            raise SystemExit(0)
+        reply.write(json.dumps({"pid": pid}) + "\n")
+        reply.flush()
 
 
 if __name__ == "__main__":
