@@ -85,19 +85,24 @@ ui: venv
 # CPU-bound: 95% busy; bench/RESULTS.md, "Suite time"). Group 1: the production topology
 # (tests/topology), the AWS-connection, reclock and schema-evolution DAG tests, the README and
 # runbook blocks run as written, and the command-line tests (tests/cli: console-script
-# processes); its topology tests and its reclock-arrivals and schema-evolution DAG runs write over
-# ONE Spark Connect server (tests/conftest.py connect_service). Group 2: the other real-Airflow
-# tests (their `airflow dags test` runs go to one warm process per test, shardsink_dev/dagrunner.py) and GROUP_2_MORE. The third
+# processes), and two self-contained modules of about 100 s together (the wheel install and the
+# float-equality model test; in the 63e44bd run group 1 ended 2:32 before the rest); its topology
+# tests and its reclock-arrivals and schema-evolution DAG runs write over ONE Spark Connect server
+# (tests/conftest.py connect_service). Group 2: the other real-Airflow tests (their `airflow dags
+# test` runs go to one warm process per test, forked from one zygote, shardsink_dev/dagrunner.py)
+# and GROUP_2_MORE. The third
 # process runs the rest. Their logs follow the rest's. First, the class-data archives of Spark's classes that
 # every test JVM maps (shardsink_dev/jvm.py).
 DOC_TESTS := tests/test_runbooks.py tests/test_readme.py
 GROUP_1 := tests/topology tests/airflow/test_aws_connection.py tests/airflow/test_reclock_dag.py \
-	tests/airflow/test_evolving.py $(DOC_TESTS) tests/cli
-# Group 2 also runs the simulator (about 140 s) and two OS-process race modules (about 60 s): once
+	tests/airflow/test_evolving.py $(DOC_TESTS) tests/cli tests/provider/test_wheel_install.py \
+	tests/core/test_float_equality.py
+# Group 2 also runs the simulator (about 140 s) and an OS-process race module (about 40 s): once
 # the view, schema-change and dry-run DAG tests ran over Spark Connect there (2026-11-29), group 2
 # had minutes less to do. With tests/cli in group 2 as well (the run of 07:05), it ended 2:12
-# after the rest and 4:04 after group 1.
-GROUP_2_MORE := tests/core/test_concurrency.py tests/maintenance/test_race.py tests/sim
+# after the rest and 4:04 after group 1; tests/maintenance/test_race.py went back to the rest
+# after the 63e44bd run (group 2 ended 0:25 after the rest once group 1 took 100 s of it).
+GROUP_2_MORE := tests/core/test_concurrency.py tests/sim
 
 # The venv and the Debian packages install side by side (pip and apt-get each wait on downloads).
 deps:
