@@ -337,6 +337,12 @@ def _forked_runner(req: dict[str, Any]) -> None:
     _serve(cli_parser.get_parser(), start_level(dict(os.environ)), sock.makefile("w"), sock.makefile("r"))
 
 
+def _reap(*_: object) -> None:
+    with contextlib.suppress(ChildProcessError):
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
+
+
 def zygote_main() -> None:
     """Import :data:`PRELOAD`, then fork a runner per request line (``{"env", "socket", "err"}``),
     answering each with ``{"pid": ...}``; end of input ends the zygote."""
@@ -349,7 +355,9 @@ def zygote_main() -> None:
     for name in PRELOAD:
         with contextlib.suppress(Exception):
             importlib.import_module(name)
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps the runners
+    # The zygote reaps its runners itself (not SIG_IGN, whose reaping drops their CPU times): so
+    # their CPU reaches the zygote's, and at its end the pytest process's, children's times.
+    signal.signal(signal.SIGCHLD, _reap)
     for line in sys.stdin:
         req = json.loads(line)
         pid = os.fork()

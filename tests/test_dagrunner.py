@@ -7,6 +7,7 @@ differ from the zygote's gets an interpreter of its own."""
 from __future__ import annotations
 
 import os
+import resource
 import sqlite3
 from pathlib import Path
 
@@ -18,8 +19,21 @@ def _parent(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
 
+def _cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _children_cpu_s() -> float:
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
 def test_forked_runners_read_their_own_home_and_leave_a_whole_db(tmp_path: Path) -> None:
+    """... and their CPU reaches this process's children's times once the zygote ends (the
+    suite's ``time`` counts it)."""
     a, b = base_env(tmp_path / "a"), base_env(tmp_path / "b")
+    before, runners_cpu = _children_cpu_s(), 0.0
     try:
         migrated = dagrunner.airflow(a, ["db", "migrate"], timeout=300)
         assert migrated.returncode == 0, migrated.stdout[-3000:]
@@ -30,8 +44,11 @@ def test_forked_runners_read_their_own_home_and_leave_a_whole_db(tmp_path: Path)
         zygotes = {z.pid for z in dagrunner._ZYGOTES.values()}
         assert len(runners) == 2 and len(zygotes) == 1, "both runners share one zygote"
         assert all(_parent(r.pid) in zygotes for r in runners), "a runner was not forked from the zygote"
+        runners_cpu = sum(_cpu_s(r.pid) for r in runners)
     finally:
         dagrunner.close_all()
+        dagrunner.stop_zygotes()
+    assert _children_cpu_s() - before >= runners_cpu > 1, "the runners' CPU was lost to the accounting"
     assert not (tmp_path / "a" / "airflow.db-wal").exists(), "the runner left its write-ahead log unmerged"
     with sqlite3.connect(tmp_path / "a" / "airflow.db") as db:
         assert db.execute("SELECT count(*) FROM alembic_version").fetchone() == (1,)
