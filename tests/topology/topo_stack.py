@@ -336,7 +336,7 @@ def topology_stack(root: Path, *, slots: int = 2, queue_to_slots: bool = False) 
     bench/backfill.py gives a parallel backfill more, as a larger cluster would).
     ``queue_to_slots``: the scheduler's ``parallelism`` is the workers' slots, so that tasks wait
     in Airflow's priority order rather than in the broker's arrival order (docs/deployment.md,
-    "Backfills on Celery"); otherwise Airflow's default (32)."""
+    "Task order in a backfill"); otherwise Airflow's default (32)."""
     if not 1 <= slots <= 16:
         raise ValueError(f"slots={slots!r}: expected 1..16")
     logs = root / "logs"

@@ -108,7 +108,7 @@ def write_args(url: str, spark: SparkOptions, shard: ShardOptions, attempts: Att
 #: later intervals' mints and writes, and a resumed append before any write.
 #: SUBTLE: Airflow orders tasks only when it queues them, and Celery's broker runs what was queued
 #: first in, first out: the order holds only while the scheduler's ``parallelism`` is no larger than
-#: the workers' slots (docs/deployment.md, "Backfills on Celery").
+#: the workers' slots (docs/deployment.md, "Task order in a backfill").
 WEIGHT_RULE = "upstream"
 
 
