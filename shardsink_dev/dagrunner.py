@@ -282,9 +282,10 @@ _ZYGOTES: dict[tuple[tuple[str, str], ...], subprocess.Popen[str]] = {}
 
 def _zygote_key(env: dict[str, str]) -> tuple[tuple[str, str], ...] | None:
     """The zygote a runner for ``env`` may be forked from (its ``PYTHON*`` variables), or None."""
-    if "PYTHONPATH" in env or "SHARDSINK_TEST_FAULTS" in env:
+    level = start_level(env)
+    if "PYTHONPATH" in level or "SHARDSINK_TEST_FAULTS" in level:
         return None
-    return tuple(sorted((k, v) for k, v in env.items() if k.startswith("PYTHON")))
+    return tuple(sorted((k, v) for k, v in level.items() if not k.startswith("AIRFLOW")))
 
 
 def _zygote(env: dict[str, str]) -> subprocess.Popen[str] | None:
