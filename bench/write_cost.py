@@ -59,7 +59,11 @@ import json, os, subprocess, sys, tempfile
 from shardsink.core.shard import Shard
 from shardsink.sinks.ingest import committed
 from shardsink.spark import build_pyfiles_zip, job_path
+from shardsink.spark.daemon import daemon_conf
 from shardsink.spark.request import IngestWriteRequest, decode_request, job_argv
+conf = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"}
+if sys.argv[1] == "daemon":  # as ShardWriteOperator sets it on a local master
+    conf = daemon_conf(conf, master="local[2]", worker_python=sys.executable)
 text = sys.stdin.read()
 req = decode_request(text, IngestWriteRequest)
 shard = Shard(req.shard_url)
@@ -67,9 +71,9 @@ head = shard.reader().head()
 assert committed(shard, req.desc, head=head) is None
 out = os.path.join(tempfile.mkdtemp(), "outcome.json")
 bin_dir = os.path.dirname(sys.executable)
-r = subprocess.run([os.path.join(bin_dir, "spark-submit"), "--master", "local[2]", "--conf", "spark.ui.enabled=false",
-                    "--conf", "spark.sql.shuffle.partitions=2", "--py-files", build_pyfiles_zip(), job_path(),
-                    *job_argv(req), "--result-path", out], capture_output=True, text=True)
+r = subprocess.run([os.path.join(bin_dir, "spark-submit"), "--master", "local[2]",
+                    *[a for k, v in conf.items() for a in ("--conf", f"{k}={v}")], "--py-files", build_pyfiles_zip(),
+                    job_path(), *job_argv(req), "--result-path", out], capture_output=True, text=True)
 assert r.returncode == 0, r.stderr[-3000:]
 print(json.dumps(json.load(open(out))["summary"]))
 """
@@ -208,12 +212,15 @@ def check(url: str, descs: list[Description], rows: int) -> None:
     assert total == rows * len(descs), (total, rows * len(descs))
 
 
-def arm_submit(folder: Path, source: LandingSource, tasks: int, rows: int, env: dict[str, str]) -> Arm:
-    url = (folder / "submit").as_uri()
+def arm_submit(folder: Path, source: LandingSource, tasks: int, rows: int, env: dict[str, str], *,
+               daemon: bool = True) -> Arm:
+    """spark-submit tasks; ``daemon``: with shardsink's worker daemon, as the operator sets it on a local
+    master (:func:`shardsink.spark.daemon.daemon_conf`), else Spark's own (the baseline arm)."""
+    url = (folder / ("submit" if daemon else "submit-spark-daemon")).as_uri()
     descs = minted(url, source, tasks)
     before = children_cpu()
-    walls, staged, _ = run_tasks(SUBMIT_TASK, [], url, source, descs, env)
-    arm = Arm("submit", walls, staged, children_cpu() - before, 0.0)
+    walls, staged, _ = run_tasks(SUBMIT_TASK, ["daemon" if daemon else "spark"], url, source, descs, env)
+    arm = Arm("submit" if daemon else "submit, Spark's own worker daemon", walls, staged, children_cpu() - before, 0.0)
     check(url, descs, rows)
     return arm
 
@@ -278,6 +285,8 @@ def main() -> int:
     p.add_argument("--connect-only", action="store_true", help="the Connect arm only (development)")
     p.add_argument("--phases", action="store_true",
                    help="the Connect arm's per-phase wall, task CPU and server CPU (timers add a little)")
+    p.add_argument("--submit-baseline", action="store_true",
+                   help="also the submit arm with Spark's own worker daemon (before shardsink's, 2026-11-29)")
     p.add_argument("--submit-tasks", type=int, default=None,
                    help="run the first N tasks only in the submit arm (a loaded machine: ~2 min each)")
     a = p.parse_args()
@@ -292,6 +301,8 @@ def main() -> int:
         print(table(arms, a.tasks, a.rows), flush=True)  # each arm as it ends: a long run keeps its figures
         if not a.connect_only:
             arms.append(arm_submit(folder, source, a.submit_tasks or a.tasks, a.rows, env))
+            if a.submit_baseline:
+                arms.append(arm_submit(folder, source, a.submit_tasks or a.tasks, a.rows, env, daemon=False))
     after = os.getloadavg()
     out = table(arms, a.tasks, a.rows)
     print(out)

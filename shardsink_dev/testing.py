@@ -109,6 +109,8 @@ def local_spark(app: str = "shardsink-test", *, partitions: int = 4) -> Iterator
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
+    from shardsink.spark.daemon import daemon_conf  # the workers import pyspark and shardsink once
+
     active = SparkSession.getActiveSession()
     if active is not None:
         yield active
@@ -121,6 +123,7 @@ def local_spark(app: str = "shardsink-test", *, partitions: int = 4) -> Iterator
         .config("spark.default.parallelism", "2")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.memory", "2g")
+        .config(map=daemon_conf({}, master="local[2]", worker_python=os.environ["PYSPARK_PYTHON"]))
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")

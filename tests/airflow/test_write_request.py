@@ -7,6 +7,7 @@ their spark-submit hook, whose configuration they check).
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -113,6 +114,11 @@ def test_a_missing_spark_connection_or_a_yarn_master_without_its_conf_fails_at_o
     monkeypatch.setenv("YARN_CONF_DIR", str(tmp_path))
     assert hook("spark_yarn")._is_yarn
     assert hook("spark_local")._connection["master"] == "local[2]"
+    # The worker daemon (shardsink.spark.daemon.daemon_conf): local workers on this interpreter only.
+    mine = {"PYSPARK_PYTHON": sys.executable}
+    assert hook("spark_local", mine)._conf["spark.python.daemon.module"] == "shardsink.spark.daemon"
+    assert "spark.python.daemon.module" not in hook("spark_yarn", mine)._conf
+    assert "spark.python.daemon.module" not in hook("spark_local", {"PYSPARK_PYTHON": "/usr/bin/python3"})._conf
     # Decided before spark-submit: the task raises it as is (no "no outcome record" retry path).
     op = IngestWriteOperator(task_id="write", shard_url="s3://b/shard", source_spec=spec, slots=1, slot=0,
                              desc=to_builtins(DESC), application="app.py")

@@ -59,7 +59,9 @@ from shardsink.sinks.materialize import ViewInput, view
 from shardsink.sources import LandingSource
 
 TRY = "{{{{ ti.dag_id }}}}|{{{{ ti.run_id }}}}|{{{{ ti.task_id }}}}|{{{{ ti.map_index }}}}"
-SPARK = SparkOptions(conf={{"spark.sql.shuffle.partitions": "2", "{prop}": TRY}})
+# The cluster's executors run the stack's venv, shardsink installed: its worker daemon (docs/deployment.md)
+SPARK = SparkOptions(conf={{"spark.sql.shuffle.partitions": "2", "{prop}": TRY,
+                           "spark.python.daemon.module": "shardsink.spark.daemon"}})
 ATTEMPTS = AttemptOptions(backoff=0.5, task_retries=2, task_retry_delay=timedelta(seconds=2),
                           catch_up_after=timedelta(minutes=10), poke_interval=timedelta(seconds=2))
 START = datetime(2024, 1, 1, tzinfo=UTC)

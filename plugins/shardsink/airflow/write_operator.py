@@ -116,13 +116,15 @@ class ShardWriteOperator(ShardTaskMixin, SparkSubmitOperator):
         return job_argv(self.job_request(d))
 
     def _get_hook(self) -> Any:
-        """The provider's hook, with the connection's credentials added to spark-submit's environment.
+        """The provider's hook, with the connection's credentials added to spark-submit's environment
+        and, on a local master, shardsink's worker daemon (:func:`shardsink.spark.daemon.daemon_conf`).
 
         Configuration errors fail the task here, before spark-submit starts and without retries
         (:class:`InvalidConfigurationError` naming the setting): see :func:`spark_config_error`."""
         from airflow.providers.common.compat.sdk import AirflowNotFoundException
 
         from shardsink.airflow.failures import for_airflow
+        from shardsink.spark.daemon import daemon_conf
 
         hook = super()._get_hook()
         try:
@@ -140,6 +142,8 @@ class ShardWriteOperator(ShardTaskMixin, SparkSubmitOperator):
                 "the command line); use instance roles there")
         if err is not None:
             raise for_airflow(err) from err
+        hook._conf = daemon_conf(hook._conf or {}, master=master,
+                                 worker_python=(self.env_vars or {}).get("PYSPARK_PYTHON"))
         if self._secret_env:
             # The hook hands _env_vars to Popen(env=...) in local/standalone client mode only.
             hook._env_vars = {**(hook._env_vars or {}), **self._secret_env}

@@ -1,6 +1,7 @@
 """A PySpark worker daemon that imports what shardsink's executor code needs once, before it forks.
 
-Set on a Spark Connect server: ``--conf spark.python.daemon.module=shardsink.spark.daemon``.
+Set on a Spark Connect server: ``--conf spark.python.daemon.module=shardsink.spark.daemon``, and
+on local-mode spark-submit applications of the write tasks (:func:`daemon_conf`).
 A Connect server starts one Python worker daemon per client session (each session's jobs run
 with their own ``SPARK_JOB_ARTIFACT_UUID``, so sessions never share a daemon), and every worker
 the daemon forks for a session's tasks would import pyarrow, the worker's own modules and
@@ -22,7 +23,11 @@ import os
 import re
 import sys
 import zipfile
+from collections.abc import Mapping
 
+#: The value of ``spark.python.daemon.module`` that runs this module.
+DAEMON_MODULE = "shardsink.spark.daemon"
+_DAEMON_CONF = "spark.python.daemon.module"
 _VERSION = re.compile(r"""__version__\s*(?::\s*str\s*)?=\s*['"]([^'"]+)['"]""")
 
 
@@ -49,6 +54,23 @@ def prefer_installed_pyspark(path: list[str]) -> list[str]:
     except (OSError, KeyError, zipfile.BadZipFile, UnicodeDecodeError):
         return path
     return rest if installed is not None and installed == zipped else path
+
+
+def daemon_conf(conf: Mapping[str, str], *, master: str, worker_python: str | None,
+                this_python: str = sys.executable) -> dict[str, str]:
+    """``conf`` plus ``spark.python.daemon.module`` = this module when the application's Python
+    workers surely import this very shardsink: the master is ``local[...]`` (the workers are
+    children of the driver, on this machine) and they run ``this_python`` (``worker_python``,
+    the application's ``PYSPARK_PYTHON``), which imports the shardsink the job ships.
+
+    Hazard: on a cluster the executors' Python may lack shardsink, and a daemon module it cannot
+    import fails every Python task; ``conf`` is then returned unchanged, as it is when it names a
+    daemon module of its own. Saves each local application's workers compiling pyspark from the zip
+    and importing pyarrow and shardsink once per worker (module docstring)."""
+    out = dict(conf)
+    if master.startswith("local") and worker_python == this_python and _DAEMON_CONF not in out:
+        out[_DAEMON_CONF] = DAEMON_MODULE
+    return out
 
 
 def _preload() -> None:

@@ -72,9 +72,13 @@ def dry_run_session(app: str, *, connect: str | None = None) -> Iterator[SparkSe
         with connect_session(connect, name=app, timezone="UTC", check="python") as remote:
             yield remote
         return
+    from shardsink.spark.daemon import daemon_conf
+
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    spark = (SparkSession.builder.master("local[2]").appName(app).config("spark.ui.enabled", "false")
-             .config("spark.sql.shuffle.partitions", "2").config("spark.sql.session.timeZone", "UTC").getOrCreate())
+    conf = daemon_conf({"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2",
+                        "spark.sql.session.timeZone": "UTC"}, master="local[2]",
+                       worker_python=os.environ["PYSPARK_PYTHON"])
+    spark = SparkSession.builder.master("local[2]").appName(app).config(map=conf).getOrCreate()
     try:
         yield spark
     finally:
