@@ -147,18 +147,30 @@ class _Runner:
             return
         folder = tempfile.mkdtemp(prefix="dagrunner-")  # short: a socket's path has at most 107 bytes
         path = os.path.join(folder, "s")
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
-            listener.bind(path)
-            listener.listen(1)
-            listener.settimeout(300)
-            assert zygote.stdin is not None and zygote.stdout is not None
-            zygote.stdin.write(json.dumps({"env": env, "socket": path, "err": str(self.home / "dagrunner.err")}) + "\n")
-            zygote.stdin.flush()
-            self.pid = json.loads(zygote.stdout.readline())["pid"]
-            self.pidfd = os.pidfd_open(self.pid)
-            conn, _ = listener.accept()
-        os.unlink(path)
-        os.rmdir(folder)
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+                listener.bind(path)
+                listener.listen(1)
+                assert zygote.stdin is not None and zygote.stdout is not None
+                zygote.stdin.write(json.dumps({"env": env, "socket": path,
+                                               "err": str(self.home / "dagrunner.err")}) + "\n")
+                zygote.stdin.flush()
+                self.pid = json.loads(zygote.stdout.readline())["pid"]
+                self.pidfd = os.pidfd_open(self.pid)
+                # The runner connects, or ends (its pidfd turns readable) without connecting.
+                ready = select.select([listener, self.pidfd], [], [], 300)[0]
+                if listener not in ready:
+                    self.kill()
+                    died = ""
+                    with contextlib.suppress(OSError):
+                        died = (self.home / "dagrunner.err").read_text(errors="replace")[-3000:]
+                    raise RuntimeError(f"the dags test runner {'ended' if ready else 'did not connect in 300 s'} "
+                                       f"before it connected: {died}")
+                conn, _ = listener.accept()
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+            os.rmdir(folder)
         self.requests, self.replies = conn.makefile("w"), conn.makefile("r")
         self.sock = conn
 

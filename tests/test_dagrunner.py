@@ -2,14 +2,19 @@
 from the zygote reads its own Airflow home and metadata DB, not the zygote's or another runner's;
 closing it ends it as an interpreter ends, so its SQLite DB is whole in its main file (the
 Airflow tests copy a template DB made this way); a request whose interpreter-start variables
-differ from the zygote's gets an interpreter of its own."""
+differ from the zygote's gets an interpreter of its own; a runner that ends before it connects fails
+its request at once."""
 
 from __future__ import annotations
 
 import os
 import resource
 import sqlite3
+import tempfile
+import time
 from pathlib import Path
+
+import pytest
 
 from shardsink_dev import dagrunner
 from tests.airflow.af_helpers import base_env
@@ -45,6 +50,13 @@ def test_forked_runners_read_their_own_home_and_leave_a_whole_db(tmp_path: Path)
         assert len(runners) == 2 and len(zygotes) == 1, "both runners share one zygote"
         assert all(_parent(r.pid) in zygotes for r in runners), "a runner was not forked from the zygote"
         runners_cpu = sum(_cpu_s(r.pid) for r in runners)
+        # A runner that ends before it connects (here: its stderr file cannot be opened) fails the
+        # request at once and leaves no socket folder behind.
+        (tmp_path / "d" / "dagrunner.err").mkdir(parents=True)
+        folders, t0 = set(Path(tempfile.gettempdir()).glob("dagrunner-*")), time.monotonic()
+        with pytest.raises(RuntimeError, match="ended before it connected"):
+            dagrunner.airflow(base_env(tmp_path / "d"), ["version"], timeout=300)
+        assert time.monotonic() - t0 < 60 and set(Path(tempfile.gettempdir()).glob("dagrunner-*")) == folders
     finally:
         dagrunner.close_all()
         dagrunner.stop_zygotes()
