@@ -158,8 +158,8 @@ class _Runner:
                 self.pid = json.loads(zygote.stdout.readline())["pid"]
                 self.pidfd = os.pidfd_open(self.pid)
                 # The runner connects, or ends (its pidfd turns readable) without connecting.
-                ready = select.select([listener, self.pidfd], [], [], 300)[0]
-                if listener not in ready:
+                ready = select.select([listener.fileno(), self.pidfd], [], [], 300)[0]
+                if listener.fileno() not in ready:
                     self.kill()
                     died = ""
                     with contextlib.suppress(OSError):

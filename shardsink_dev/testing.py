@@ -115,6 +115,7 @@ def local_spark(app: str = "shardsink-test", *, partitions: int = 4) -> Iterator
     if active is not None:
         yield active
         return
+    daemon: dict[str, Any] = daemon_conf({}, master="local[2]", worker_python=os.environ["PYSPARK_PYTHON"])
     spark = (
         SparkSession.builder.master("local[2]").appName(app)
         .config("spark.ui.enabled", "false")
@@ -123,7 +124,7 @@ def local_spark(app: str = "shardsink-test", *, partitions: int = 4) -> Iterator
         .config("spark.default.parallelism", "2")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.memory", "2g")
-        .config(map=daemon_conf({}, master="local[2]", worker_python=os.environ["PYSPARK_PYTHON"]))
+        .config(map=daemon)
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")

@@ -75,7 +75,7 @@ def dry_run_session(app: str, *, connect: str | None = None) -> Iterator[SparkSe
     from shardsink.spark.daemon import daemon_conf
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    conf = daemon_conf({"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2",
+    conf: dict[str, Any] = daemon_conf({"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2",
                         "spark.sql.session.timeZone": "UTC"}, master="local[2]",
                        worker_python=os.environ["PYSPARK_PYTHON"])
     spark = SparkSession.builder.master("local[2]").appName(app).config(map=conf).getOrCreate()
