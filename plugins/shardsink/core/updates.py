@@ -26,7 +26,10 @@ DIFF = "_diff"
 COUNT = "_count"
 RESERVED = (TIME, DIFF)
 _INT64 = pa.int64()
-_ZERO = pa.scalar(0, _INT64)
+#: A Python int, not ``pa.scalar``: converting a Python value makes pyarrow import pandas, and at
+#: import time that put pandas (0.4 CPU-s) into every process importing shardsink, such as each
+#: ``shardsink inspect``.
+_ZERO = 0
 #: The longest new column name, in characters.
 NAME_LIMIT = 256
 

@@ -78,9 +78,9 @@ def _preload() -> None:
     then reports it as it would without this daemon)."""
     import importlib
 
-    for name in ("pyarrow", "pyarrow.parquet", "pyarrow.compute", "pyspark.worker", "pyspark.sql.pandas.serializers",
-                 "shardsink.spark.stage", "shardsink.spark.connect", "shardsink.sources.landing.read",
-                 "shardsink.outcome"):
+    for name in ("pyarrow", "pyarrow.parquet", "pyarrow.compute", "pandas", "pyspark.worker",
+                 "pyspark.sql.pandas.serializers", "shardsink.spark.stage", "shardsink.spark.connect",
+                 "shardsink.sources.landing.read", "shardsink.outcome"):
         try:
             importlib.import_module(name)
         except Exception:
