@@ -36,7 +36,8 @@ LOG = Path(__file__).resolve().parent / "results" / "suite_time.log"
 KINDS = (
     ("Spark executor JVMs", ("CoarseGrainedExecutorBackend",)),
     ("Spark master/worker JVMs", ("deploy.master.Master", "deploy.worker.Worker")),
-    ("other JVMs (drivers, test sessions)", ("/bin/java",)), ("Spark's Python workers", ("pyspark.daemon", "shardsink.spark.daemon")),
+    ("other JVMs (drivers, test sessions)", ("/bin/java",)),
+    ("Spark's Python workers", ("pyspark.daemon", "shardsink.spark.daemon")),
     ("pytest processes", ("pytest",)), ("warm `airflow dags test` runners", ("dagrunner",)),
     ("moto", ("moto",)), ("spark-submit'ed job drivers (Python)", ("spark_jobs",)),
     ("Airflow scheduler, api-server, triggerer, dag-processor",
