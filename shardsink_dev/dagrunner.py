@@ -164,8 +164,8 @@ class _Runner:
                     died = ""
                     with contextlib.suppress(OSError):
                         died = (self.home / "dagrunner.err").read_text(errors="replace")[-3000:]
-                    raise RuntimeError(f"the dags test runner {'ended' if ready else 'did not connect in 300 s'} "
-                                       f"before it connected: {died}")
+                    what = "ended before it connected" if ready else "did not connect in 300 s"
+                    raise RuntimeError(f"the dags test runner {what}: {died}")
                 conn, _ = listener.accept()
         finally:
             with contextlib.suppress(FileNotFoundError):

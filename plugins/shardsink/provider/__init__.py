@@ -14,9 +14,9 @@ The providers manager imports this module in every Airflow process (``airflow.co
 reads provider info), and with it the ``shardsink`` package (the core and pyarrow) and pandas,
 which this module imports itself: the package does not, so that a process outside Airflow (each
 ``shardsink`` command) starts without it, but pyarrow imports it to convert Python values, which
-most tasks do. That is kept on purpose: the Celery and local executors fork each task from a worker process that
-already holds them, and a forked task that imports them itself starts about 1 CPU-second dearer
-(``bench/task_start.py``, "forked"). What no task needs stays out: the Shards page's FastAPI app
+most tasks do. That is kept on purpose: the Celery and local executors fork each task from a
+worker process that already holds them, and a forked task that imports them itself starts about
+1 CPU-second dearer (``bench/task_start.py``, "forked"). What no task needs stays out: the Shards page's FastAPI app
 is built only when the API server reads it (:mod:`shardsink.provider.plugin`).
 """
 
