@@ -34,6 +34,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from shardsink.spark.daemon import DAEMON_MODULE
 from shardsink_dev.testing import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -142,7 +143,7 @@ def server_argv(port: int, folder: Path, *, cores: int = 2, driver_memory: str =
             "--conf", "spark.sql.shuffle.partitions=2", "--conf", f"spark.default.parallelism={cores}",
             "--conf", "spark.sql.session.timeZone=UTC",
             "--conf", "spark.sql.artifact.isolation.enabled=false",
-            "--conf", "spark.python.daemon.module=shardsink.spark.daemon",
+            "--conf", f"spark.python.daemon.module={DAEMON_MODULE}",
             "--conf", "spark.eventLog.enabled=true", "--conf", "spark.eventLog.compress=false",
             "--conf", "spark.eventLog.rolling.enabled=false",
             "--conf", f"spark.eventLog.dir=file://{folder / 'events'}"]
