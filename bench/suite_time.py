@@ -54,6 +54,7 @@ class Sampler:
         self.first: dict[tuple[int, str], float] = {}
         self.last: dict[tuple[int, str], float] = {}
         self.cmd: dict[tuple[int, str], str] = {}
+        self.test: dict[tuple[int, str], str] = {}
         self.stop = threading.Event()
 
     def sample(self) -> None:
@@ -68,6 +69,7 @@ class Sampler:
                     self.first[key] = 0.0  # started during the run: all its CPU is the run's
                     cmd = Path(f"/proc/{p}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
                     self.cmd[key] = cmd
+                    self.test[key] = _spawning_test(int(p))
                 self.last[key] = cpu
             except (OSError, ValueError, IndexError):
                 continue
@@ -83,6 +85,32 @@ class Sampler:
             kind = next((name for name, needles in KINDS if any(n in cmd for n in needles)), "other")
             out[kind] = out.get(kind, 0.0) + cpu - self.first[key]
         return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
+    def by_test(self) -> dict[str, float]:
+        """CPU of the processes each test module spawned (not pytest's own: see ``_spawning_test``)."""
+        out: dict[str, float] = {}
+        for key, cpu in self.last.items():
+            if test := self.test.get(key):
+                out[test] = out.get(test, 0.0) + cpu - self.first[key]
+        return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
+def _spawning_test(pid: int) -> str:
+    """The test module during which ``pid`` was exec'd, from the ``PYTEST_CURRENT_TEST`` it inherited.
+
+    A process's environ is the one it was exec'd with: a child of a test has the test's name; a
+    process forked from an older one (a warm ``dags test`` runner's fork, a Celery task) has its
+    parent's; pytest's own processes have none, so their CPU is in no module's figure.
+    """
+    try:
+        env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return ""
+    for var in env:
+        if var.startswith(b"PYTEST_CURRENT_TEST="):
+            return var.split(b"=", 1)[1].decode(errors="replace").split("::", 1)[0]
+    return ""
 
 
 def main() -> None:
@@ -108,11 +136,13 @@ def main() -> None:
     busy = (tot1 - tot0 - (idle1 - idle0)) / TICK
     summaries = re.findall(r"^=*\s*(\d+ (?:passed|failed).*? in [\d.]+s.*?)\s*=*$", out.stdout, re.M)
     kinds = sampler.by_kind()
-    lines = [f"| wall | {wall / 60:.0f}:{wall % 60:02.0f} (exit {out.returncode}) |",
+    lines = [f"| wall | {int(wall // 60)}:{wall % 60:02.0f} (exit {out.returncode}) |",
              f"| pytest processes (the rest, group 1, group 2) | {'; '.join(summaries) or '-'} |",
              f"| cores busy | {busy:.0f} of {(tot1 - tot0) / TICK:.0f} core-seconds "
              f"({100 * busy / max((tot1 - tot0) / TICK, 1e-9):.0f}%) |",
-             *(f"| CPU: {k} | {v:.0f} s |" for k, v in kinds.items() if v >= 1)]
+             *(f"| CPU: {k} | {v:.0f} s |" for k, v in kinds.items() if v >= 1),
+             *(f"| CPU of processes spawned in {k} | {v:.0f} s |"
+               for k, v in list(sampler.by_test().items())[:25] if v >= 5)]
     rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=repo, capture_output=True,
                          text=True).stdout.strip()
     text = (f"\n## suite_time ({time.strftime('%Y-%m-%d %H:%M')}, `{command}` at {rev}, load before "
