@@ -17,15 +17,15 @@ from pathlib import Path
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
-def _stat(pid: int) -> tuple[int, float] | None:
+def _stat(pid: int) -> tuple[int, int, float] | None:
     try:
         raw = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
     fields = raw[raw.rindex(")") + 2:].split()  # after "pid (comm) "
-    ppid = int(fields[1])
+    ppid, pgid = int(fields[1]), int(fields[2])
     utime, stime, cutime, cstime = (int(x) for x in fields[11:15])
-    return ppid, (utime + stime + cutime + cstime) / _TICK
+    return ppid, pgid, (utime + stime + cutime + cstime) / _TICK
 
 
 def machine_jiffies() -> tuple[int, int]:
@@ -45,6 +45,9 @@ def machine_busy() -> float:
 
 
 def tree_cpu(pid: int) -> float:
+    """CPU of ``pid`` and its descendants; when ``pid`` leads its process group, also of every
+    other process in that group and their descendants (a Spark JVM's Python fork server,
+    shardsink/spark/forkserver.py, outlives the launcher that started it and is then reparented)."""
     if not Path("/proc").is_dir():
         return 0.0
     stats = {}
@@ -54,13 +57,17 @@ def tree_cpu(pid: int) -> float:
             if got is not None:
                 stats[int(entry.name)] = got
     children: dict[int, list[int]] = {}
-    for p, (ppid, _) in stats.items():
+    for p, (ppid, _, _) in stats.items():
         children.setdefault(ppid, []).append(p)
-    total, todo = 0.0, [pid]
+    leads = pid in stats and stats[pid][1] == pid
+    total, todo, seen = 0.0, [pid, *(p for p, (_, pgid, _) in stats.items() if leads and pgid == pid)], set()
     while todo:
         p = todo.pop()
+        if p in seen:
+            continue
+        seen.add(p)
         if p in stats:
-            total += stats[p][1]
+            total += stats[p][2]
         todo.extend(children.get(p, []))
     return total
 

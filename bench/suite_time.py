@@ -37,7 +37,7 @@ KINDS = (
     ("Spark executor JVMs", ("CoarseGrainedExecutorBackend",)),
     ("Spark master/worker JVMs", ("deploy.master.Master", "deploy.worker.Worker")),
     ("other JVMs (drivers, test sessions)", ("/bin/java",)),
-    ("Spark's Python workers", ("pyspark.daemon", "shardsink.spark.daemon")),
+    ("Spark's Python workers", ("pyspark.daemon", "shardsink.spark.daemon", "shardsink.spark.forkserver")),
     ("pytest processes", ("pytest",)), ("warm `airflow dags test` runners", ("dagrunner",)),
     ("moto", ("moto",)), ("spark-submit'ed job drivers (Python)", ("spark_jobs",)),
     ("Airflow scheduler, api-server, triggerer, dag-processor",

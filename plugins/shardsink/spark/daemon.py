@@ -5,8 +5,10 @@ on local-mode spark-submit applications of the write tasks (:func:`daemon_conf`)
 A Connect server starts one Python worker daemon per client session (each session's jobs run
 with their own ``SPARK_JOB_ARTIFACT_UUID``, so sessions never share a daemon), and every worker
 the daemon forks for a session's tasks would import pyarrow, the worker's own modules and
-shardsink afresh. Imported here, in the daemon, they are paid once per session and shared
-copy-on-write by the forked workers. Changes nothing a worker computes.
+shardsink afresh. This daemon has them imported before it forks its workers, shared
+copy-on-write; and it is itself forked from the JVM's fork server (:mod:`shardsink.spark.forkserver`),
+which imports them once for all of the JVM's daemons (measured: bench/daemon_cost.py). Changes
+nothing a worker computes.
 
 Spark puts its own ``python/lib/pyspark.zip`` first on the workers' ``PYTHONPATH``. Python never
 caches bytecode for a module imported from a zip, so every daemon (one per session) compiled
@@ -74,24 +76,14 @@ def daemon_conf(conf: Mapping[str, str], *, master: str, worker_python: str | No
     return out
 
 
-def _preload() -> None:
-    """Import the executors' modules; a module that fails to import is left to the worker (which
-    then reports it as it would without this daemon)."""
-    import importlib
-
-    for name in ("pyarrow", "pyarrow.parquet", "pyarrow.compute", "pandas", "pyspark.worker",
-                 "pyspark.sql.pandas.serializers", "shardsink.spark.stage", "shardsink.spark.connect",
-                 "shardsink.sources.landing.read", "shardsink.outcome"):
-        try:
-            importlib.import_module(name)
-        except Exception:
-            continue
-
-
 if __name__ == "__main__":
     sys.path[:] = prefer_installed_pyspark(sys.path)  # before anything imports pyspark
+    from shardsink.spark.forkserver import launch, preload
 
+    code = launch()  # this JVM's fork server runs the daemon, its imports made once (forkserver.py)
+    if code is not None:
+        sys.exit(code)
     from pyspark.daemon import manager
 
-    _preload()
+    preload()
     manager()
