@@ -13,9 +13,9 @@ Public handles::
 
 from __future__ import annotations
 
-from shardsink.core.read import ReadHandle
-from shardsink.core.shard import AppendResult, Shard, ShardInfo, StagedBatch
-from shardsink.core.write import WriteHandle
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from shardsink.errors import (
     ConditionFailedError,
     CorruptionError,
@@ -34,6 +34,27 @@ from shardsink.errors import (
 )
 
 __version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    from shardsink.core.read import ReadHandle
+    from shardsink.core.shard import AppendResult, Shard, ShardInfo, StagedBatch
+    from shardsink.core.write import WriteHandle
+
+#: The handles, imported when first asked for (``from shardsink import Shard``): a process that
+#: imports only a light module of the package (the Spark worker daemon's launcher,
+#: shardsink/spark/forkserver.py) does not pay for core and pyarrow.
+_LAZY = {"ReadHandle": "shardsink.core.read", "AppendResult": "shardsink.core.shard",
+         "Shard": "shardsink.core.shard", "ShardInfo": "shardsink.core.shard", "StagedBatch": "shardsink.core.shard",
+         "WriteHandle": "shardsink.core.write"}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'shardsink' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
 
 __all__ = [
     "AppendResult",

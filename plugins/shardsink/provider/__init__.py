@@ -11,13 +11,14 @@ points declared in pyproject.toml (no files copied into ``plugins/``):
   entry point always.
 
 The providers manager imports this module in every Airflow process (``airflow.configuration``
-reads provider info), and with it the ``shardsink`` package (the core and pyarrow) and pandas,
-which this module imports itself: the package does not, so that a process outside Airflow (each
-``shardsink`` command) starts without it, but pyarrow imports it to convert Python values, which
-most tasks do. That is kept on purpose: the Celery and local executors fork each task from a
-worker process that already holds them, and a forked task that imports them itself starts about
-1 CPU-second dearer (``bench/task_start.py``, "forked"). What no task needs stays out: the Shards page's FastAPI app
-is built only when the API server reads it (:mod:`shardsink.provider.plugin`).
+reads provider info), and with it shardsink's core (pyarrow) and pandas, which this module
+imports itself: the package imports neither, so that a process outside Airflow (a ``shardsink``
+command, a Spark worker daemon's launcher) starts without them, but tasks use the core, and
+pyarrow imports pandas to convert Python values, which most tasks do. That is kept on purpose:
+the Celery and local executors fork each task from a worker process that already holds them,
+and a forked task that imports them itself starts about 1 CPU-second dearer
+(``bench/task_start.py``, "forked"). What no task needs stays out: the Shards page's FastAPI
+app is built only when the API server reads it (:mod:`shardsink.provider.plugin`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from __future__ import annotations
 from typing import Any
 
 import pandas  # noqa: F401  (module docstring: tasks forked from Airflow processes find it imported)
+
+import shardsink.core.shard  # noqa: F401  (module docstring: the same)
 
 PACKAGE = "shardsink"
 PLUGIN_CLASS = "shardsink.provider.plugin.ShardsinkPlugin"
