@@ -9,9 +9,10 @@ on ``local[N]``, its Python workers on this interpreter with the ``plugins`` fol
   not share a Python worker daemon: each session's jobs carry their own artifact id, and the
   server starts one daemon per session;
 * ``spark.python.daemon.module=shardsink.spark.daemon``: each session's Python worker daemon
-  imports pyarrow and shardsink once, before it forks that session's workers, and imports the
-  venv's pyspark (bytecode cached) instead of Spark's ``pyspark.zip`` (compiled from source by
-  every daemon: about 1.5 CPU-s of each write session here);
+  is forked from the server's one worker fork server (shardsink/spark/forkserver.py), which
+  imported pyarrow, pandas, pyspark's worker and shardsink once, so its workers fork warm
+  (0.72x the server's CPU per session, bench/daemon_cost.py), and imports the venv's pyspark
+  (bytecode cached) instead of Spark's ``pyspark.zip`` (compiled from source by every daemon);
 * Python's compiled bytecode is cached under ``PYCACHE`` (``PYTHONPYCACHEPREFIX``), also when
   the caller's environment sets ``PYTHONDONTWRITEBYTECODE``: a worker that compiles pyarrow
   and pyspark from source costs seconds of CPU.
