@@ -69,6 +69,8 @@ PRELOAD = ("pyarrow", "pyarrow.parquet", "pyarrow.compute", "pandas", "pyspark.w
 PRELOADED_TOP = ("shardsink", "pyspark", "pyarrow", "pandas", "numpy")
 #: How long a launcher waits for a fork server it started to say it listens (it says so first).
 START_TIMEOUT_S = 120.0
+#: The largest request a fork server reads (a launcher's environment, path and argv).
+MAX_REQUEST = 16 << 20
 _CRED = struct.Struct("3i")  # SO_PEERCRED: pid, uid, gid
 
 
@@ -235,17 +237,16 @@ def _child(conn: socket.socket, fds: list[int], req: Mapping[str, Any], closing:
 
 def _accept(listener: socket.socket, closing: Sequence[int], clients: dict[int, socket.socket]) -> None:
     conn, _ = listener.accept()
+    fds: list[int] = []
     try:
         if not _same_user(conn):
-            conn.close()
-            return
+            raise OSError("another user's request")
         head, fds, _, _ = socket.recv_fds(conn, 4, 3)
         if len(head) != 4 or len(fds) != 3:
-            for fd in fds:
-                os.close(fd)
-            conn.close()
-            return
+            raise ValueError(f"a request of {len(head)} header bytes and {len(fds)} streams")
         (size,) = struct.unpack("!I", head)
+        if size > MAX_REQUEST:
+            raise ValueError(f"a request of {size} bytes (at most {MAX_REQUEST})")
         body = b""
         while len(body) < size:
             chunk = conn.recv(size - len(body))
@@ -254,8 +255,10 @@ def _accept(listener: socket.socket, closing: Sequence[int], clients: dict[int, 
             body += chunk
         req = json.loads(body)
     except (OSError, ValueError):
+        for fd in fds:
+            os.close(fd)
         conn.close()
-        return
+        return  # refused: no pid sent, nothing forked
     pid = os.fork()
     if pid == 0:
         _child(conn, fds, req, [*closing, *(c.fileno() for c in clients.values())])
